@@ -1,0 +1,31 @@
+# Two commands set everything up on a fresh machine:  `make train`  and  `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# Installed before the project so pip never pulls a different torch build; override for CUDA wheels,
+# e.g. `make TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128" install`.
+TORCH ?= torch==2.13.0
+ARGS ?=
+
+.PHONY: install data train test clean
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install $(TORCH)
+	$(PY) -m pip install -e ".[test]"
+	touch $@
+
+# Use a local mirror of the datasets when one sits beside the checkout (no network needed);
+# otherwise the data modules download on first use.
+data:
+	@if [ -d ../shared/data ]; then cp -rn ../shared/data/. data/ && chmod -R u+w data; fi
+
+train: install data
+	$(PY) train.py $(ARGS)
+
+test: install data
+	$(PY) -m pytest $(ARGS)
+
+clean:
+	rm -rf outputs multirun .pytest_cache

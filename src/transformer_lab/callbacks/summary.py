@@ -1,0 +1,73 @@
+"""Collects the final and best value of every logged metric and writes the run's summary.json."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import lightning as L
+import torch
+
+# Metrics with a best value worth keeping, and which way is better.
+_LOWER_IS_BETTER = ("loss", "ppl")
+_HIGHER_IS_BETTER = ("acc", "bleu")
+
+
+def better(name: str) -> str | None:
+    leaf = name.rsplit("/", 1)[-1]
+    if leaf in _LOWER_IS_BETTER:
+        return "min"
+    if leaf in _HIGHER_IS_BETTER:
+        return "max"
+    return None
+
+
+def write_json_atomic(path: Path, obj: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+class Summary(L.Callback):
+    """Final values live under each metric's logged name (`val/loss`), best ones under `NAME_best`."""
+
+    def __init__(self):
+        self.final: dict[str, float] = {}
+        self.best: dict[str, float] = {}
+
+    def _collect(self, trainer) -> None:
+        for name, value in trainer.callback_metrics.items():
+            value = float(value.item() if isinstance(value, torch.Tensor) else value)
+            self.final[name] = value
+            direction = better(name)
+            if direction is None or not math.isfinite(value):
+                continue
+            old = self.best.get(name)
+            if old is None or (value < old if direction == "min" else value > old):
+                self.best[name] = value
+
+    def on_validation_end(self, trainer, pl_module):
+        if not trainer.sanity_checking:
+            self._collect(trainer)
+
+    def on_train_end(self, trainer, pl_module):
+        self._collect(trainer)
+
+    def on_test_end(self, trainer, pl_module):
+        self._collect(trainer)
+
+    def metrics(self) -> dict[str, float]:
+        out = dict(self.final)
+        out.update({f"{name}_best": value for name, value in self.best.items()})
+        return out
+
+    def write(self, path: Path, **extra) -> dict:
+        summary = {**self.metrics(), **extra}
+        write_json_atomic(path, summary)
+        return summary

@@ -1,0 +1,118 @@
+"""Structured-config schemas: the types and defaults of every key in conf/.
+
+Each YAML option in conf/ starts from one of these schemas (its defaults list names it), so a
+wrong type or an unknown key is rejected while Hydra composes, before anything runs. Value checks
+that need more than a type (n_embd divisible by n_head, ...) are in `validate.py`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+from hydra.core.config_store import ConfigStore
+
+from transformer_lab.models.gpt import GPTConfig
+
+
+@dataclass
+class ShakespeareData:
+    _target_: str = "transformer_lab.data.shakespeare.ShakespeareDataModule"
+    name: str = "shakespeare"
+    data_dir: str = "${paths.data_dir}"
+    block_size: int = 256  # context length of each training window
+    batch_size: int = 64
+    val_batch_size: Optional[int] = None  # default: batch_size
+    val_fraction: float = 0.1  # the last 10% of the text is held out
+    seed: int = "${seed}"  # type: ignore[assignment]
+    sample_prompt: str = "\n"  # where text samples at each validation start
+
+
+@dataclass
+class ModularData:
+    _target_: str = "transformer_lab.data.modular.ModularDataModule"
+    name: str = "modular"
+    p: int = 97  # a prime modulus
+    op: str = "+"  # one of + - * /
+    terms: int = 2  # operands per equation: (a op b op c ...) mod p
+    train_fraction: float = 0.5
+    split_seed: int = 0  # which equations go to training
+    batch_size: int = 512
+    val_batch_size: Optional[int] = None
+    max_examples: int = 1_000_000  # with many terms, sample this many equations instead of all
+    seed: int = "${seed}"  # type: ignore[assignment]
+
+
+def _model_schema(name: str, config_cls: type, data_keys: tuple[str, ...]) -> type:
+    """A model group schema from the model's own config dataclass, less what the data decides
+    (vocab_size; block_size becomes an optional maximum), plus the option's name."""
+    hints = typing.get_type_hints(config_cls)
+    fields = [("name", str, field(default=name)),
+              ("block_size", Optional[int], field(default=None))]  # None: the data's sequence length
+    for f in dataclasses.fields(config_cls):
+        if f.name not in data_keys:
+            fields.append((f.name, hints[f.name], field(default=f.default)))
+    return dataclasses.make_dataclass(f"{config_cls.__name__}Schema", fields)
+
+
+GPTModel = _model_schema("gpt", GPTConfig, ("vocab_size", "block_size"))
+
+
+@dataclass
+class TrainerConfig:
+    """Keyword arguments of lightning.Trainer that runs may turn."""
+    accelerator: str = "auto"
+    devices: Any = "auto"
+    num_nodes: int = 1
+    strategy: str = "auto"
+    precision: Any = "32-true"
+    max_steps: int = 5000
+    max_epochs: int = -1
+    val_check_interval: Any = 250  # steps (int) or a fraction of an epoch (float)
+    check_val_every_n_epoch: Optional[int] = None
+    limit_val_batches: Any = 20  # batches (int) or a fraction (float) of the validation set
+    limit_train_batches: Any = None
+    num_sanity_val_steps: int = 2
+    log_every_n_steps: int = 10
+    gradient_clip_val: Optional[float] = 1.0
+    accumulate_grad_batches: int = 1
+    deterministic: Any = False
+    benchmark: Optional[bool] = None
+    enable_progress_bar: bool = True
+    enable_model_summary: bool = True
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-3  # peak learning rate, reached after warmup
+    min_lr: float = 1e-4  # where the cosine decay ends
+    warmup_steps: int = 100
+    decay_steps: Optional[int] = None  # default: trainer.max_steps
+    weight_decay: float = 0.1  # on matrices only; biases and norm gains never decay
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.99])
+    eps: float = 1e-8
+    fused: Optional[bool] = None  # torch's fused AdamW kernel; None lets torch choose
+
+
+@dataclass
+class SampleConfig:
+    enabled: bool = True  # print (and log to W&B) a text sample at each validation
+    max_new_tokens: int = 200
+    temperature: float = 0.8
+    top_k: Optional[int] = 200
+    seed: int = 0
+
+
+def register() -> None:
+    cs = ConfigStore.instance()
+    cs.store(group="data", name="shakespeare_schema", node=ShakespeareData)
+    cs.store(group="data", name="modular_schema", node=ModularData)
+    cs.store(group="model", name="gpt_schema", node=GPTModel)
+    cs.store(name="trainer_schema", node=TrainerConfig, package="trainer")
+    cs.store(name="optim_schema", node=OptimConfig, package="optim")
+    cs.store(name="sample_schema", node=SampleConfig, package="sample")
+
+
+register()

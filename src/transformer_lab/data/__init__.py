@@ -1,0 +1,1 @@
+"""LightningDataModules, one per dataset, and the download + checksum helper they share."""

@@ -1,0 +1,49 @@
+"""Small in-memory datasets that hand out whole batches, so no per-example collation runs in the loop."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, RandomSampler, SequentialSampler
+
+
+class TensorBatches(Dataset):
+    """(x, y) tensors indexed by a list of row indices at once (used with a BatchSampler)."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor):
+        self.x, self.y = x, y
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x[rows], self.y[rows]
+
+
+def batch_loader(x: torch.Tensor, y: torch.Tensor, batch_size: int, shuffle: bool,
+                 generator: torch.Generator | None = None) -> DataLoader:
+    dataset = TensorBatches(x, y)
+    sampler = RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)
+    return DataLoader(dataset, sampler=BatchSampler(sampler, batch_size, drop_last=False), batch_size=None)
+
+
+class RandomWindows(IterableDataset):
+    """An endless stream of batches of random windows of a token stream (nanoGPT's get_batch).
+
+    Batch i is drawn from a generator seeded with (seed, i), so the stream is reproducible and can
+    be restarted at any batch.
+    """
+
+    def __init__(self, tokens: torch.Tensor, block_size: int, batch_size: int, seed: int, start: int = 0):
+        self.tokens, self.block_size, self.batch_size, self.seed = tokens, block_size, batch_size, seed
+        self.start = start
+
+    def __iter__(self):
+        generator = torch.Generator()
+        offsets = torch.arange(self.block_size + 1)
+        i = self.start
+        while True:
+            generator.manual_seed(self.seed * 1_000_003 + i)
+            starts = torch.randint(len(self.tokens) - self.block_size, (self.batch_size,), generator=generator)
+            windows = self.tokens[starts[:, None] + offsets]  # (B, T+1)
+            yield windows[:, :-1], windows[:, 1:]
+            i += 1

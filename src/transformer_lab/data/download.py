@@ -1,0 +1,59 @@
+"""Fetch a file once from its canonical URL, verify its SHA-256, and never trust a partial download."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import urllib.request
+from pathlib import Path
+
+from transformer_lab.errors import DataUnavailableError
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def ensure_file(path: str | os.PathLike, url: str, sha256: str, timeout: float = 30.0) -> Path:
+    """Return `path`, downloading it from `url` first if it is absent.
+
+    A file already there is used without network access once its checksum matches; a file with the
+    wrong checksum is reported, not silently replaced. Downloads go to a temporary file in the same
+    folder and are renamed into place only after the checksum matches.
+    """
+    path = Path(path)
+    if path.exists():
+        actual = sha256_of(path)
+        if actual != sha256:
+            raise DataUnavailableError(
+                f"{path} has SHA-256 {actual}, expected {sha256}: the file is corrupt or a different "
+                f"version. Delete it to download it again from {url}."
+            )
+        return path
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
+            while chunk := response.read(1 << 20):
+                out.write(chunk)
+        actual = sha256_of(Path(tmp))
+        if actual != sha256:
+            raise DataUnavailableError(f"download from {url} has SHA-256 {actual}, expected {sha256}")
+        os.replace(tmp, path)
+    except OSError as e:  # URLError and timeouts are OSErrors
+        raise DataUnavailableError(
+            f"could not download {path.name} ({e}).\n"
+            f"  Fetch it from {url}\n"
+            f"  (SHA-256 {sha256})\n"
+            f"  and put it at {path.resolve()}"
+        ) from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path

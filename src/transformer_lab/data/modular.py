@@ -1,0 +1,107 @@
+"""Modular arithmetic, generated: `a op b = c (mod p)` for every pair, split into train and validation.
+
+Sequence layout (token ids): numbers 0..p-1 are themselves, then one id per operator and one for "=".
+Two terms: [a, op, b, =] and the target is c at the "=" position; more terms repeat "op x".
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import lightning as L
+import torch
+
+from transformer_lab.data.batches import batch_loader
+
+OPS = ["+", "-", "*", "/"]
+
+
+def is_prime(n: int) -> bool:
+    return n >= 2 and all(n % d for d in range(2, int(n**0.5) + 1))
+
+
+def apply_op(op: str, a: torch.Tensor, b: torch.Tensor, p: int) -> torch.Tensor:
+    if op == "+":
+        return (a + b) % p
+    if op == "-":
+        return (a - b) % p
+    if op == "*":
+        return (a * b) % p
+    if op == "/":  # a * b^(p-2) = a / b by Fermat's little theorem (p prime, b != 0)
+        inverse = torch.tensor([pow(int(v), p - 2, p) for v in range(p)])
+        return (a * inverse[b]) % p
+    raise ValueError(f"unknown operator {op!r}")
+
+
+def make_equations(p: int, op: str, terms: int = 2, max_examples: int = 1_000_000,
+                   seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """All equations (or a random max_examples of them): operands (N, terms) and answers (N,)."""
+    # Every operand after the first is a divisor for "/", so it ranges over 1..p-1 there.
+    low = 1 if op == "/" else 0
+    ranges = [range(p)] + [range(low, p)] * (terms - 1)
+    total = p * (p - low) ** (terms - 1)
+    if total <= max_examples:
+        operands = torch.tensor(list(itertools.product(*ranges)))
+    else:
+        g = torch.Generator().manual_seed(seed)
+        operands = torch.randint(low, p, (max_examples, terms), generator=g)
+        operands[:, 0] = torch.randint(0, p, (max_examples,), generator=g)
+        operands = operands.unique(dim=0)
+    answer = operands[:, 0]
+    for t in range(1, terms):
+        answer = apply_op(op, answer, operands[:, t], p)
+    return operands, answer
+
+
+class ModularDataModule(L.LightningDataModule):
+    kind = "equation"
+    answer_only = True  # loss and accuracy on the answer token only
+
+    def __init__(self, p: int = 97, op: str = "+", terms: int = 2, train_fraction: float = 0.5,
+                 split_seed: int = 0, batch_size: int = 512, val_batch_size: int | None = None,
+                 max_examples: int = 1_000_000, seed: int = 1337, **_):
+        super().__init__()
+        self.p, self.op, self.terms = p, op, terms
+        self.train_fraction, self.split_seed = train_fraction, split_seed
+        self.batch_size, self.val_batch_size = batch_size, val_batch_size or batch_size
+        self.max_examples, self.seed = max_examples, seed
+        self.op_id = p + OPS.index(op)
+        self.eq_id = p + len(OPS)
+        self.ready = False
+
+    @property
+    def vocab_size(self) -> int:
+        return self.p + len(OPS) + 1
+
+    @property
+    def block_size(self) -> int:
+        return 2 * self.terms  # a op b ... =
+
+    def decode(self, ids) -> str:
+        symbols = [str(i) for i in range(self.p)] + OPS + ["="]
+        return " ".join(symbols[int(i)] for i in ids)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.ready:
+            return
+        operands, answer = make_equations(self.p, self.op, self.terms, self.max_examples, self.split_seed)
+        n = len(answer)
+        x = torch.full((n, self.block_size), self.op_id, dtype=torch.long)
+        x[:, 0::2] = operands
+        x[:, -1] = self.eq_id
+        y = torch.full_like(x, -100)  # ignored by cross-entropy
+        y[:, -1] = answer
+        perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.split_seed))
+        n_train = int(round(n * self.train_fraction))
+        self.train_idx, self.val_idx = perm[:n_train], perm[n_train:]
+        self.x, self.y = x, y
+        self.ready = True
+
+    def train_dataloader(self):
+        g = torch.Generator().manual_seed(self.seed)
+        i = self.train_idx
+        return batch_loader(self.x[i], self.y[i], self.batch_size, shuffle=True, generator=g)
+
+    def val_dataloader(self):
+        i = self.val_idx
+        return batch_loader(self.x[i], self.y[i], self.val_batch_size, shuffle=False)

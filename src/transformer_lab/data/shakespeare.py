@@ -1,0 +1,85 @@
+"""Tiny Shakespeare, character level (Karpathy's char-rnn corpus): 1,115,394 characters, 65 symbols."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+import torch
+
+from transformer_lab.data.batches import RandomWindows, batch_loader
+from transformer_lab.data.download import ensure_file
+
+URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+
+
+class CharTokenizer:
+    def __init__(self, chars: list[str]):
+        self.chars = chars
+        self.stoi = {c: i for i, c in enumerate(chars)}
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chars)
+
+    def encode(self, text: str) -> list[int]:
+        unknown = sorted(set(text) - self.stoi.keys())
+        if unknown:
+            raise ValueError(f"characters not in the vocabulary: {unknown!r}")
+        return [self.stoi[c] for c in text]
+
+    def decode(self, ids) -> str:
+        return "".join(self.chars[int(i)] for i in ids)
+
+
+class ShakespeareDataModule(L.LightningDataModule):
+    """Training: endless random windows of block_size (+1 for the shifted targets) from the first 90%.
+    Validation: a fixed set, the non-overlapping windows of the last 10% in a fixed shuffled order, so
+    `trainer.limit_val_batches` takes the same spread-out sample every time."""
+
+    kind = "text"
+    answer_only = False
+
+    def __init__(self, data_dir: str = "data", block_size: int = 256, batch_size: int = 64,
+                 val_batch_size: int | None = None, val_fraction: float = 0.1, seed: int = 1337,
+                 sample_prompt: str = "\n", **_):
+        super().__init__()
+        self.path = Path(data_dir) / "shakespeare" / "input.txt"
+        self.block_size, self.batch_size = block_size, batch_size
+        self.val_batch_size = val_batch_size or batch_size
+        self.val_fraction, self.seed = val_fraction, seed
+        self.sample_prompt = sample_prompt
+        self.tokenizer: CharTokenizer | None = None
+
+    def prepare_data(self) -> None:
+        ensure_file(self.path, URL, SHA256)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.tokenizer is not None:
+            return
+        text = ensure_file(self.path, URL, SHA256).read_text(encoding="utf-8")
+        self.tokenizer = CharTokenizer(sorted(set(text)))
+        tokens = torch.tensor(self.tokenizer.encode(text), dtype=torch.long)
+        n_train = int(len(tokens) * (1 - self.val_fraction))
+        self.train_tokens, self.val_tokens = tokens[:n_train], tokens[n_train:]
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.vocab_size
+
+    def train_dataloader(self):
+        return torch.utils.data.DataLoader(
+            RandomWindows(self.train_tokens, self.block_size, self.batch_size, self.seed), batch_size=None
+        )
+
+    def val_windows(self) -> tuple[torch.Tensor, torch.Tensor]:
+        n = (len(self.val_tokens) - 1) // self.block_size
+        starts = torch.arange(n) * self.block_size
+        starts = starts[torch.randperm(n, generator=torch.Generator().manual_seed(0))]
+        windows = self.val_tokens[starts[:, None] + torch.arange(self.block_size + 1)]
+        return windows[:, :-1], windows[:, 1:]
+
+    def val_dataloader(self):
+        x, y = self.val_windows()
+        return batch_loader(x, y, self.val_batch_size, shuffle=False)

@@ -1,0 +1,5 @@
+"""Plain torch.nn.Modules, one file per architecture. Nothing here imports Lightning or Hydra."""
+
+from transformer_lab.models.gpt import GPT, GPTConfig
+
+__all__ = ["GPT", "GPTConfig"]

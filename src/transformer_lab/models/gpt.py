@@ -1,0 +1,156 @@
+"""A decoder-only transformer (GPT), readable top to bottom.
+
+Pre-LN blocks, causal self-attention through F.scaled_dot_product_attention, a GELU (or SwiGLU) MLP,
+learned (or rotary) positions, optional biases, weight tying and GPT-2 initialisation with the
+residual projections scaled by 1/sqrt(2 * n_layer). Runs on its own:
+
+    model = GPT(GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128))
+    logits = model(idx)                     # (B, T) -> (B, T, vocab_size)
+    out = model.generate(idx, 100, top_k=20)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from transformer_lab.models.attention import RotaryEmbedding, SelfAttention
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 65
+    block_size: int = 256
+    n_layer: int = 6
+    n_head: int = 6
+    n_embd: int = 384
+    dropout: float = 0.0
+    bias: bool = False  # biases in Linear and LayerNorm layers
+    pos_encoding: str = "learned"  # "learned" | "rope"
+    rope_base: float = 10000.0
+    mlp: str = "gelu"  # "gelu" | "swiglu"
+    mlp_ratio: float = 4.0
+    tie_weights: bool = True  # share the token embedding with the output projection
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm with an optional bias (nn.LayerNorm has no bias=False before torch 2.1)."""
+
+    def __init__(self, ndim: int, bias: bool):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(ndim))
+        self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        hidden = int(config.mlp_ratio * config.n_embd)
+        self.gated = config.mlp == "swiglu"
+        if self.gated:
+            # Keep the parameter count of the plain MLP: 3 matrices of 2/3 the width (Shazeer 2020).
+            hidden = int(2 * hidden / 3)
+            self.c_gate = nn.Linear(config.n_embd, hidden, bias=config.bias)
+        self.c_fc = nn.Linear(config.n_embd, hidden, bias=config.bias)
+        self.c_proj = nn.Linear(hidden, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gated:
+            h = F.silu(self.c_gate(x)) * self.c_fc(x)
+        else:
+            h = F.gelu(self.c_fc(x))
+        return self.dropout(self.c_proj(h))
+
+
+class Block(nn.Module):
+    """Pre-LN transformer block: x + attn(ln(x)), then x + mlp(ln(x))."""
+
+    def __init__(self, config: GPTConfig, rotary: RotaryEmbedding | None):
+        super().__init__()
+        self.ln_1 = LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = SelfAttention(config.n_embd, config.n_head, config.bias, config.dropout, rotary)
+        self.ln_2 = LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), is_causal=True)
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+        rotary = None
+        if config.pos_encoding == "rope":
+            rotary = RotaryEmbedding(config.n_embd // config.n_head, config.block_size, config.rope_base)
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.wpe = nn.Embedding(config.block_size, config.n_embd) if config.pos_encoding == "learned" else None
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(Block(config, rotary) for _ in range(config.n_layer))
+        self.ln_f = LayerNorm(config.n_embd, bias=config.bias)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        if config.tie_weights:
+            self.lm_head.weight = self.wte.weight
+
+        self.apply(self._init_weights)
+        # GPT-2: residual projections scaled down so the residual stream's variance stays put with depth.
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def num_params(self, non_embedding: bool = True) -> int:
+        """Parameter count; position embeddings excluded by default, as in nanoGPT."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding and self.wpe is not None:
+            n -= self.wpe.weight.numel()
+        return n
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        # idx: (B, T) token ids -> logits (B, T, vocab_size)
+        B, T = idx.shape
+        if T > self.config.block_size:
+            raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}")
+        x = self.wte(idx)  # (B, T, C)
+        if self.wpe is not None:
+            x = x + self.wpe(torch.arange(T, device=idx.device))  # (T, C) broadcast over B
+        x = self.drop(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))  # (B, T, V)
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                 top_k: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Sample max_new_tokens continuations of idx (B, T); temperature 0 means greedy."""
+        for _ in range(max_new_tokens):
+            context = idx[:, -self.config.block_size:]
+            logits = self(context)[:, -1, :]  # (B, V)
+            if temperature == 0:
+                next_id = logits.argmax(dim=-1, keepdim=True)
+            else:
+                logits = logits / temperature
+                if top_k is not None:
+                    kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
+                    logits = logits.masked_fill(logits < kth, float("-inf"))
+                probs = F.softmax(logits, dim=-1)
+                next_id = torch.multinomial(probs, num_samples=1, generator=generator)  # (B, 1)
+            idx = torch.cat([idx, next_id], dim=1)
+        return idx

@@ -1,0 +1,68 @@
+"""Sample text from a trained checkpoint.
+
+    python -m transformer_lab.sample ckpt=outputs/DATE/TIME/checkpoints/best.ckpt prompt="ROMEO:" \
+        max_new_tokens=500 num_samples=2 temperature=0.8 top_k=200 seed=0
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import yaml
+
+from transformer_lab.checkpoint import load_model
+from transformer_lab.data.shakespeare import CharTokenizer
+from transformer_lab.errors import UserError
+
+DEFAULTS = {"ckpt": None, "prompt": "\n", "max_new_tokens": 500, "num_samples": 1, "temperature": 0.8,
+            "top_k": 200, "seed": 0, "device": "cpu"}
+
+
+def sample(args: dict) -> list[str]:
+    unknown = set(args) - set(DEFAULTS)
+    if unknown:
+        raise UserError(f"unknown option(s) {sorted(unknown)}; options: {', '.join(DEFAULTS)}")
+    args = {**DEFAULTS, **args}
+    if not args["ckpt"]:
+        raise UserError("ckpt=PATH is required (a .ckpt file written by train.py)")
+    model, meta = load_model(args["ckpt"], map_location=args["device"])
+    if not meta.get("vocab"):
+        raise UserError(f"{args['ckpt']} was trained on data={meta['config']['data']['name']}, which has no "
+                        "text vocabulary to sample from")
+    tokenizer = CharTokenizer(meta["vocab"])
+    try:
+        prompt_ids = tokenizer.encode(str(args["prompt"]))
+    except ValueError as e:
+        raise UserError(f"prompt: {e}") from None
+    idx = torch.tensor([prompt_ids] * args["num_samples"], device=args["device"])
+    generator = torch.Generator(device=args["device"]).manual_seed(args["seed"])
+    out = model.generate(idx, args["max_new_tokens"], args["temperature"], args["top_k"], generator=generator)
+    return [tokenizer.decode(row.tolist()) for row in out]
+
+
+def parse_args(argv: list[str]) -> dict:
+    """key=value pairs; values are YAML scalars, except the prompt and the path, which stay text."""
+    args = {}
+    for item in argv:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UserError(f"expected key=value, got {item!r}; options: {', '.join(DEFAULTS)}")
+        args[key] = value if key in ("prompt", "ckpt", "device") else yaml.safe_load(value)
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        args = parse_args(argv if argv is not None else sys.argv[1:])
+        for i, text in enumerate(sample(args)):
+            if i:
+                print("-" * 40)
+            print(text)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""LightningModules, one per training objective: loss, metrics, optimizer, schedule and decoding."""

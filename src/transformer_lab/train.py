@@ -1,0 +1,151 @@
+"""The run: validate the config, build data, model, task, logger and callbacks, fit, write summary.json."""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+import hydra
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import ProgressBar
+from omegaconf import DictConfig, OmegaConf
+
+from transformer_lab.callbacks import Summary, Throughput
+from transformer_lab.errors import ConfigError, UserError
+from transformer_lab.models import GPT, GPTConfig
+from transformer_lab.tasks.lm import LanguageModelTask
+from transformer_lab.validate import sequence_length, validate
+
+log = logging.getLogger(__name__)
+
+
+def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
+    datamodule = hydra.utils.instantiate(cfg.data)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    return datamodule
+
+
+def build_model(cfg: DictConfig, vocab_size: int) -> torch.nn.Module:
+    settings = OmegaConf.to_container(cfg.model, resolve=True)
+    settings.pop("name")
+    settings["block_size"] = settings["block_size"] or sequence_length(cfg.data)
+    return GPT(GPTConfig(vocab_size=vocab_size, **settings))
+
+
+def build_task(cfg: DictConfig, datamodule, model) -> LanguageModelTask:
+    if cfg.data.name == "shakespeare":
+        tokenizer = datamodule.tokenizer
+        decode, vocab = tokenizer.decode, tokenizer.chars
+        prompt_ids = tokenizer.encode(cfg.data.sample_prompt)
+    else:
+        decode, vocab, prompt_ids = datamodule.decode, None, None
+    meta = {"config": OmegaConf.to_container(cfg, resolve=True), "vocab": vocab}
+    return LanguageModelTask(
+        model, optim=OmegaConf.to_container(cfg.optim), sample=OmegaConf.to_container(cfg.sample),
+        decode=decode, answer_only=datamodule.answer_only, prompt_ids=prompt_ids, checkpoint_meta=meta,
+    )
+
+
+def has_wandb_credentials() -> bool:
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        import netrc
+
+        return netrc.netrc().authenticators("api.wandb.ai") is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def build_logger(cfg: DictConfig):
+    if not cfg.logger:
+        return False
+    logger_cfg = cfg.logger
+    if logger_cfg._target_.endswith("WandbLogger"):
+        mode = os.environ.get("WANDB_MODE")
+        if not logger_cfg.offline and mode not in ("online", "offline", "disabled") and not has_wandb_credentials():
+            logger_cfg = OmegaConf.merge(logger_cfg, {"offline": True})
+            log.info("W&B: no credentials found (WANDB_API_KEY or `wandb login`), logging offline. "
+                     "Sync afterwards with: wandb sync %s/wandb/offline-run-*", cfg.paths.output_dir)
+    return hydra.utils.instantiate(logger_cfg)
+
+
+def resolve_ckpt_path(cfg: DictConfig) -> str | None:
+    if cfg.ckpt_path is None:
+        return None
+    if cfg.ckpt_path == "last":
+        path = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
+        if not path.exists():
+            raise ConfigError("ckpt_path", f"`last` means {path}, which does not exist; point hydra.run.dir at "
+                                           "the directory of the run to resume")
+        return str(path)
+    if not Path(cfg.ckpt_path).is_file():
+        raise ConfigError("ckpt_path", f"no checkpoint file at {cfg.ckpt_path}")
+    return cfg.ckpt_path
+
+
+def peak_memory_mb() -> float:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def run(cfg: DictConfig, start_time: float | None = None) -> dict:
+    """Train one configuration and return its summary (also written to summary.json in the run dir)."""
+    start_time = start_time or time.time()
+    validate(cfg)
+    ckpt_path = resolve_ckpt_path(cfg)
+    output_dir = Path(cfg.paths.output_dir)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    if torch.cuda.is_available():
+        torch.set_float32_matmul_precision("high")
+
+    datamodule = build_datamodule(cfg)
+    model = build_model(cfg, datamodule.vocab_size)
+    task = build_task(cfg, datamodule, model)
+    summary = Summary()
+    callbacks = [hydra.utils.instantiate(c) for c in (cfg.callbacks or {}).values()] + [summary]
+    if not cfg.trainer.enable_progress_bar:  # Lightning refuses a progress bar callback then
+        callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
+    throughput = next((c for c in callbacks if isinstance(c, Throughput)), None)
+    trainer = L.Trainer(**OmegaConf.to_container(cfg.trainer), logger=build_logger(cfg), callbacks=callbacks,
+                        default_root_dir=str(output_dir))
+    if trainer.logger and trainer.is_global_zero:
+        trainer.logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+
+    status = "failed"
+    try:
+        trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path)
+        status = "interrupted" if trainer.interrupted else "completed"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        result = {}
+        if trainer.is_global_zero:
+            result = summary.write(
+                output_dir / "summary.json",
+                status=status,
+                tokens_per_sec=throughput.tokens_per_sec if throughput else None,
+                wall_time_s=round(time.time() - start_time, 3),
+                peak_mem_mb=round(peak_memory_mb(), 1),
+                n_params=sum(p.numel() for p in {id(p): p for p in model.parameters()}.values()),
+                global_step=trainer.global_step,
+            )
+            log.info("summary: %s", output_dir / "summary.json")
+    return result
+
+
+def main(cfg: DictConfig, start_time: float | None = None) -> None:
+    """Entry for @hydra.main: a user's mistake becomes one clear message and exit code 2."""
+    try:
+        run(cfg, start_time)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,107 @@
+"""Checks of a composed config that need more than a type. Each failure names the key and what is valid.
+
+Runs before any data is read or any model built. Types and unknown keys were already checked by the
+schemas in config.py while Hydra composed the config.
+"""
+
+from __future__ import annotations
+
+import torch
+from omegaconf import DictConfig
+
+from transformer_lab.data.modular import OPS, is_prime
+from transformer_lab.errors import ConfigError
+
+# model -> data it trains on (DESIGN.md's matrix, as far as it is built).
+SUPPORTED = {
+    "gpt": ("shakespeare", "modular"),
+}
+
+
+def _require(ok: bool, key: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(key, message)
+
+
+def _positive(cfg: DictConfig, section: str, key: str) -> None:
+    value = cfg[section][key]
+    _require(isinstance(value, int) and value >= 1, f"{section}.{key}", f"must be a positive integer, got {value!r}")
+
+
+def sequence_length(data: DictConfig) -> int:
+    """The longest sequence the data will feed the model."""
+    if data.name == "modular":
+        return 2 * data.terms
+    return data.block_size
+
+
+def validate(cfg: DictConfig) -> None:
+    data, model, trainer, optim, sample = cfg.data, cfg.model, cfg.trainer, cfg.optim, cfg.sample
+
+    allowed = SUPPORTED.get(model.name, ())
+    if data.name not in allowed:
+        pairs = ", ".join(f"model={m} data={d}" for m, ds in SUPPORTED.items() for d in ds)
+        raise ConfigError("data", f"model={model.name} does not train on data={data.name}; combinations that "
+                                  f"work: {pairs}")
+
+    # data
+    _positive(cfg, "data", "batch_size")
+    _require(data.val_batch_size is None or data.val_batch_size >= 1, "data.val_batch_size",
+             f"must be a positive integer or null, got {data.val_batch_size!r}")
+    if data.name == "shakespeare":
+        _positive(cfg, "data", "block_size")
+        _require(0 < data.val_fraction < 1, "data.val_fraction", f"must be in (0, 1), got {data.val_fraction}")
+    if data.name == "modular":
+        _require(is_prime(data.p), "data.p", f"must be a prime (division needs inverses), got {data.p}")
+        _require(data.op in OPS, "data.op", f"must be one of {' '.join(OPS)}, got {data.op!r}")
+        _require(data.terms >= 2, "data.terms", f"must be at least 2, got {data.terms}")
+        _require(0 < data.train_fraction < 1, "data.train_fraction",
+                 f"must be in (0, 1), got {data.train_fraction}")
+
+    # model
+    for key in ("n_layer", "n_head", "n_embd"):
+        _positive(cfg, "model", key)
+    _require(model.n_embd % model.n_head == 0, "model.n_embd",
+             f"{model.n_embd} is not divisible by model.n_head={model.n_head}")
+    _require(0 <= model.dropout < 1, "model.dropout", f"must be in [0, 1), got {model.dropout}")
+    _require(model.pos_encoding in ("learned", "rope"), "model.pos_encoding",
+             f"must be learned or rope, got {model.pos_encoding!r}")
+    if model.pos_encoding == "rope":
+        _require((model.n_embd // model.n_head) % 2 == 0, "model.n_embd",
+                 f"rope needs an even head size, n_embd/n_head = {model.n_embd // model.n_head}")
+    _require(model.mlp in ("gelu", "swiglu"), "model.mlp", f"must be gelu or swiglu, got {model.mlp!r}")
+    if model.block_size is not None:
+        length = sequence_length(data)
+        key = "data.block_size" if data.name == "shakespeare" else "data.terms"
+        _require(length <= model.block_size, key,
+                 f"sequences of {length} tokens exceed the model's maximum, model.block_size={model.block_size}")
+
+    # optimisation
+    _require(optim.lr > 0, "optim.lr", f"must be positive, got {optim.lr}")
+    _require(0 <= optim.min_lr <= optim.lr, "optim.min_lr", f"must be in [0, optim.lr={optim.lr}], got {optim.min_lr}")
+    _require(optim.warmup_steps >= 0, "optim.warmup_steps", f"must be >= 0, got {optim.warmup_steps}")
+    _require(optim.weight_decay >= 0, "optim.weight_decay", f"must be >= 0, got {optim.weight_decay}")
+    _require(len(optim.betas) == 2 and all(0 <= b < 1 for b in optim.betas), "optim.betas",
+             f"must be two numbers in [0, 1), got {list(optim.betas)}")
+
+    # trainer
+    _require(trainer.max_steps == -1 or trainer.max_steps >= 1, "trainer.max_steps",
+             f"must be -1 (no limit) or positive, got {trainer.max_steps}")
+    if data.name == "shakespeare":  # an endless stream of random windows: only steps end it
+        _require(trainer.max_steps >= 1, "trainer.max_steps",
+                 "must be set: data=shakespeare draws random windows without end")
+        _require(isinstance(trainer.val_check_interval, int), "trainer.val_check_interval",
+                 f"must be a number of steps with data=shakespeare, got {trainer.val_check_interval!r}")
+    elif trainer.max_steps == -1:
+        _require(trainer.max_epochs >= 1, "trainer.max_epochs", "set trainer.max_steps or trainer.max_epochs")
+    vci = trainer.val_check_interval
+    _require(isinstance(vci, (int, float)) and vci > 0, "trainer.val_check_interval",
+             f"must be a positive number of steps (int) or fraction of an epoch (float), got {vci!r}")
+
+    _require(trainer.accelerator not in ("gpu", "cuda") or torch.cuda.is_available(), "hardware",
+             f"trainer.accelerator={trainer.accelerator} asks for a CUDA GPU but torch sees none "
+             f"(torch {torch.__version__}, torch.cuda.is_available() is False); use hardware=cpu or hardware=auto")
+
+    # samples
+    _require(sample.temperature >= 0, "sample.temperature", f"must be >= 0, got {sample.temperature}")
+    _require(sample.top_k is None or sample.top_k >= 1, "sample.top_k", f"must be >= 1 or null, got {sample.top_k}")

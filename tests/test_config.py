@@ -1,0 +1,124 @@
+"""Every config option composes and instantiates; bad values fail with one message naming the key."""
+
+from pathlib import Path
+
+import hydra
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from conftest import ROOT, compose_cfg, run_train
+from transformer_lab.errors import ConfigError
+from transformer_lab.train import build_model
+from transformer_lab.validate import validate
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml"))
+
+
+def test_groups_offer_the_documented_options():
+    assert options("data") == ["modular", "shakespeare"]
+    assert options("model") == ["gpt"]
+    assert set(options("hardware")) >= {"auto", "cpu", "gpu"}
+    assert options("logger") == ["csv", "none", "tensorboard", "wandb"]
+    assert {"shakespeare_char", "shakespeare_char_cpu"} <= set(options("experiment"))
+
+
+@pytest.mark.parametrize("data", options("data"))
+@pytest.mark.parametrize("model", options("model"))
+def test_data_and_model_compose_and_instantiate(data, model, tmp_path):
+    cfg = compose_cfg([f"data={data}", f"model={model}", "model.n_layer=1", "model.n_embd=32", "model.n_head=2"],
+                      tmp_path)
+    validate(cfg)
+    datamodule = hydra.utils.instantiate(cfg.data)
+    assert datamodule.batch_size == cfg.data.batch_size
+    net = build_model(cfg, vocab_size=17)
+    assert isinstance(net, torch.nn.Module) and net.config.vocab_size == 17
+
+
+@pytest.mark.parametrize("logger", options("logger"))
+def test_loggers_instantiate(logger, tmp_path):
+    cfg = compose_cfg([f"logger={logger}"], tmp_path)
+    if logger == "none":
+        assert not cfg.logger
+        return
+    if logger == "wandb":
+        cfg.logger.offline = True  # instantiating creates no run; nothing reaches the network
+    instance = hydra.utils.instantiate(cfg.logger)
+    assert type(instance).__name__.lower().startswith(logger.replace("tensorboard", "tensorboard"))
+
+
+@pytest.mark.parametrize("callbacks", options("callbacks"))
+def test_callbacks_instantiate(callbacks, tmp_path):
+    cfg = compose_cfg([f"callbacks={callbacks}"], tmp_path)
+    instances = [hydra.utils.instantiate(c) for c in (cfg.callbacks or {}).values()]
+    assert len(instances) == (3 if callbacks == "default" else 0)
+
+
+@pytest.mark.parametrize("hardware", options("hardware"))
+def test_hardware_composes(hardware, tmp_path):
+    cfg = compose_cfg([f"hardware={hardware}"], tmp_path)
+    if cfg.trainer.accelerator == "gpu" and not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="GPU"):
+            validate(cfg)
+    else:
+        validate(cfg)
+
+
+@pytest.mark.parametrize("experiment", options("experiment"))
+def test_experiments_compose_and_validate(experiment, tmp_path):
+    cfg = compose_cfg([f"experiment={experiment}", "hardware=cpu"], tmp_path)
+    validate(cfg)
+    assert (ROOT / "experiments" / f"{experiment}.md").exists(), "each preset has its results beside it"
+
+
+def test_cpu_preset_is_the_nanogpt_recipe(tmp_path):
+    cfg = compose_cfg(["experiment=shakespeare_char_cpu"], tmp_path)
+    assert (cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.dropout) == (4, 4, 128, 0.0)
+    assert (cfg.data.block_size, cfg.data.batch_size, cfg.trainer.max_steps) == (64, 12, 2000)
+    assert (cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.optim.betas[1]) == (1e-3, 1e-4, 100, 0.99)
+    assert (cfg.trainer.val_check_interval, cfg.trainer.limit_val_batches) == (250, 20)
+
+
+BAD_VALUES = [
+    (["model.n_embd=100", "model.n_head=3"], "model.n_embd", "not divisible by model.n_head=3"),
+    (["model.block_size=128", "data.block_size=256"], "data.block_size", "model.block_size=128"),
+    (["data.batch_size=0"], "data.batch_size", "positive integer"),
+    (["data=modular", "data.p=100"], "data.p", "prime"),
+    (["data=modular", "data.op=pow"], "data.op", "+ - * /"),
+    (["model.dropout=1.5"], "model.dropout", "[0, 1)"),
+    (["model.pos_encoding=alibi"], "model.pos_encoding", "learned or rope"),
+    (["optim.min_lr=1"], "optim.min_lr", "[0, optim.lr"),
+    (["trainer.max_steps=-1"], "trainer.max_steps", "must be set"),
+]
+
+
+@pytest.mark.parametrize("overrides,key,fragment", BAD_VALUES, ids=[b[1] for b in BAD_VALUES])
+def test_bad_values_name_the_key(overrides, key, fragment, tmp_path):
+    cfg = compose_cfg(overrides, tmp_path)
+    with pytest.raises(ConfigError) as info:
+        validate(cfg)
+    assert info.value.key == key and fragment in str(info.value)
+
+
+@pytest.mark.parametrize("overrides,fragment", [
+    (["model.n_embd=100", "model.n_head=3"], "model.n_embd: 100 is not divisible by model.n_head=3"),
+    (["data.block_size=512", "model.block_size=256"], "data.block_size: sequences of 512 tokens exceed"),
+    (["data.batch_size=0"], "data.batch_size: must be a positive integer, got 0"),
+    (["model.n_layer=two"], "model.n_layer"),  # a wrong type, caught while composing
+    (["model.n_layers=2"], "n_layers"),  # an unknown key
+    (["hardware=gpu"] if not torch.cuda.is_available() else ["data=nope"], ""),
+])
+def test_train_py_reports_one_clear_message(overrides, fragment, tmp_path):
+    result = run_train(*overrides, "logger=none", f"hydra.run.dir={tmp_path}")
+    assert result.returncode != 0
+    assert fragment in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert not (Path(tmp_path) / "summary.json").exists()  # it stopped before any work
+
+
+def test_resolved_config_is_plain_data(tmp_path):
+    cfg = compose_cfg([], tmp_path)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    assert resolved["data"]["data_dir"] == f"{ROOT}/data" and resolved["data"]["seed"] == 1337

@@ -1,0 +1,113 @@
+import pytest
+import torch
+
+from conftest import SHAKESPEARE, needs_shakespeare
+from transformer_lab.data import download, shakespeare
+from transformer_lab.data.download import ensure_file, sha256_of
+from transformer_lab.data.modular import OPS, ModularDataModule, make_equations
+from transformer_lab.data.shakespeare import SHA256, ShakespeareDataModule
+from transformer_lab.errors import DataUnavailableError
+
+UNREACHABLE = "http://127.0.0.1:9/input.txt"  # the discard port: refused at once, no network needed
+
+
+@needs_shakespeare
+def test_shakespeare_split_vocabulary_and_windows(tmp_path):
+    assert sha256_of(SHAKESPEARE) == SHA256
+    dm = ShakespeareDataModule(str(SHAKESPEARE.parents[1]), block_size=32, batch_size=5, seed=1)
+    dm.setup()
+    assert dm.vocab_size == 65
+    assert len(dm.train_tokens) == 1_003_854 and len(dm.val_tokens) == 111_540  # 90 / 10
+    text = SHAKESPEARE.read_text()
+    assert dm.tokenizer.decode(dm.val_tokens[:100]) == text[1_003_854:1_003_954]
+    assert dm.tokenizer.decode(dm.tokenizer.encode("ROMEO: hi!")) == "ROMEO: hi!"
+
+    x, y = next(iter(dm.train_dataloader()))
+    assert x.shape == y.shape == (5, 32)
+    assert torch.equal(x[:, 1:], y[:, :-1])  # targets are the inputs shifted by one
+    same_seed = ShakespeareDataModule(str(SHAKESPEARE.parents[1]), block_size=32, batch_size=5, seed=1)
+    same_seed.setup()
+    again = next(iter(same_seed.train_dataloader()))
+    assert torch.equal(again[0], x)
+
+
+@needs_shakespeare
+def test_shakespeare_validation_set_is_fixed_and_disjoint_windows():
+    dm = ShakespeareDataModule(str(SHAKESPEARE.parents[1]), block_size=64, batch_size=12)
+    dm.setup()
+    first = [b for b in dm.val_dataloader()]
+    second = [b for b in dm.val_dataloader()]
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(first, second))
+    x = torch.cat([b[0] for b in first])
+    assert len(x) == (len(dm.val_tokens) - 1) // 64
+    # the windows are the consecutive non-overlapping chunks of the validation text, in shuffled order
+    chunks = dm.val_tokens[: len(x) * 64].view(-1, 64)
+    assert sorted(map(tuple, x.tolist())) == sorted(map(tuple, chunks.tolist()))
+    assert not torch.equal(x, chunks)
+
+
+def test_missing_file_offline_names_file_url_and_checksum(tmp_path, monkeypatch):
+    monkeypatch.setattr(shakespeare, "URL", UNREACHABLE)
+    dm = ShakespeareDataModule(str(tmp_path))
+    with pytest.raises(DataUnavailableError) as info:
+        dm.prepare_data()
+    message = str(info.value)
+    assert "input.txt" in message and UNREACHABLE in message and SHA256 in message
+    assert str(tmp_path / "shakespeare" / "input.txt") in message
+    assert list((tmp_path / "shakespeare").iterdir()) == []  # no partial file left behind
+
+
+def test_corrupt_file_is_reported_not_used(tmp_path):
+    path = tmp_path / "shakespeare" / "input.txt"
+    path.parent.mkdir()
+    path.write_text("not shakespeare")
+    with pytest.raises(DataUnavailableError, match="corrupt"):
+        ShakespeareDataModule(str(tmp_path)).prepare_data()
+
+
+@needs_shakespeare
+def test_download_verifies_and_renames_into_place(tmp_path):
+    target = tmp_path / "sub" / "input.txt"
+    ensure_file(target, SHAKESPEARE.as_uri(), SHA256)
+    assert sha256_of(target) == SHA256
+    with pytest.raises(DataUnavailableError, match="expected"):
+        ensure_file(tmp_path / "other.txt", SHAKESPEARE.as_uri(), "0" * 64)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sub"]  # the bad download was discarded
+
+
+def test_download_helper_is_the_one_the_data_module_uses():
+    assert shakespeare.ensure_file is download.ensure_file
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_modular_equations_are_correct(op):
+    p = 13
+    operands, answer = make_equations(p, op)
+    for (a, b), c in zip(operands.tolist(), answer.tolist()):
+        if op == "/":
+            assert b != 0 and (c * b) % p == a
+        else:
+            assert c == {"+": a + b, "-": a - b, "*": a * b}[op] % p
+    assert len(operands) == (p * p if op != "/" else p * (p - 1))
+
+
+def test_modular_more_terms():
+    operands, answer = make_equations(7, "+", terms=4)
+    assert operands.shape == (7**4, 4)
+    assert torch.equal(answer, operands.sum(1) % 7)
+
+
+def test_modular_split_is_disjoint_and_seeded():
+    dm = ModularDataModule(p=17, op="*", train_fraction=0.3, split_seed=5, batch_size=1000)
+    dm.setup()
+    train_x, train_y = next(iter(dm.train_dataloader()))
+    val_x, val_y = next(iter(dm.val_dataloader()))
+    assert len(train_x) == round(17 * 17 * 0.3) and len(train_x) + len(val_x) == 17 * 17
+    train_rows = {tuple(r) for r in train_x.tolist()}
+    assert not train_rows & {tuple(r) for r in val_x.tolist()}
+    # layout [a, op, b, =] with the answer as the only target
+    assert (train_x[:, 1] == dm.op_id).all() and (train_x[:, 3] == dm.eq_id).all()
+    assert (train_y[:, :3] == -100).all() and torch.equal(train_y[:, 3], (train_x[:, 0] * train_x[:, 2]) % 17)
+    other = ModularDataModule(p=17, op="*", train_fraction=0.3, split_seed=6, batch_size=1000)
+    other.setup()
+    assert {tuple(r) for r in next(iter(other.train_dataloader()))[0].tolist()} != train_rows

@@ -1,0 +1,105 @@
+"""Tiny end-to-end runs through Hydra: the loss falls, summary.json is complete, checkpoints resume."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, TINY, needs_shakespeare, run_train
+
+SUMMARY_KEYS = {"tokens_per_sec", "wall_time_s", "peak_mem_mb", "n_params", "global_step", "status",
+                "train/loss", "val/loss", "val/loss_best", "val/ppl", "throughput/tokens_per_sec"}
+
+
+def logged(run_dir, name):
+    with open(run_dir / "csv" / "metrics.csv") as f:
+        return [float(r[name]) for r in csv.DictReader(f) if r.get(name)]
+
+
+def val_losses(run_dir):
+    return logged(run_dir, "val/loss")
+
+
+@pytest.fixture(scope="module")
+def shakespeare_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("shakespeare")
+    result = run_train("data=shakespeare", "model=gpt", *TINY, "data.block_size=32", "data.batch_size=16",
+                       "trainer.max_steps=60", "trainer.val_check_interval=20", "trainer.limit_val_batches=4",
+                       "optim.warmup_steps=5", "optim.lr=1e-2", "sample.max_new_tokens=20", "logger=csv",
+                       "trainer.log_every_n_steps=1",
+                       f"hydra.run.dir={run_dir}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_dir, result
+
+
+@needs_shakespeare
+def test_shakespeare_loss_falls_and_summary_is_complete(shakespeare_run):
+    run_dir, result = shakespeare_run
+    losses, train_losses = val_losses(run_dir), logged(run_dir, "train/loss")
+    assert train_losses[0] > 4.0  # about ln(65): nothing learnt yet
+    assert len(losses) == 3 and losses[0] > losses[1] > losses[2] and losses[-1] < train_losses[0] - 0.8, losses
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert SUMMARY_KEYS <= summary.keys()
+    assert summary["status"] == "completed" and summary["global_step"] == 60
+    assert summary["val/loss"] == pytest.approx(losses[-1]) and summary["val/loss_best"] == pytest.approx(min(losses))
+    assert summary["tokens_per_sec"] > 0 and summary["n_params"] > 0
+    assert "sample at step 20" in result.stdout + result.stderr  # text samples at each validation
+    assert {p.name for p in (run_dir / "checkpoints").iterdir()} == {"best.ckpt", "last.ckpt"}
+
+
+@needs_shakespeare
+def test_resume_from_last_checkpoint_of_the_run_dir(shakespeare_run, tmp_path):
+    run_dir, _ = shakespeare_run
+    resumed = tmp_path / "resumed"
+    subprocess.run(["cp", "-r", str(run_dir), str(resumed)], check=True)
+    result = run_train("data=shakespeare", *TINY, "data.block_size=32", "data.batch_size=16",
+                       "trainer.max_steps=80", "trainer.val_check_interval=20", "trainer.limit_val_batches=4",
+                       "sample.enabled=false", "logger=csv", "ckpt_path=last", f"hydra.run.dir={resumed}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((resumed / "summary.json").read_text())
+    assert summary["global_step"] == 80 and summary["status"] == "completed"
+    assert "Restoring states from the checkpoint" in result.stdout + result.stderr
+
+
+def test_ckpt_path_last_without_a_checkpoint_is_a_clear_error(tmp_path):
+    result = run_train("logger=none", "ckpt_path=last", f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 2 and "ckpt_path: `last` means" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@needs_shakespeare
+def test_sample_from_checkpoint(shakespeare_run):
+    run_dir, _ = shakespeare_run
+    cmd = [sys.executable, "-m", "transformer_lab.sample", f"ckpt={run_dir / 'checkpoints' / 'best.ckpt'}",
+           "prompt=ROMEO:", "max_new_tokens=25", "num_samples=2", "seed=1"]
+    first = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert first.returncode == 0, first.stderr
+    samples = first.stdout.split("-" * 40 + "\n")
+    assert len(samples) == 2 and all(s.startswith("ROMEO:") and len(s.rstrip("\n")) >= 31 for s in samples)
+    assert subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT).stdout == first.stdout  # seeded
+
+
+def test_modular_answer_accuracy_rises(tmp_path):
+    result = run_train("data=modular", "data.p=11", "data.train_fraction=0.9", "data.batch_size=128", *TINY,
+                       "model.n_embd=64", "trainer.max_steps=150", "trainer.val_check_interval=50",
+                       "optim.warmup_steps=10", "optim.lr=1e-2", "optim.weight_decay=0.0", "logger=csv",
+                       "trainer.log_every_n_steps=1",
+                       "callbacks=none", f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    train_losses = logged(tmp_path, "train/loss")
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert train_losses[0] > 2.0 and summary["train/loss"] < 0.5 * train_losses[0], (train_losses, summary)
+    assert 0.0 <= summary["val/acc"] <= 1.0 and summary["val/acc_best"] >= summary["val/acc"]
+    assert "examples at step" in result.stdout + result.stderr
+
+
+def test_wandb_without_credentials_runs_offline(tmp_path):
+    env = {"WANDB_API_KEY": "", "WANDB_MODE": "", "NETRC": str(tmp_path / "no-netrc"), "HOME": str(tmp_path)}
+    result = run_train("data=modular", "data.p=7", *TINY, "trainer.max_steps=5", "trainer.val_check_interval=5",
+                       "callbacks=none", f"hydra.run.dir={tmp_path / 'run'}", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    output = result.stdout + result.stderr
+    assert "logging offline" in output and "wandb sync" in output
+    assert list((tmp_path / "run" / "wandb").glob("offline-run-*"))

@@ -1,0 +1,20 @@
+"""Train a model: python train.py model=gpt data=shakespeare [key=value ...]  (see README.md)."""
+
+import time
+
+START_TIME = time.time()
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+import transformer_lab.config  # noqa: E402,F401  (registers the config schemas)
+from transformer_lab.train import main as run_main  # noqa: E402
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="train")
+def main(cfg: DictConfig) -> None:
+    run_main(cfg, START_TIME)
+
+
+if __name__ == "__main__":
+    main()
