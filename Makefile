@@ -5,6 +5,8 @@ PY := $(VENV)/bin/python
 # Installed before the project so pip never pulls a different torch build; override for CUDA wheels,
 # e.g. `make TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128" install`.
 TORCH ?= torch==2.13.0
+# `make train` runs this preset (about a minute on 2 CPU cores); ARGS adds overrides.
+EXPERIMENT ?= shakespeare_char_cpu
 ARGS ?=
 
 .PHONY: install data train test clean
@@ -22,7 +24,7 @@ data:
 	@if [ -d ../shared/data ]; then cp -rn ../shared/data/. data/ && chmod -R u+w data; fi
 
 train: install data
-	$(PY) train.py $(ARGS)
+	$(PY) train.py experiment=$(EXPERIMENT) $(ARGS)
 
 test: install data
 	$(PY) -m pytest $(ARGS)

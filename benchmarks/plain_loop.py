@@ -27,7 +27,7 @@ torch.manual_seed(args.seed)
 data = ShakespeareDataModule("data", block_size=64, batch_size=12, seed=args.seed)
 data.setup()
 model = GPT(GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128))
-optimizer = adamw(model, 1e-3, 0.1, (0.9, 0.99), 1e-8, None)
+optimizer = adamw(model, 1e-3, 0.1, (0.9, 0.99), 1e-8, fused=True)  # as optim.fused's default
 val_x, val_y = data.val_windows()
 
 

@@ -93,7 +93,7 @@ class OptimConfig:
     weight_decay: float = 0.1  # on matrices only; biases and norm gains never decay
     betas: List[float] = field(default_factory=lambda: [0.9, 0.99])
     eps: float = 1e-8
-    fused: Optional[bool] = None  # torch's fused AdamW kernel; None lets torch choose
+    fused: Optional[bool] = True  # torch's fused AdamW kernel (CUDA and CPU); null lets torch choose
 
 
 @dataclass
