@@ -122,8 +122,8 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
     status = "failed"
     try:
         trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path)
-        status = "interrupted" if trainer.interrupted else "completed"
-    except KeyboardInterrupt:
+        status = "completed"
+    except SystemExit:  # Lightning turns Ctrl-C into sys.exit(1) after shutting down gracefully
         status = "interrupted"
         raise
     finally:
