@@ -1,3 +1,5 @@
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -29,6 +31,17 @@ def test_shakespeare_split_vocabulary_and_windows(tmp_path):
     same_seed.setup()
     again = next(iter(same_seed.train_dataloader()))
     assert torch.equal(again[0], x)
+
+
+@needs_shakespeare
+def test_shakespeare_stream_continues_after_a_resume():
+    dm = ShakespeareDataModule(str(SHAKESPEARE.parents[1]), block_size=16, batch_size=4, seed=3)
+    dm.setup()
+    stream = iter(dm.train_dataloader())
+    first_ten = [next(stream)[0] for _ in range(10)]
+    dm.trainer = SimpleNamespace(global_step=7, accumulate_grad_batches=1)  # as restored from a checkpoint
+    resumed = iter(dm.train_dataloader())
+    assert torch.equal(next(resumed)[0], first_ten[7]) and torch.equal(next(resumed)[0], first_ten[8])
 
 
 @needs_shakespeare

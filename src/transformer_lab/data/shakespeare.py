@@ -69,8 +69,13 @@ class ShakespeareDataModule(L.LightningDataModule):
         return self.tokenizer.vocab_size
 
     def train_dataloader(self):
+        # Batch i depends only on (seed, i), so a run resumed from a checkpoint continues the stream
+        # where it stopped instead of replaying it from the start.
+        start = 0
+        if self.trainer is not None:
+            start = self.trainer.global_step * self.trainer.accumulate_grad_batches
         return torch.utils.data.DataLoader(
-            RandomWindows(self.train_tokens, self.block_size, self.batch_size, self.seed), batch_size=None
+            RandomWindows(self.train_tokens, self.block_size, self.batch_size, self.seed, start), batch_size=None
         )
 
     def val_windows(self) -> tuple[torch.Tensor, torch.Tensor]:
