@@ -7,6 +7,7 @@ import os
 import resource
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import hydra
@@ -22,6 +23,18 @@ from transformer_lab.tasks.lm import LanguageModelTask
 from transformer_lab.validate import sequence_length, validate
 
 log = logging.getLogger(__name__)
+
+
+class _NoAdverts(logging.Filter):
+    """Drops Lightning's "💡 Tip: ... try installing litlogger" line from every run's output."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("💡")
+
+
+logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_NoAdverts())
+# Lightning 2.6 calls a torch pytree API that torch 2.13 deprecates; nothing for a user to act on.
+warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
 
 
 def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
