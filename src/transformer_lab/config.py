@@ -107,9 +107,10 @@ class SampleConfig:
 
 def register() -> None:
     cs = ConfigStore.instance()
-    cs.store(group="data", name="shakespeare_schema", node=ShakespeareData)
-    cs.store(group="data", name="modular_schema", node=ModularData)
-    cs.store(group="model", name="gpt_schema", node=GPTModel)
+    # Kept out of the data/ and model/ groups, so `--help` and error messages list only real options.
+    cs.store(group="schema/data", name="shakespeare", node=ShakespeareData)
+    cs.store(group="schema/data", name="modular", node=ModularData)
+    cs.store(group="schema/model", name="gpt", node=GPTModel)
     cs.store(name="trainer_schema", node=TrainerConfig, package="trainer")
     cs.store(name="optim_schema", node=OptimConfig, package="optim")
     cs.store(name="sample_schema", node=SampleConfig, package="sample")
