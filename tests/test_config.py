@@ -7,9 +7,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import ROOT, compose_cfg, run_train
+from conftest import ROOT, compose_cfg, needs_shakespeare, run_train
 from transformer_lab.errors import ConfigError
-from transformer_lab.train import build_model
+from transformer_lab.train import build_model, make_datamodule
 from transformer_lab.validate import validate
 
 
@@ -31,7 +31,7 @@ def test_data_and_model_compose_and_instantiate(data, model, tmp_path):
     cfg = compose_cfg([f"data={data}", f"model={model}", "model.n_layer=1", "model.n_embd=32", "model.n_head=2"],
                       tmp_path)
     validate(cfg)
-    datamodule = hydra.utils.instantiate(cfg.data)
+    datamodule = make_datamodule(cfg)
     assert datamodule.batch_size == cfg.data.batch_size
     net = build_model(cfg, vocab_size=17)
     assert isinstance(net, torch.nn.Module) and net.config.vocab_size == 17
@@ -122,3 +122,10 @@ def test_resolved_config_is_plain_data(tmp_path):
     cfg = compose_cfg([], tmp_path)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert resolved["data"]["data_dir"] == f"{ROOT}/data" and resolved["data"]["seed"] == 1337
+
+
+@needs_shakespeare
+def test_sample_prompt_outside_the_vocabulary_is_named(tmp_path):
+    result = run_train("data.sample_prompt=@", "logger=none", f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 2 and "data.sample_prompt: characters not in the vocabulary: ['@']" in result.stderr
+    assert "Traceback" not in result.stderr

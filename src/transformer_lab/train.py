@@ -37,8 +37,14 @@ logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_NoAdverts(
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
 
 
+def make_datamodule(cfg: DictConfig) -> L.LightningDataModule:
+    settings = OmegaConf.to_container(cfg.data, resolve=True)
+    settings.pop("name")  # selects the option; not an argument of the data module
+    return hydra.utils.instantiate(settings)
+
+
 def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
-    datamodule = hydra.utils.instantiate(cfg.data)
+    datamodule = make_datamodule(cfg)
     datamodule.prepare_data()
     datamodule.setup("fit")
     return datamodule
@@ -55,7 +61,10 @@ def build_task(cfg: DictConfig, datamodule, model) -> LanguageModelTask:
     if cfg.data.name == "shakespeare":
         tokenizer = datamodule.tokenizer
         decode, vocab = tokenizer.decode, tokenizer.chars
-        prompt_ids = tokenizer.encode(cfg.data.sample_prompt)
+        try:
+            prompt_ids = tokenizer.encode(cfg.data.sample_prompt)
+        except ValueError as e:
+            raise ConfigError("data.sample_prompt", str(e)) from None
     else:
         decode, vocab, prompt_ids = datamodule.decode, None, None
     meta = {"config": OmegaConf.to_container(cfg, resolve=True), "vocab": vocab}

@@ -59,7 +59,7 @@ class ModularDataModule(L.LightningDataModule):
 
     def __init__(self, p: int = 97, op: str = "+", terms: int = 2, train_fraction: float = 0.5,
                  split_seed: int = 0, batch_size: int = 512, val_batch_size: int | None = None,
-                 max_examples: int = 1_000_000, seed: int = 1337, **_):
+                 max_examples: int = 1_000_000, seed: int = 1337):
         super().__init__()
         self.p, self.op, self.terms = p, op, terms
         self.train_fraction, self.split_seed = train_fraction, split_seed

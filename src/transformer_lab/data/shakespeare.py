@@ -43,7 +43,7 @@ class ShakespeareDataModule(L.LightningDataModule):
 
     def __init__(self, data_dir: str = "data", block_size: int = 256, batch_size: int = 64,
                  val_batch_size: int | None = None, val_fraction: float = 0.1, seed: int = 1337,
-                 sample_prompt: str = "\n", **_):
+                 sample_prompt: str = "\n"):
         super().__init__()
         self.path = Path(data_dir) / "shakespeare" / "input.txt"
         self.block_size, self.batch_size = block_size, batch_size
