@@ -53,7 +53,7 @@ def test_loggers_instantiate(logger, tmp_path):
 def test_callbacks_instantiate(callbacks, tmp_path):
     cfg = compose_cfg([f"callbacks={callbacks}"], tmp_path)
     instances = [hydra.utils.instantiate(c) for c in (cfg.callbacks or {}).values()]
-    assert len(instances) == (3 if callbacks == "default" else 0)
+    assert len(instances) == (4 if callbacks == "default" else 0)
 
 
 @pytest.mark.parametrize("hardware", options("hardware"))

@@ -1,27 +1,69 @@
-"""Rebuild a trained model from a checkpoint alone (it carries the resolved config and vocabulary)."""
+"""Checkpoints: written atomically, read safely (`weights_only=True`), and self-describing: each carries
+the resolved config and the vocabulary, so sampling from one needs no other file."""
 
 from __future__ import annotations
 
+import pickle
+import zipfile
 from pathlib import Path
+from typing import Any
 
 import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from transformer_lab.errors import UserError
+from transformer_lab.atomic import atomic_write
+from transformer_lab.errors import ConfigError, UserError
 from transformer_lab.models import GPT, GPTConfig
 
+# Keys of the model config that decide the shapes of its weights.
+ARCHITECTURE_KEYS = ("name", "n_layer", "n_head", "n_embd", "bias", "pos_encoding", "mlp", "mlp_ratio",
+                     "tie_weights")
 
-def load_model(path: str | Path, map_location: str = "cpu") -> tuple[GPT, dict]:
-    """The model in eval mode, and the checkpoint's metadata: {"config": ..., "vocab": ...}."""
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's own save goes through a temporary file that may sit on another filesystem, where the
+    final move is a copy; this one renames within the checkpoint's folder."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options=None) -> None:
+        with atomic_write(path) as f:
+            torch.save(checkpoint, f)
+
+
+def read_checkpoint(path: str | Path) -> dict:
+    """The checkpoint as plain data, loaded with weights_only=True; a clear error for anything else."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"no checkpoint file at {path}")
     try:
-        checkpoint = torch.load(path, map_location=map_location, weights_only=False)
-    except Exception as e:  # a truncated or foreign file
-        raise UserError(f"{path} is not a readable checkpoint ({e.__class__.__name__}: {e})") from None
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise UserError(f"{path} holds more than tensors and plain data; refusing to load it "
+                        f"(weights_only=True): {str(e).splitlines()[0]}") from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as e:
+        raise UserError(f"{path} is not a readable checkpoint (truncated or corrupt: "
+                        f"{str(e).splitlines()[0]})") from None
     meta = checkpoint.get("transformer_lab") if isinstance(checkpoint, dict) else None
-    if not meta:
+    if not meta or "state_dict" not in checkpoint:
         raise UserError(f"{path} was not written by transformer-lab's train.py (no config inside)")
+    return checkpoint
+
+
+def check_compatible(checkpoint: dict, model_cfg: dict, data_name: str, path: str) -> None:
+    """A run can resume only from a checkpoint of the same architecture on the same data."""
+    saved = checkpoint["transformer_lab"]["config"]
+    if saved["data"]["name"] != data_name:
+        raise ConfigError("ckpt_path", f"{path} was trained on data={saved['data']['name']}, this run has "
+                                       f"data={data_name}")
+    for key in ARCHITECTURE_KEYS:
+        if saved["model"].get(key) != model_cfg.get(key):
+            raise ConfigError("ckpt_path", f"{path} holds a model with model.{key}={saved['model'].get(key)}, "
+                                           f"this run has model.{key}={model_cfg.get(key)}")
+
+
+def load_model(path: str | Path, map_location: str = "cpu") -> tuple[GPT, dict]:
+    """The model in eval mode, and the checkpoint's metadata: {"config": ..., "vocab": ...}."""
+    checkpoint = read_checkpoint(path)
+    meta = checkpoint["transformer_lab"]
     config = meta["config"]
     settings = dict(config["model"])
     name = settings.pop("name")
@@ -33,4 +75,4 @@ def load_model(path: str | Path, map_location: str = "cpu") -> tuple[GPT, dict]:
         block_size = state["wpe.weight"].shape[0] if "wpe.weight" in state else config["data"]["block_size"]
     model = GPT(GPTConfig(vocab_size=vocab_size, block_size=block_size, **settings))
     model.load_state_dict(state)
-    return model.eval(), meta
+    return model.to(map_location).eval(), meta

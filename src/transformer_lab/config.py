@@ -94,6 +94,7 @@ class OptimConfig:
     betas: List[float] = field(default_factory=lambda: [0.9, 0.99])
     eps: float = 1e-8
     fused: Optional[bool] = True  # torch's fused AdamW kernel (CUDA and CPU); null lets torch choose
+    skip_nonfinite: bool = False  # on an inf/nan loss: false stops the run, true skips the step (counted)
 
 
 @dataclass

@@ -13,3 +13,7 @@ class ConfigError(UserError):
 
 class DataUnavailableError(UserError):
     pass
+
+
+class NonFiniteLossError(UserError):
+    """Training diverged: the loss became inf or nan."""

@@ -16,7 +16,8 @@ import torch
 from lightning.pytorch.callbacks import ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
-from transformer_lab.callbacks import Summary, Throughput
+from transformer_lab.callbacks import GracefulInterrupt, Summary, Throughput
+from transformer_lab.checkpoint import AtomicCheckpointIO, check_compatible, read_checkpoint
 from transformer_lab.errors import ConfigError, UserError
 from transformer_lab.models import GPT, GPTConfig
 from transformer_lab.tasks.lm import LanguageModelTask
@@ -99,17 +100,23 @@ def build_logger(cfg: DictConfig):
 
 
 def resolve_ckpt_path(cfg: DictConfig) -> str | None:
+    """The checkpoint to resume from, checked now: readable, and of this run's model and data."""
     if cfg.ckpt_path is None:
         return None
+    path = Path(cfg.ckpt_path)
     if cfg.ckpt_path == "last":
         path = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
         if not path.exists():
             raise ConfigError("ckpt_path", f"`last` means {path}, which does not exist; point hydra.run.dir at "
                                            "the directory of the run to resume")
-        return str(path)
-    if not Path(cfg.ckpt_path).is_file():
-        raise ConfigError("ckpt_path", f"no checkpoint file at {cfg.ckpt_path}")
-    return cfg.ckpt_path
+    elif not path.is_file():
+        raise ConfigError("ckpt_path", f"no checkpoint file at {path}")
+    try:
+        checkpoint = read_checkpoint(path)
+    except UserError as e:
+        raise ConfigError("ckpt_path", str(e)) from None
+    check_compatible(checkpoint, OmegaConf.to_container(cfg.model, resolve=True), cfg.data.name, str(path))
+    return str(path)
 
 
 def peak_memory_mb() -> float:
@@ -132,22 +139,23 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
     model = build_model(cfg, datamodule.vocab_size)
     task = build_task(cfg, datamodule, model)
     summary = Summary()
-    callbacks = [hydra.utils.instantiate(c) for c in (cfg.callbacks or {}).values()] + [summary]
+    interrupt = GracefulInterrupt(output_dir / "checkpoints" / "last.ckpt")
+    callbacks = [hydra.utils.instantiate(c) for c in (cfg.callbacks or {}).values()] + [summary, interrupt]
     if not cfg.trainer.enable_progress_bar:  # Lightning refuses a progress bar callback then
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     throughput = next((c for c in callbacks if isinstance(c, Throughput)), None)
     trainer = L.Trainer(**OmegaConf.to_container(cfg.trainer), logger=build_logger(cfg), callbacks=callbacks,
-                        default_root_dir=str(output_dir))
+                        plugins=[AtomicCheckpointIO()], default_root_dir=str(output_dir))
     if trainer.logger and trainer.is_global_zero:
         trainer.logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
 
     status = "failed"
     try:
-        trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path)
+        trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
         status = "completed"
-    except SystemExit:  # Lightning turns Ctrl-C into sys.exit(1) after shutting down gracefully
+    except SystemExit:  # SIGTERM (and Ctrl-C, made one by GracefulInterrupt) stop Lightning this way
         status = "interrupted"
-        raise
+        raise SystemExit(130 if interrupt.by_ctrl_c else 143) from None
     finally:
         result = {}
         if trainer.is_global_zero:

@@ -1,6 +1,7 @@
-"""Lightning callbacks: throughput, and the summary.json writer."""
+"""Lightning callbacks: throughput, the summary.json writer, graceful interrupts."""
 
+from transformer_lab.callbacks.interrupt import GracefulInterrupt
 from transformer_lab.callbacks.summary import Summary
 from transformer_lab.callbacks.throughput import Throughput
 
-__all__ = ["Summary", "Throughput"]
+__all__ = ["GracefulInterrupt", "Summary", "Throughput"]

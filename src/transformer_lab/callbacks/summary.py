@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import lightning as L
 import torch
+
+from transformer_lab.atomic import atomic_write
 
 # Metrics with a best value worth keeping, and which way is better.
 _LOWER_IS_BETTER = ("loss", "ppl")
@@ -23,15 +23,6 @@ def better(name: str) -> str | None:
     if leaf in _HIGHER_IS_BETTER:
         return "max"
     return None
-
-
-def write_json_atomic(path: Path, obj: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
 
 
 class Summary(L.Callback):
@@ -69,5 +60,14 @@ class Summary(L.Callback):
 
     def write(self, path: Path, **extra) -> dict:
         summary = {**self.metrics(), **extra}
-        write_json_atomic(path, summary)
+        with atomic_write(path, "w") as f:
+            json.dump(summary, f, indent=2, sort_keys=True)
+            f.write("\n")
         return summary
+
+    # Kept in checkpoints, so a resumed run's best values include those before the interruption.
+    def state_dict(self) -> dict:
+        return {"final": dict(self.final), "best": dict(self.best)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.final, self.best = dict(state["final"]), dict(state["best"])

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+from typing import Callable
+
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, RandomSampler, SequentialSampler
+from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, SequentialSampler
 
 
 class TensorBatches(Dataset):
@@ -19,11 +22,11 @@ class TensorBatches(Dataset):
         return self.x[rows], self.y[rows]
 
 
-def batch_loader(x: torch.Tensor, y: torch.Tensor, batch_size: int, shuffle: bool,
-                 generator: torch.Generator | None = None) -> DataLoader:
+def batch_loader(x: torch.Tensor, y: torch.Tensor, batch_size: int) -> DataLoader:
+    """Consecutive batches of rows, in order (for evaluation)."""
     dataset = TensorBatches(x, y)
-    sampler = RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)
-    return DataLoader(dataset, sampler=BatchSampler(sampler, batch_size, drop_last=False), batch_size=None)
+    return DataLoader(dataset, sampler=BatchSampler(SequentialSampler(dataset), batch_size, drop_last=False),
+                      batch_size=None)
 
 
 class RandomWindows(IterableDataset):
@@ -47,3 +50,25 @@ class RandomWindows(IterableDataset):
             windows = self.tokens[starts[:, None] + offsets]  # (B, T+1)
             yield windows[:, :-1], windows[:, 1:]
             i += 1
+
+
+class ShuffledBatches:
+    """Batches of rows of (x, y), reshuffled each epoch by a generator seeded with (seed, epoch).
+
+    `position()` says, when an epoch starts, which epoch it is and how many of its batches are already
+    done; a run resumed mid-epoch therefore sees the same order and continues at the next batch.
+    """
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, batch_size: int, seed: int,
+                 position: Callable[[], tuple[int, int]]):
+        self.x, self.y, self.batch_size, self.seed, self.position = x, y, batch_size, seed, position
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.x) / self.batch_size)
+
+    def __iter__(self):
+        epoch, done = self.position()
+        order = torch.randperm(len(self.x), generator=torch.Generator().manual_seed(self.seed * 1_000_003 + epoch))
+        for i in range(done, len(self)):
+            rows = order[i * self.batch_size:(i + 1) * self.batch_size]
+            yield self.x[rows], self.y[rows]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import urllib.request
 from pathlib import Path
 
+from transformer_lab.atomic import atomic_write
 from transformer_lab.errors import DataUnavailableError
 
 
@@ -36,16 +36,14 @@ def ensure_file(path: str | os.PathLike, url: str, sha256: str, timeout: float =
             )
         return path
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
     try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
+        with atomic_write(path) as out, urllib.request.urlopen(url, timeout=timeout) as response:
+            digest = hashlib.sha256()
             while chunk := response.read(1 << 20):
                 out.write(chunk)
-        actual = sha256_of(Path(tmp))
-        if actual != sha256:
-            raise DataUnavailableError(f"download from {url} has SHA-256 {actual}, expected {sha256}")
-        os.replace(tmp, path)
+                digest.update(chunk)
+            if digest.hexdigest() != sha256:
+                raise DataUnavailableError(f"download from {url} has SHA-256 {digest.hexdigest()}, expected {sha256}")
     except OSError as e:  # URLError and timeouts are OSErrors
         raise DataUnavailableError(
             f"could not download {path.name} ({e}).\n"
@@ -53,7 +51,4 @@ def ensure_file(path: str | os.PathLike, url: str, sha256: str, timeout: float =
             f"  (SHA-256 {sha256})\n"
             f"  and put it at {path.resolve()}"
         ) from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return path

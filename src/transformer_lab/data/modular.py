@@ -7,11 +7,12 @@ Two terms: [a, op, b, =] and the target is c at the "=" position; more terms rep
 from __future__ import annotations
 
 import itertools
+import math
 
 import lightning as L
 import torch
 
-from transformer_lab.data.batches import batch_loader
+from transformer_lab.data.batches import ShuffledBatches, batch_loader
 
 OPS = ["+", "-", "*", "/"]
 
@@ -98,10 +99,18 @@ class ModularDataModule(L.LightningDataModule):
         self.ready = True
 
     def train_dataloader(self):
-        g = torch.Generator().manual_seed(self.seed)
         i = self.train_idx
-        return batch_loader(self.x[i], self.y[i], self.batch_size, shuffle=True, generator=g)
+        return ShuffledBatches(self.x[i], self.y[i], self.batch_size, self.seed, self._position)
+
+    def _position(self) -> tuple[int, int]:
+        """(epoch, batches of it already done), from the trainer's step count, which a checkpoint restores.
+        Exact when accumulate_grad_batches divides the epoch's batch count."""
+        trainer = self.trainer
+        if trainer is None:
+            return 0, 0
+        per_epoch = min(math.ceil(len(self.train_idx) / self.batch_size), trainer.num_training_batches)
+        return divmod(trainer.global_step * trainer.accumulate_grad_batches, per_epoch)
 
     def val_dataloader(self):
         i = self.val_idx
-        return batch_loader(self.x[i], self.y[i], self.val_batch_size, shuffle=False)
+        return batch_loader(self.x[i], self.y[i], self.val_batch_size)

@@ -87,4 +87,4 @@ class ShakespeareDataModule(L.LightningDataModule):
 
     def val_dataloader(self):
         x, y = self.val_windows()
-        return batch_loader(x, y, self.val_batch_size, shuffle=False)
+        return batch_loader(x, y, self.val_batch_size)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import random
 from functools import partial
 from typing import Any, Callable
 
@@ -13,6 +14,7 @@ import torch.nn.functional as F
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
+from transformer_lab.errors import NonFiniteLossError
 from transformer_lab.tasks.optim import adamw, warmup_cosine
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,7 @@ class LanguageModelTask(L.LightningModule):
         self.val_loss = MeanMetric()
         self.val_acc = MulticlassAccuracy(vocab_size, average="micro", ignore_index=-100) if answer_only else None
         self.sample_rows: list[list] = []
+        self.skipped_steps = 0
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.model(idx)
@@ -43,6 +46,14 @@ class LanguageModelTask(L.LightningModule):
         x, y = batch
         logits = self.model(x)
         loss = self.loss(logits, y)
+        if not torch.isfinite(loss):  # checked before backward, so the weights stay those of the last good step
+            if not self.optim["skip_nonfinite"]:
+                raise NonFiniteLossError(
+                    f"the loss is {loss.item()} at step {self.global_step}; training stopped. The last good "
+                    "checkpoint is kept; lower optim.lr, or set optim.skip_nonfinite=true to skip such steps.")
+            self.skipped_steps += 1
+            self.log("train/skipped_steps", float(self.skipped_steps))
+            return None  # Lightning then skips backward and the optimizer step
         # Lightning hands step metrics to the logger every log_every_n_steps only, and each self.log
         # costs ~0.8 ms on CPU (6% of a small model's step): log just the steps that are written.
         if (self.global_step + 1) % self.trainer.log_every_n_steps == 0:
@@ -106,5 +117,22 @@ class LanguageModelTask(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        # The resolved config and the vocabulary, so a checkpoint is enough to sample from.
+        # The resolved config and the vocabulary, so a checkpoint is enough to sample from; and the random
+        # generators' states (dropout draws from them), so a resumed run continues exactly.
         checkpoint["transformer_lab"] = self.checkpoint_meta
+        checkpoint["rng"] = {
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "python": list(random.getstate()[1]),
+            "skipped_steps": self.skipped_steps,
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        rng = checkpoint.get("rng")
+        if rng is None:
+            return
+        torch.set_rng_state(rng["torch"])
+        if rng["cuda"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+        random.setstate((3, tuple(rng["python"]), None))
+        self.skipped_steps = rng["skipped_steps"]

@@ -1,0 +1,50 @@
+"""Ctrl-C and SIGTERM stop a run at the next step boundary with a checkpoint to resume from."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from pathlib import Path
+
+import lightning as L
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+log = logging.getLogger(__name__)
+
+
+class GracefulInterrupt(L.Callback):
+    """Lightning already turns SIGTERM into a clean stop after the current step (SIGTERMException). The
+    first Ctrl-C is made a SIGTERM too, instead of a KeyboardInterrupt that may land mid-step; a second
+    Ctrl-C interrupts at once. On such a stop the run's state is saved to `ckpt_path`, so
+    `ckpt_path=last` resumes exactly where it stopped."""
+
+    def __init__(self, ckpt_path: str | Path):
+        self.ckpt_path = Path(ckpt_path)
+        self.by_ctrl_c = False
+        self._previous_sigint = None
+
+    def _on_sigint(self, signum, frame):
+        signal.signal(signal.SIGINT, self._previous_sigint)  # a second Ctrl-C: no more waiting
+        self.by_ctrl_c = True
+        log.info("Ctrl-C: stopping after this step and saving a checkpoint (Ctrl-C again to abort)")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def on_fit_start(self, trainer, pl_module):
+        if trainer.is_global_zero and hasattr(signal, "SIGTERM"):
+            self._previous_sigint = signal.signal(signal.SIGINT, self._on_sigint)
+
+    def on_fit_end(self, trainer, pl_module):
+        self._restore()
+
+    def on_exception(self, trainer, pl_module, exception):
+        self._restore()
+        if isinstance(exception, SIGTERMException):
+            trainer.save_checkpoint(self.ckpt_path)
+            log.info("interrupted at step %d; saved %s. Resume with ckpt_path=last hydra.run.dir=%s",
+                     trainer.global_step, self.ckpt_path, self.ckpt_path.parent.parent)
+
+    def _restore(self):
+        if self._previous_sigint is not None:
+            signal.signal(signal.SIGINT, self._previous_sigint)
+            self._previous_sigint = None
