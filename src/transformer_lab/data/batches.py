@@ -1,4 +1,9 @@
-"""Small in-memory datasets that hand out whole batches, so no per-example collation runs in the loop."""
+"""In-memory batch iterables that Lightning consumes directly.
+
+No DataLoader: the data is already tensors, so there is nothing to collate or parallelise, and a
+DataLoader would draw a seed from the global random generator each time it is iterated, which would
+shift dropout's random stream between a run and its resumption.
+"""
 
 from __future__ import annotations
 
@@ -6,50 +11,20 @@ import math
 from typing import Callable
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, SequentialSampler
 
 
-class TensorBatches(Dataset):
-    """(x, y) tensors indexed by a list of row indices at once (used with a BatchSampler)."""
+class Batches:
+    """Consecutive batches of rows of (x, y), in order (for evaluation)."""
 
-    def __init__(self, x: torch.Tensor, y: torch.Tensor):
-        self.x, self.y = x, y
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, batch_size: int):
+        self.x, self.y, self.batch_size = x, y, batch_size
 
     def __len__(self) -> int:
-        return len(self.x)
-
-    def __getitem__(self, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.x[rows], self.y[rows]
-
-
-def batch_loader(x: torch.Tensor, y: torch.Tensor, batch_size: int) -> DataLoader:
-    """Consecutive batches of rows, in order (for evaluation)."""
-    dataset = TensorBatches(x, y)
-    return DataLoader(dataset, sampler=BatchSampler(SequentialSampler(dataset), batch_size, drop_last=False),
-                      batch_size=None)
-
-
-class RandomWindows(IterableDataset):
-    """An endless stream of batches of random windows of a token stream (nanoGPT's get_batch).
-
-    Batch i is drawn from a generator seeded with (seed, i), so the stream is reproducible and can
-    be restarted at any batch.
-    """
-
-    def __init__(self, tokens: torch.Tensor, block_size: int, batch_size: int, seed: int, start: int = 0):
-        self.tokens, self.block_size, self.batch_size, self.seed = tokens, block_size, batch_size, seed
-        self.start = start
+        return math.ceil(len(self.x) / self.batch_size)
 
     def __iter__(self):
-        generator = torch.Generator()
-        offsets = torch.arange(self.block_size + 1)
-        i = self.start
-        while True:
-            generator.manual_seed(self.seed * 1_000_003 + i)
-            starts = torch.randint(len(self.tokens) - self.block_size, (self.batch_size,), generator=generator)
-            windows = self.tokens[starts[:, None] + offsets]  # (B, T+1)
-            yield windows[:, :-1], windows[:, 1:]
-            i += 1
+        for i in range(0, len(self.x), self.batch_size):
+            yield self.x[i:i + self.batch_size], self.y[i:i + self.batch_size]
 
 
 class ShuffledBatches:
@@ -72,3 +47,26 @@ class ShuffledBatches:
         for i in range(done, len(self)):
             rows = order[i * self.batch_size:(i + 1) * self.batch_size]
             yield self.x[rows], self.y[rows]
+
+
+class RandomWindows:
+    """An endless stream of batches of random windows of a token stream (nanoGPT's get_batch).
+
+    Batch i is drawn from a generator seeded with (seed, i), so the stream is reproducible and can
+    be restarted at any batch.
+    """
+
+    def __init__(self, tokens: torch.Tensor, block_size: int, batch_size: int, seed: int, start: int = 0):
+        self.tokens, self.block_size, self.batch_size, self.seed = tokens, block_size, batch_size, seed
+        self.start = start
+
+    def __iter__(self):
+        generator = torch.Generator()
+        offsets = torch.arange(self.block_size + 1)
+        i = self.start
+        while True:
+            generator.manual_seed(self.seed * 1_000_003 + i)
+            starts = torch.randint(len(self.tokens) - self.block_size, (self.batch_size,), generator=generator)
+            windows = self.tokens[starts[:, None] + offsets]  # (B, T+1)
+            yield windows[:, :-1], windows[:, 1:]
+            i += 1

@@ -12,7 +12,7 @@ import math
 import lightning as L
 import torch
 
-from transformer_lab.data.batches import ShuffledBatches, batch_loader
+from transformer_lab.data.batches import Batches, ShuffledBatches
 
 OPS = ["+", "-", "*", "/"]
 
@@ -113,4 +113,4 @@ class ModularDataModule(L.LightningDataModule):
 
     def val_dataloader(self):
         i = self.val_idx
-        return batch_loader(self.x[i], self.y[i], self.val_batch_size)
+        return Batches(self.x[i], self.y[i], self.val_batch_size)

@@ -7,7 +7,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from transformer_lab.data.batches import RandomWindows, batch_loader
+from transformer_lab.data.batches import Batches, RandomWindows
 from transformer_lab.data.download import ensure_file
 
 URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
@@ -74,9 +74,7 @@ class ShakespeareDataModule(L.LightningDataModule):
         start = 0
         if self.trainer is not None:
             start = self.trainer.global_step * self.trainer.accumulate_grad_batches
-        return torch.utils.data.DataLoader(
-            RandomWindows(self.train_tokens, self.block_size, self.batch_size, self.seed, start), batch_size=None
-        )
+        return RandomWindows(self.train_tokens, self.block_size, self.batch_size, self.seed, start)
 
     def val_windows(self) -> tuple[torch.Tensor, torch.Tensor]:
         n = (len(self.val_tokens) - 1) // self.block_size
@@ -87,4 +85,4 @@ class ShakespeareDataModule(L.LightningDataModule):
 
     def val_dataloader(self):
         x, y = self.val_windows()
-        return batch_loader(x, y, self.val_batch_size)
+        return Batches(x, y, self.val_batch_size)

@@ -1,0 +1,148 @@
+"""Exact resume after a crash, graceful interrupts, and the non-finite loss guard, on real train.py runs."""
+
+import json
+import subprocess
+
+import pytest
+
+from conftest import ROOT, TINY, needs_shakespeare, run_train
+
+DATA = {
+    "modular": ["data=modular", "data.p=11", "data.train_fraction=0.9", "data.batch_size=16"],
+    "shakespeare": ["data=shakespeare", "data.block_size=32", "data.batch_size=8", "sample.max_new_tokens=10"],
+}
+# Dropout on, so the resumed run must also restore the random generators' states.
+COMMON = [*TINY, "model.dropout=0.1", "trainer.max_steps=60", "trainer.val_check_interval=20",
+          "trainer.limit_val_batches=3", "callbacks.last_checkpoint.every_n_train_steps=10",
+          "trainer.log_every_n_steps=5", "logger=csv", "+callbacks.batch_log._target_=helpers.BatchLog"]
+HELPERS = {"PYTHONPATH": str(ROOT / "tests")}
+NOT_COMPARED = {"tokens_per_sec", "throughput/tokens_per_sec", "wall_time_s", "peak_mem_mb"}
+
+
+def train(run_dir, *overrides):
+    return run_train(*overrides, f"+callbacks.batch_log.path={run_dir / 'batches.tsv'}", f"hydra.run.dir={run_dir}",
+                     env=HELPERS)
+
+
+def batches(run_dir):
+    return [tuple(line.split("\t")) for line in (run_dir / "batches.tsv").read_text().splitlines()]
+
+
+def summary(run_dir):
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+@pytest.mark.parametrize("data", ["modular", pytest.param("shakespeare", marks=needs_shakespeare)])
+def test_sigkill_then_resume_equals_an_uninterrupted_run(data, tmp_path):
+    whole, crashed = tmp_path / "whole", tmp_path / "crashed"
+    result = train(whole, *DATA[data], *COMMON)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    killed = train(crashed, *DATA[data], *COMMON, "+callbacks.kill._target_=helpers.KillAt", "+callbacks.kill.step=25")
+    assert killed.returncode == -9  # SIGKILL: no chance to clean up
+    assert not (crashed / "summary.json").exists()
+    resumed = train(crashed, *DATA[data], *COMMON, "ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+    # The killed run trained steps 1..25; its last checkpoint is from step 20, so the resumed run trains
+    # 21..60. Together, without the five lost steps, that is exactly the uninterrupted run's sequence.
+    log = batches(crashed)
+    resumed_from = next(i for i in range(1, len(log)) if int(log[i][0]) <= int(log[i - 1][0]))
+    assert [int(s) for s, _ in log[:resumed_from]] == list(range(1, 26))
+    assert int(log[resumed_from][0]) == 21
+    stitched = [entry for entry in log[:resumed_from] if int(entry[0]) <= 20] + log[resumed_from:]
+    assert stitched == batches(whole)  # no batch repeated, none skipped, same data at every step
+
+    a, b = summary(whole), summary(crashed)
+    assert a.keys() == b.keys()
+    for key in a.keys() - NOT_COMPARED:
+        assert b[key] == (a[key] if isinstance(a[key], str) else pytest.approx(a[key], rel=0, abs=1e-6)), key
+    assert a["val/loss"] == b["val/loss"] and a["global_step"] == b["global_step"] == 60
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_interrupt_saves_a_checkpoint_and_resumes(signum, tmp_path):
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    assert train(whole, *DATA["modular"], *COMMON).returncode == 0
+    result = train(stopped, *DATA["modular"], *COMMON, "+callbacks.kill._target_=helpers.KillAt",
+                   "+callbacks.kill.step=27", f"+callbacks.kill.signum={signum}")
+    assert result.returncode == (130 if signum == "SIGINT" else 143), result.stderr[-3000:]
+    interrupted = summary(stopped)
+    assert interrupted["status"] == "interrupted" and interrupted["global_step"] == 27
+    assert "Resume with ckpt_path=last" in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+
+    resumed = train(stopped, *DATA["modular"], *COMMON, "ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    log = batches(stopped)
+    assert [int(s) for s, _ in log] == list(range(1, 61))  # stopped after 27, resumed at 28
+    assert log == batches(whole)
+    assert summary(stopped)["val/loss"] == summary(whole)["val/loss"]
+
+
+def test_nonfinite_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(tmp_path):
+    # lr 1e4 without clipping sends the weights to inf within a few steps.
+    diverge = [*DATA["modular"], *TINY, "optim.lr=1e4", "optim.warmup_steps=0", "trainer.gradient_clip_val=null",
+               "trainer.max_steps=60", "callbacks.last_checkpoint.every_n_train_steps=1", "logger=none"]
+    result = run_train(*diverge, f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert "the loss is nan at step" in result.stderr or "the loss is inf at step" in result.stderr
+    step = int(result.stderr.split(" at step ")[1].split(";")[0])
+    failed = summary(tmp_path)
+    assert failed["status"] == "failed" and failed["global_step"] == step
+    # last.ckpt is from the last good step and loads as a finite model
+    import torch
+
+    checkpoint = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert checkpoint["global_step"] == step
+    assert all(torch.isfinite(v).all() for v in checkpoint["state_dict"].values())
+
+    skipping = run_train(*diverge, "optim.skip_nonfinite=true", "trainer.log_every_n_steps=1", "logger=csv",
+                         f"hydra.run.dir={tmp_path / 'skip'}")
+    assert skipping.returncode == 0, skipping.stderr[-3000:]
+    assert summary(tmp_path / "skip")["train/skipped_steps"] >= 1
+
+
+def test_truncated_checkpoint_is_reported_not_loaded(tmp_path):
+    run = tmp_path / "run"
+    assert run_train(*DATA["modular"], *TINY, "trainer.max_steps=10", "logger=none", f"hydra.run.dir={run}").returncode == 0
+    last = run / "checkpoints" / "last.ckpt"
+    before = last.read_bytes()
+    last.write_bytes(before[: len(before) // 2])
+    result = run_train(*DATA["modular"], *TINY, "trainer.max_steps=20", "logger=none", "ckpt_path=last",
+                       f"hydra.run.dir={run}")
+    assert result.returncode == 2 and "is not a readable checkpoint (truncated or corrupt" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert last.read_bytes() == before[: len(before) // 2]  # left as found, for the user to inspect
+
+
+def test_only_whole_files_appear(tmp_path):
+    from transformer_lab.atomic import atomic_write
+
+    target = tmp_path / "out.bin"
+    target.write_bytes(b"old")
+    with pytest.raises(RuntimeError):
+        with atomic_write(target) as f:
+            f.write(b"half of the new")
+            raise RuntimeError("crash mid-write")
+    assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["out.bin"]
+
+
+def test_checkpoints_load_with_weights_only_and_carry_the_config(tmp_path):
+    run = tmp_path / "run"
+    assert run_train(*DATA["modular"], *TINY, "trainer.max_steps=5", "logger=none", f"hydra.run.dir={run}").returncode == 0
+    import torch
+
+    checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    config = checkpoint["transformer_lab"]["config"]
+    assert config["model"]["n_embd"] == 32 and config["data"]["name"] == "modular"
+    assert "${" not in json.dumps(config)  # resolved: no interpolation left to resolve elsewhere
+
+
+def test_a_checkpoint_with_arbitrary_objects_is_refused(tmp_path):
+    import torch
+
+    evil = tmp_path / "evil.ckpt"
+    torch.save({"transformer_lab": {}, "state_dict": {}, "payload": subprocess.Popen}, evil)
+    result = run_train(*DATA["modular"], "logger=none", f"ckpt_path={evil}", f"hydra.run.dir={tmp_path / 'run'}")
+    assert result.returncode == 2 and "refusing to load it (weights_only=True)" in result.stderr
