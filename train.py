@@ -4,11 +4,14 @@ import time
 
 START_TIME = time.time()
 
+import sys  # noqa: E402
+
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 import transformer_lab.config  # noqa: E402,F401  (registers the config schemas)
 from transformer_lab.train import main as run_main  # noqa: E402
+from transformer_lab.train import output_dir_problem  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
@@ -17,4 +20,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    if problem := output_dir_problem(sys.argv[1:]):
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
     main()

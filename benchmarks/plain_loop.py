@@ -5,7 +5,6 @@ on this repo's model and data: the yardstick for what Lightning + Hydra cost.
 """
 
 import argparse
-import math
 import time
 
 START = time.time()

@@ -10,9 +10,12 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
 from typing import Any, List, Optional
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
 
 from transformer_lab.models.gpt import GPTConfig
 
@@ -106,7 +109,16 @@ class SampleConfig:
     seed: int = 0
 
 
+def config_subdir(output_dir: str) -> str:
+    """Where Hydra records this invocation's config: `.hydra` in a new run directory, `.hydra/TIME` in one
+    that already has a record (a resumed run), so the configs of earlier invocations are never replaced."""
+    if (Path(output_dir) / ".hydra" / "config.yaml").exists():
+        return f".hydra/{datetime.now():%Y-%m-%d_%H-%M-%S}"
+    return ".hydra"
+
+
 def register() -> None:
+    OmegaConf.register_new_resolver("config_subdir", config_subdir, replace=True)
     cs = ConfigStore.instance()
     # Kept out of the data/ and model/ groups, so `--help` and error messages list only real options.
     cs.store(group="schema/data", name="shakespeare", node=ShakespeareData)

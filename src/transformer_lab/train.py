@@ -172,6 +172,21 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
     return result
 
 
+def output_dir_problem(argv: list[str]) -> str | None:
+    """Why the run directory cannot be created, checked before Hydra tries (its failure is a traceback)."""
+    dirs = [(key.lstrip("+~"), value) for key, _, value in (a.partition("=") for a in argv)
+            if key.lstrip("+~") in ("hydra.run.dir", "hydra.sweep.dir")]
+    for key, value in dirs or [("hydra.run.dir", "outputs")]:
+        existing = Path(value.split("${")[0] or ".").absolute()
+        while not existing.exists():
+            existing = existing.parent
+        if not existing.is_dir():
+            return f"{key}={value}: cannot create the run directory, {existing} is a file"
+        if not os.access(existing, os.W_OK | os.X_OK):
+            return f"{key}={value}: cannot create the run directory, {existing} is not writable"
+    return None
+
+
 def main(cfg: DictConfig, start_time: float | None = None) -> None:
     """Entry for @hydra.main: a user's mistake becomes one clear message and exit code 2."""
     try:

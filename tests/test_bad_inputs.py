@@ -1,0 +1,108 @@
+"""A user's mistakes, each run through train.py as a user would: exit non-zero with one clear message that
+names the problem, no traceback, and nothing that existed before lost or overwritten."""
+
+import hashlib
+
+import pytest
+import torch
+
+from conftest import ROOT, TINY, run_train
+
+MODULAR = ["data=modular", "data.p=11", *TINY]
+OFFLINE = {"https_proxy": "http://127.0.0.1:9", "http_proxy": "http://127.0.0.1:9"}  # refused at once
+
+# (id, overrides, fragment of the one message); {ws} is the workspace built below.
+CASES = [
+    ("type-int", ["model.n_layer=two"], "Value 'two' of type 'str' could not be converted to Integer"),
+    ("type-float", ["optim.lr=fast"], "Value 'fast' of type 'str' could not be converted to Float"),
+    ("type-bool", ["model.bias=maybe"], "Value 'maybe' is not a valid bool"),
+    ("unknown-key", ["model.n_layers=2"], "Key 'n_layers' not in 'GPTConfigSchema'"),
+    ("unknown-trainer-key", ["trainer.max_step=10"], "Key 'max_step' not in 'TrainerConfig'"),
+    ("unknown-option", ["data=imagenet"], "Could not find 'data/imagenet'"),
+    ("heads", ["model.n_embd=100", "model.n_head=3"], "model.n_embd: 100 is not divisible by model.n_head=3"),
+    ("context", ["data.block_size=512", "model.block_size=256"],
+     "data.block_size: sequences of 512 tokens exceed the model's maximum, model.block_size=256"),
+    ("batch-size", ["data.batch_size=0"], "data.batch_size: must be a positive integer, got 0"),
+    ("dropout", ["model.dropout=1.5"], "model.dropout: must be in [0, 1), got 1.5"),
+    ("positions", ["model.pos_encoding=alibi"], "model.pos_encoding: must be learned or rope"),
+    ("not-prime", ["data=modular", "data.p=100"], "data.p: must be a prime"),
+    ("operator", ["data=modular", "data.op=pow"], "data.op: must be one of + - * /"),
+    ("train-fraction", ["data=modular", "data.train_fraction=1.5"], "data.train_fraction: must be in (0, 1)"),
+    ("min-lr", ["optim.min_lr=1"], "optim.min_lr: must be in [0, optim.lr=0.001]"),
+    ("betas", ["optim.betas=[0.9,1.5]"], "optim.betas: must be two numbers in [0, 1)"),
+    ("endless", ["trainer.max_steps=-1"], "trainer.max_steps: must be set: data=shakespeare draws"),
+    ("val-interval", ["trainer.val_check_interval=0.5"], "trainer.val_check_interval: must be a number of steps"),
+    ("temperature", ["sample.temperature=-1"], "sample.temperature: must be >= 0"),
+    ("top-k", ["sample.top_k=0"], "sample.top_k: must be >= 1 or null"),
+    ("gpu", ["hardware=gpu"], "asks for a CUDA GPU but torch sees none"),
+    ("ckpt-missing", [*MODULAR, "ckpt_path={ws}/nowhere.ckpt"], "ckpt_path: no checkpoint file at"),
+    ("ckpt-last-missing", [*MODULAR, "ckpt_path=last"], "ckpt_path: `last` means"),
+    ("ckpt-corrupt", [*MODULAR, "ckpt_path={ws}/corrupt.ckpt"], "is not a readable checkpoint (truncated or corrupt"),
+    ("ckpt-other-model", [*MODULAR, "model.n_embd=64", "ckpt_path={ws}/prior/checkpoints/last.ckpt"],
+     "holds a model with model.n_embd=32, this run has model.n_embd=64"),
+    ("ckpt-other-data", ["data=shakespeare", *TINY, "ckpt_path={ws}/prior/checkpoints/last.ckpt"],
+     "was trained on data=modular, this run has data=shakespeare"),
+    ("data-missing-offline", ["paths.data_dir={ws}/empty"], "put it at {ws}/empty/shakespeare/input.txt"),
+    ("data-corrupt", ["paths.data_dir={ws}/corrupt"], "the file is corrupt or a different version"),
+    ("unwritable-output", ["hydra.run.dir={ws}/a-file/run"], "cannot create the run directory, {ws}/a-file is a file"),
+    ("prompt-vocabulary", ["data.sample_prompt=@"], "data.sample_prompt: characters not in the vocabulary: ['@']"),
+]
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    ws = tmp_path_factory.mktemp("ws")
+    result = run_train(*MODULAR, "trainer.max_steps=3", "logger=none", f"hydra.run.dir={ws / 'prior'}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    checkpoint = (ws / "prior" / "checkpoints" / "last.ckpt").read_bytes()
+    (ws / "corrupt.ckpt").write_bytes(checkpoint[: len(checkpoint) // 3])
+    (ws / "empty").mkdir()
+    (ws / "corrupt" / "shakespeare").mkdir(parents=True)
+    (ws / "corrupt" / "shakespeare" / "input.txt").write_text("To be, or not to be\n")
+    (ws / "a-file").write_text("not a folder\n")
+    return ws
+
+
+def snapshot(folder):
+    return {p.relative_to(folder): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_the_table_is_long_enough():
+    assert len(CASES) >= 20
+
+
+@pytest.mark.parametrize("overrides,fragment", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_gives_one_clear_message(overrides, fragment, workspace, tmp_path):
+    if "hardware=gpu" in overrides and torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    needs_text = not any(o.startswith("data=modular") for o in overrides)
+    if needs_text and "paths.data_dir" not in " ".join(overrides) and not (ROOT / "data/shakespeare/input.txt").exists():
+        pytest.skip("tiny Shakespeare missing: run `make data`")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "summary.json").write_text('{"status": "completed", "from": "an earlier run"}\n')
+    before = snapshot(workspace), snapshot(run_dir)
+
+    overrides = [o.replace("{ws}", str(workspace)) for o in overrides]
+    if not any(o.startswith("hydra.run.dir=") for o in overrides):
+        overrides.append(f"hydra.run.dir={run_dir}")
+    result = run_train(*overrides, "logger=none", env=OFFLINE)
+
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert fragment.replace("{ws}", str(workspace)) in output, output[-2000:]
+    assert "Traceback" not in output
+    after_ws, after_run = snapshot(workspace), snapshot(run_dir)
+    assert after_ws == before[0]  # nothing outside the run changed
+    assert {k: v for k, v in after_run.items() if k in before[1]} == before[1]  # the earlier run's files intact
+
+
+def test_data_missing_offline_names_url_and_checksum(workspace, tmp_path):
+    result = run_train(f"paths.data_dir={workspace / 'empty'}", "logger=none", f"hydra.run.dir={tmp_path}",
+                       env=OFFLINE)
+    assert result.returncode == 2
+    for part in ("could not download input.txt", "https://raw.githubusercontent.com/karpathy/char-rnn/",
+                 "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"):
+        assert part in result.stderr
+    assert not any((workspace / "empty").rglob("*.txt"))
