@@ -39,10 +39,15 @@ class GracefulInterrupt(L.Callback):
 
     def on_exception(self, trainer, pl_module, exception):
         self._restore()
-        if isinstance(exception, SIGTERMException):
+        if not isinstance(exception, SIGTERMException):
+            return
+        if trainer.training:  # between two training steps: a consistent state to save
             trainer.save_checkpoint(self.ckpt_path)
-            log.info("interrupted at step %d; saved %s. Resume with ckpt_path=last hydra.run.dir=%s",
-                     trainer.global_step, self.ckpt_path, self.ckpt_path.parent.parent)
+            saved = f"saved {self.ckpt_path}"
+        else:  # mid-validation, whose partial metrics a checkpoint cannot hold: keep the last periodic one
+            saved = f"kept {self.ckpt_path} from before the validation"
+        log.info("interrupted at step %d; %s. Resume with ckpt_path=last hydra.run.dir=%s",
+                 trainer.global_step, saved, self.ckpt_path.parent.parent)
 
     def _restore(self):
         if self._previous_sigint is not None:
