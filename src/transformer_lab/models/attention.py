@@ -58,3 +58,50 @@ class SelfAttention(nn.Module):
         )  # (B, nh, T, hd)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y))
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention of queries from `x` over keys and values from `memory` (cross-attention) or
+    from `x` itself, with padding masks and a key/value cache for incremental decoding.
+
+    The projections keep nn.MultiheadAttention's layout (in_proj rows [q; k; v] = q_proj, kv_proj).
+    """
+
+    def __init__(self, n_embd: int, n_head: int, bias: bool = True, dropout: float = 0.0):
+        super().__init__()
+        assert n_embd % n_head == 0, "n_embd must be divisible by n_head"
+        self.n_head, self.dropout = n_head, dropout
+        self.q_proj = nn.Linear(n_embd, n_embd, bias=bias)
+        self.kv_proj = nn.Linear(n_embd, 2 * n_embd, bias=bias)
+        self.out_proj = nn.Linear(n_embd, n_embd, bias=bias)
+
+    def _heads(self, t: torch.Tensor) -> torch.Tensor:
+        B, T, C = t.shape
+        return t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hd)
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None,
+                key_padding_mask: torch.Tensor | None = None, is_causal: bool = False,
+                cache: dict | None = None) -> torch.Tensor:
+        # x: (B, T, C) queries; memory: (B, S, C) or None for self-attention;
+        # key_padding_mask: (B, S) bool, True = padding; cache: a dict this layer owns across decoding steps.
+        B, T, C = x.shape
+        q = self._heads(self.q_proj(x))
+        if cache is not None and memory is not None and "k" in cache:
+            k, v = cache["k"], cache["v"]  # cross-attention: the memory's keys and values never change
+        else:
+            k, v = (self._heads(t) for t in self.kv_proj(x if memory is None else memory).split(C, dim=2))
+            if cache is not None:
+                if memory is None and "k" in cache:  # self-attention: append this step's keys and values
+                    k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
+                cache["k"], cache["v"] = k, v
+        mask = None
+        if key_padding_mask is not None:
+            mask = ~key_padding_mask[:, None, None, :]  # (B, 1, 1, S), True = may attend
+        # With a cache the new queries are the last positions and may see every cached key.
+        causal = is_causal and (cache is None or k.size(2) == T)
+        if causal and mask is not None:
+            mask = mask & torch.ones(T, k.size(2), dtype=torch.bool, device=x.device).tril()
+            causal = False
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+                                           dropout_p=self.dropout if self.training else 0.0)
+        return self.out_proj(y.transpose(1, 2).contiguous().view(B, T, C))

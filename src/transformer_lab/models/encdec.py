@@ -1,0 +1,172 @@
+"""The encoder-decoder Transformer of Vaswani et al. (2017), readable top to bottom.
+
+Encoder and decoder stacks with pre-LN blocks (post-LN, the paper's placement, as an option),
+sinusoidal or learned positions, padding masks in self- and cross-attention, a causal decoder,
+shared embeddings with a tied output projection, SDPA kernels, and a key/value cache for
+incremental decoding. Runs on its own:
+
+    model = EncDec(EncDecConfig(vocab_size=8000, n_layer=3, n_head=8, n_embd=256))
+    logits = model(src, tgt_in)          # (B, S), (B, T) -> (B, T, vocab_size)
+    memory, src_pad = model.encode(src)  # then model.decode(tokens, memory, src_pad, cache) step by step
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from transformer_lab.models.attention import MultiHeadAttention
+
+
+@dataclass
+class EncDecConfig:
+    vocab_size: int = 8000  # shared by source and target
+    block_size: int = 256  # the longest source or target sequence
+    n_layer: int = 3  # encoder layers
+    n_decoder_layer: int | None = None  # default: n_layer
+    n_head: int = 8
+    n_embd: int = 256
+    d_ff: int | None = None  # default: 4 * n_embd
+    dropout: float = 0.1
+    bias: bool = True
+    norm_first: bool = True  # pre-LN; False is the paper's post-LN
+    pos_encoding: str = "sinusoidal"  # "sinusoidal" | "learned"
+    tie_weights: bool = True  # output projection shares the embedding matrix
+    pad_id: int = 0
+
+
+def sinusoids(length: int, dim: int) -> torch.Tensor:
+    """The paper's fixed positions: sin on even channels, cos on odd, wavelengths 2π … 10000·2π."""
+    position = torch.arange(length).float()[:, None]  # (L, 1)
+    inv_freq = torch.exp(torch.arange(0, dim, 2).float() * (-math.log(10000.0) / dim))  # (dim/2,)
+    table = torch.zeros(length, dim)
+    table[:, 0::2] = torch.sin(position * inv_freq)
+    table[:, 1::2] = torch.cos(position * inv_freq)
+    return table
+
+
+class FeedForward(nn.Module):
+    def __init__(self, config: EncDecConfig):
+        super().__init__()
+        d_ff = config.d_ff or 4 * config.n_embd
+        self.linear1 = nn.Linear(config.n_embd, d_ff, bias=config.bias)
+        self.linear2 = nn.Linear(d_ff, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear2(self.dropout(F.relu(self.linear1(x))))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, config: EncDecConfig):
+        super().__init__()
+        self.norm_first = config.norm_first
+        self.self_attn = MultiHeadAttention(config.n_embd, config.n_head, config.bias, config.dropout)
+        self.ff = FeedForward(config)
+        self.norm1 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.norm2 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor, pad: torch.Tensor | None) -> torch.Tensor:
+        # x: (B, S, C); pad: (B, S) True at padding
+        if self.norm_first:
+            x = x + self.dropout(self.self_attn(self.norm1(x), key_padding_mask=pad))
+            return x + self.dropout(self.ff(self.norm2(x)))
+        x = self.norm1(x + self.dropout(self.self_attn(x, key_padding_mask=pad)))
+        return self.norm2(x + self.dropout(self.ff(x)))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: EncDecConfig):
+        super().__init__()
+        self.norm_first = config.norm_first
+        self.self_attn = MultiHeadAttention(config.n_embd, config.n_head, config.bias, config.dropout)
+        self.cross_attn = MultiHeadAttention(config.n_embd, config.n_head, config.bias, config.dropout)
+        self.ff = FeedForward(config)
+        self.norm1 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.norm2 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.norm3 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, memory_pad: torch.Tensor | None,
+                cache: dict | None = None) -> torch.Tensor:
+        # x: (B, T, C) target so far; memory: (B, S, C) encoder output; cache: {"self": {}, "cross": {}}
+        self_cache, cross_cache = (cache["self"], cache["cross"]) if cache is not None else (None, None)
+        if self.norm_first:
+            x = x + self.dropout(self.self_attn(self.norm1(x), is_causal=True, cache=self_cache))
+            x = x + self.dropout(self.cross_attn(self.norm2(x), memory, memory_pad, cache=cross_cache))
+            return x + self.dropout(self.ff(self.norm3(x)))
+        x = self.norm1(x + self.dropout(self.self_attn(x, is_causal=True, cache=self_cache)))
+        x = self.norm2(x + self.dropout(self.cross_attn(x, memory, memory_pad, cache=cross_cache)))
+        return self.norm3(x + self.dropout(self.ff(x)))
+
+
+class EncDec(nn.Module):
+    def __init__(self, config: EncDecConfig):
+        super().__init__()
+        self.config = config
+        C = config.n_embd
+        self.embed = nn.Embedding(config.vocab_size, C, padding_idx=config.pad_id)
+        if config.pos_encoding == "learned":
+            self.pos = nn.Embedding(config.block_size, C)
+        else:
+            self.register_buffer("sinusoids", sinusoids(config.block_size, C), persistent=False)
+        self.drop = nn.Dropout(config.dropout)
+        self.encoder = nn.ModuleList(EncoderLayer(config) for _ in range(config.n_layer))
+        self.decoder = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_decoder_layer or config.n_layer))
+        # Pre-LN stacks end un-normalised; the paper's post-LN blocks already end with a norm.
+        self.encoder_norm = nn.LayerNorm(C, bias=config.bias) if config.norm_first else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(C, bias=config.bias) if config.norm_first else nn.Identity()
+        self.lm_head = nn.Linear(C, config.vocab_size, bias=False)
+        self.apply(self._init_weights)
+        if config.tie_weights:
+            self.lm_head.weight = self.embed.weight
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=self.config.n_embd ** -0.5)
+            if module.padding_idx is not None:
+                with torch.no_grad():
+                    module.weight[module.padding_idx].zero_()
+
+    def embed_tokens(self, idx: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        # idx: (B, T) -> (B, T, C); scaled by sqrt(C) as in the paper, positions offset..offset+T-1
+        T = idx.size(1)
+        if offset + T > self.config.block_size:
+            raise ValueError(f"sequence length {offset + T} exceeds block_size {self.config.block_size}")
+        positions = torch.arange(offset, offset + T, device=idx.device)
+        pos = self.pos(positions) if self.config.pos_encoding == "learned" else self.sinusoids[positions]
+        return self.drop(self.embed(idx) * math.sqrt(self.config.n_embd) + pos)
+
+    def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """src: (B, S) -> memory (B, S, C), and the padding mask (B, S) cross-attention needs."""
+        pad = src == self.config.pad_id
+        x = self.embed_tokens(src)
+        for layer in self.encoder:
+            x = layer(x, pad)
+        return self.encoder_norm(x), pad
+
+    def new_cache(self) -> list[dict]:
+        return [{"self": {}, "cross": {}} for _ in self.decoder]
+
+    def decode(self, tgt: torch.Tensor, memory: torch.Tensor, memory_pad: torch.Tensor,
+               cache: list[dict] | None = None) -> torch.Tensor:
+        """tgt: (B, T) target tokens -> logits (B, T, V). With a cache (from new_cache()), tgt holds only
+        the tokens after those already decoded, and the cache grows by them."""
+        offset = cache[0]["self"]["k"].size(2) if cache is not None and "k" in cache[0]["self"] else 0
+        x = self.embed_tokens(tgt, offset)
+        for i, layer in enumerate(self.decoder):
+            x = layer(x, memory, memory_pad, cache[i] if cache is not None else None)
+        return self.lm_head(self.decoder_norm(x))
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        memory, pad = self.encode(src)
+        return self.decode(tgt, memory, pad)
