@@ -1,0 +1,235 @@
+"""Translation pairs: Multi30k task 1 (de, en, fr) or any file of tab-separated pairs, with a BPE
+vocabulary (HF tokenizers) trained on the training split only and cached in the data directory."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import logging
+import math
+from pathlib import Path
+from typing import Callable
+
+import lightning as L
+import torch
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+from transformer_lab.atomic import atomic_write
+from transformer_lab.data.download import ensure_file
+from transformer_lab.errors import DataUnavailableError
+
+log = logging.getLogger(__name__)
+
+URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{name}"
+SHA256 = {
+    "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
+    "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
+    "train.fr.gz": "622e75069e9f4c577425c4f277116ce66e63a2401c0a2312d90073cb12379a3c",
+    "val.de.gz": "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a",
+    "val.en.gz": "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28",
+    "val.fr.gz": "ca3106f1a72390591d25f6c45cb4cd39dec4cd3f123e099748a3ce5256c160e9",
+    "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
+    "test_2016_flickr.en.gz": "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
+    "test_2016_flickr.fr.gz": "6d326e188d259fb1d04ac19eae3af956559b3a0b93d7635e56c90987c40c8b90",
+}
+SPLIT_FILES = {"train": "train", "val": "val", "test": "test_2016_flickr"}
+LANGUAGES = ("de", "en", "fr")
+SPECIALS = ["<pad>", "<bos>", "<eos>", "<sep>", "<unk>"]
+PAD, BOS, EOS, SEP, UNK = range(len(SPECIALS))
+
+
+def read_multi30k(data_dir: str | Path, split: str, language: str) -> list[str]:
+    name = f"{SPLIT_FILES[split]}.{language}.gz"
+    path = ensure_file(Path(data_dir) / "multi30k" / name, URL.format(name=name), SHA256[name])
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def read_pairs(path: str | Path) -> list[tuple[str, str]]:
+    """One `source<TAB>target` pair a line; an empty or malformed file is an error naming the line."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataUnavailableError(f"data.path: no file at {path}")
+    pairs = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            line = line.rstrip("\n")
+            if not line.strip():
+                continue
+            fields = line.split("\t")
+            if len(fields) != 2:
+                raise DataUnavailableError(f"{path}:{number}: expected 2 tab-separated fields, found {len(fields)}")
+            if not fields[0].strip() or not fields[1].strip():
+                side = "source" if not fields[0].strip() else "target"
+                raise DataUnavailableError(f"{path}:{number}: the {side} side is empty")
+            pairs.append((fields[0], fields[1]))
+    if not pairs:
+        raise DataUnavailableError(f"{path} holds no sentence pairs")
+    return pairs
+
+
+def train_tokenizer(texts: list[str], vocab_size: int) -> Tokenizer:
+    """Byte-pair encoding over Metaspace pre-tokens (SentencePiece style), so decoding restores spacing."""
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.normalizer = normalizers.NFKC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.decoder = decoders.Metaspace()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS, min_frequency=2,
+                                  show_progress=False)
+    tokenizer.train_from_iterator(texts, trainer)
+    return tokenizer
+
+
+def cached_tokenizer(cache_dir: Path, texts: list[str], vocab_size: int) -> Tokenizer:
+    """The tokenizer for exactly these training texts and settings: loaded if cached, else trained and saved."""
+    key = hashlib.sha256("\n".join(texts).encode() + f"|bpe|{vocab_size}|{SPECIALS}".encode()).hexdigest()[:16]
+    path = cache_dir / f"bpe-{vocab_size}-{key}.json"
+    if path.exists():
+        try:
+            return Tokenizer.from_str(path.read_text(encoding="utf-8"))
+        except Exception as e:  # a cache from a crash or another version: say so and rebuild it
+            log.warning("tokenizer cache %s is unreadable (%s); training it again", path, e)
+    tokenizer = train_tokenizer(texts, vocab_size)
+    with atomic_write(path, "w") as f:
+        f.write(tokenizer.to_str())
+    return tokenizer
+
+
+def pad_batch(sequences: list[torch.Tensor]) -> torch.Tensor:
+    return torch.nn.utils.rnn.pad_sequence(sequences, batch_first=True, padding_value=PAD)
+
+
+class LengthGroupedBatches:
+    """Training batches of similar lengths, so little of each batch is padding. Each epoch a generator
+    seeded with (seed, epoch) shuffles the pairs, sorts pools of 50 batches by length, cuts them into
+    batches and shuffles the batches; `position()` gives (epoch, batches done) for an exact resume."""
+
+    def __init__(self, src: list[torch.Tensor], tgt: list[torch.Tensor], batch_size: int, seed: int,
+                 position: Callable[[], tuple[int, int]] = lambda: (0, 0), pool: int = 50):
+        self.src, self.tgt, self.batch_size, self.seed, self.position, self.pool = src, tgt, batch_size, seed, position, pool
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.src) / self.batch_size)
+
+    def batches(self, epoch: int) -> list[torch.Tensor]:
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        order = torch.randperm(len(self.src), generator=generator).tolist()
+        pool = self.pool * self.batch_size
+        batches = []
+        for start in range(0, len(order), pool):
+            chunk = sorted(order[start:start + pool], key=lambda i: (len(self.src[i]), len(self.tgt[i])))
+            batches += [chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
+        return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+
+    def __iter__(self):
+        epoch, done = self.position()
+        for rows in self.batches(epoch)[done:]:
+            yield pad_batch([self.src[i] for i in rows]), pad_batch([self.tgt[i] for i in rows])
+
+    def padding_fraction(self) -> float:
+        """Share of padding among all source and target positions of an epoch's batches."""
+        real = padded = 0
+        for rows in self.batches(0):
+            for side in (self.src, self.tgt):
+                lengths = [len(side[i]) for i in rows]
+                real += sum(lengths)
+                padded += max(lengths) * len(lengths)
+        return 1 - real / padded
+
+
+class EvalBatches:
+    """Evaluation batches sorted by length, each with the indices of its pairs (to match references)."""
+
+    def __init__(self, src: list[torch.Tensor], tgt: list[torch.Tensor], batch_size: int):
+        self.src, self.tgt, self.batch_size = src, tgt, batch_size
+        self.order = sorted(range(len(src)), key=lambda i: len(src[i]))
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.src) / self.batch_size)
+
+    def __iter__(self):
+        for start in range(0, len(self.order), self.batch_size):
+            rows = self.order[start:start + self.batch_size]
+            yield pad_batch([self.src[i] for i in rows]), pad_batch([self.tgt[i] for i in rows]), torch.tensor(rows)
+
+
+class TranslationDataModule(L.LightningDataModule):
+    """Batches are (source ids + <eos>, <bos> + target ids + <eos>), padded with <pad> = 0."""
+
+    kind = "translation"
+    answer_only = False
+
+    def __init__(self, data_dir: str = "data", source: str = "de", target: str = "en", path: str | None = None,
+                 val_fraction: float = 0.05, test_fraction: float = 0.05, split_seed: int = 0,
+                 vocab_size: int = 8000, max_length: int = 128, batch_size: int = 128,
+                 val_batch_size: int | None = None, seed: int = 1337):
+        super().__init__()
+        self.data_dir, self.source, self.target, self.path = Path(data_dir), source, target, path
+        self.val_fraction, self.test_fraction, self.split_seed = val_fraction, test_fraction, split_seed
+        self.vocab_size, self.max_length = vocab_size, max_length
+        self.batch_size, self.val_batch_size, self.seed = batch_size, val_batch_size or batch_size, seed
+        self.tokenizer: Tokenizer | None = None
+
+    def load_pairs(self) -> dict[str, list[tuple[str, str]]]:
+        if self.path is None:
+            return {split: list(zip(read_multi30k(self.data_dir, split, self.source),
+                                    read_multi30k(self.data_dir, split, self.target), strict=True))
+                    for split in SPLIT_FILES}
+        pairs = read_pairs(self.path)
+        order = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(self.split_seed)).tolist()
+        n_val, n_test = round(len(pairs) * self.val_fraction), round(len(pairs) * self.test_fraction)
+        return {"val": [pairs[i] for i in order[:n_val]], "test": [pairs[i] for i in order[n_val:n_val + n_test]],
+                "train": [pairs[i] for i in order[n_val + n_test:]]}
+
+    def prepare_data(self) -> None:
+        if self.path is None:
+            for split in SPLIT_FILES:
+                for language in (self.source, self.target):
+                    read_multi30k(self.data_dir, split, language)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.tokenizer is not None:
+            return
+        self.pairs = self.load_pairs()
+        train_texts = [text for pair in self.pairs["train"] for text in pair]  # shared vocabulary
+        self.tokenizer = cached_tokenizer(self.data_dir / "tokenizers", train_texts, self.vocab_size)
+        self.encoded = {split: self.encode_pairs(pairs) for split, pairs in self.pairs.items()}
+        self.train_batches = LengthGroupedBatches(*self.encoded["train"], self.batch_size, self.seed, self._position)
+        self.padding_fraction = self.train_batches.padding_fraction()
+        log.info("translation %s->%s: %s pairs; vocabulary %d; padding %.1f%% of training positions",
+                 self.source, self.target, {k: len(v) for k, v in self.pairs.items()}, self.vocab_size_actual,
+                 100 * self.padding_fraction)
+
+    @property
+    def vocab_size_actual(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+    def encode_pairs(self, pairs: list[tuple[str, str]]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        limit = self.max_length - 2
+        src = self.tokenizer.encode_batch([s for s, _ in pairs])
+        tgt = self.tokenizer.encode_batch([t for _, t in pairs])
+        return ([torch.tensor(e.ids[:limit] + [EOS]) for e in src],
+                [torch.tensor([BOS] + e.ids[:limit] + [EOS]) for e in tgt])
+
+    def decode(self, ids) -> str:
+        """Text of token ids, without <pad>/<bos>/<eos>/<sep> (<unk> is the last special and stays)."""
+        return self.tokenizer.decode([int(i) for i in ids if int(i) >= UNK], skip_special_tokens=False)
+
+    def references(self, split: str) -> list[str]:
+        return [t for _, t in self.pairs[split]]
+
+    def _position(self) -> tuple[int, int]:
+        trainer = self.trainer
+        if trainer is None:
+            return 0, 0
+        per_epoch = min(len(self.train_batches), trainer.num_training_batches)
+        return divmod(trainer.global_step * trainer.accumulate_grad_batches, per_epoch)
+
+    def train_dataloader(self):
+        return self.train_batches
+
+    def val_dataloader(self):
+        return EvalBatches(*self.encoded["val"], self.val_batch_size)
+
+    def test_dataloader(self):
+        return EvalBatches(*self.encoded["test"], self.val_batch_size)

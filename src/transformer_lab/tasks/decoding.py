@@ -1,0 +1,91 @@
+"""Greedy and beam-search decoding for an encoder-decoder with a key/value cache."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def _reorder(cache: list[dict], index: torch.Tensor) -> None:
+    for layer in cache:
+        for part in layer.values():
+            for key in part:
+                part[key] = part[key].index_select(0, index)
+
+
+@torch.no_grad()
+def greedy(model, src: torch.Tensor, max_len: int, bos: int, eos: int) -> list[list[int]]:
+    """The most likely token at each step, for a batch of sources (B, S); outputs stop at <eos>."""
+    memory, pad = model.encode(src)
+    cache = model.new_cache()
+    tokens = torch.full((src.size(0), 1), bos, dtype=torch.long, device=src.device)
+    done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+    out = []
+    for _ in range(max_len):
+        next_id = model.decode(tokens, memory, pad, cache)[:, -1].argmax(-1)  # (B,)
+        next_id = next_id.masked_fill(done, eos)
+        out.append(next_id)
+        done |= next_id == eos
+        tokens = next_id[:, None]
+        if done.all():
+            break
+    rows = torch.stack(out, dim=1).tolist()
+    return [row[:row.index(eos)] if eos in row else row for row in rows]
+
+
+def length_normalised(score: float, length: int, alpha: float) -> float:
+    """GNMT's length penalty (Wu et al. 2016): score / ((5 + length) / 6) ** alpha; alpha 0 is none."""
+    return score / ((5 + length) / 6) ** alpha
+
+
+@torch.no_grad()
+def beam_search(model, src: torch.Tensor, beam_size: int, max_len: int, bos: int, eos: int,
+                length_penalty: float = 0.6) -> list[list[int]]:
+    """Keeps the beam_size best partial outputs per source; a finished output is ranked by its
+    length-normalised log-probability. beam_size 1 is greedy decoding."""
+    B, K = src.size(0), beam_size
+    memory, pad = model.encode(src)
+    memory, pad = memory.repeat_interleave(K, 0), pad.repeat_interleave(K, 0)  # (B*K, S, C)
+    cache = model.new_cache()
+    sequences = torch.full((B * K, 1), bos, dtype=torch.long, device=src.device)
+    scores = torch.full((B, K), float("-inf"), device=src.device)
+    scores[:, 0] = 0.0  # all beams start identical: keep one
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
+    for step in range(max_len):
+        logp = F.log_softmax(model.decode(sequences[:, -1:], memory, pad, cache)[:, -1].float(), dim=-1)
+        V = logp.size(-1)
+        candidates = (scores[:, :, None] + logp.view(B, K, V)).view(B, K * V)
+        top_scores, top_ids = candidates.topk(2 * K, dim=-1)  # 2K: enough to keep K alive after <eos>s
+        new_scores = torch.full((B, K), float("-inf"), device=src.device)
+        origin = torch.zeros(B, K, dtype=torch.long, device=src.device)
+        token = torch.full((B, K), eos, dtype=torch.long, device=src.device)
+        for b in range(B):
+            alive = 0
+            if len(finished[b]) >= K:
+                continue  # this source is done; its beams idle
+            for score, flat in zip(top_scores[b].tolist(), top_ids[b].tolist()):
+                if score == float("-inf"):
+                    break
+                beam, word = divmod(flat, V)
+                if word == eos:
+                    hypothesis = sequences[b * K + beam, 1:].tolist()
+                    finished[b].append((length_normalised(score, len(hypothesis) + 1, length_penalty), hypothesis))
+                else:
+                    new_scores[b, alive], origin[b, alive], token[b, alive] = score, beam, word
+                    alive += 1
+                if alive == K:
+                    break
+        if all(len(f) >= K for f in finished):
+            break
+        index = (torch.arange(B, device=src.device)[:, None] * K + origin).view(-1)
+        _reorder(cache, index)
+        sequences = torch.cat([sequences[index], token.view(-1, 1)], dim=1)
+        scores = new_scores
+    for b in range(B):  # sources whose beams never ended: rank the live ones too
+        if len(finished[b]) < K:
+            for k in range(K):
+                if scores[b, k] > float("-inf"):
+                    hypothesis = sequences[b * K + k, 1:].tolist()
+                    finished[b].append((length_normalised(scores[b, k].item(), len(hypothesis), length_penalty),
+                                        hypothesis))
+    return [max(f, key=lambda item: item[0])[1] for f in finished]
