@@ -13,11 +13,10 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from transformer_lab.atomic import atomic_write
 from transformer_lab.errors import ConfigError, UserError
-from transformer_lab.models import GPT, GPTConfig
+from transformer_lab.models import GPT, EncDec, EncDecConfig, GPTConfig
 
-# Keys of the model config that decide the shapes of its weights.
-ARCHITECTURE_KEYS = ("name", "n_layer", "n_head", "n_embd", "bias", "pos_encoding", "mlp", "mlp_ratio",
-                     "tie_weights")
+# Model keys a resumed run may change; every other one decides the architecture.
+CHANGEABLE_KEYS = ("dropout",)
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -54,25 +53,28 @@ def check_compatible(checkpoint: dict, model_cfg: dict, data_name: str, path: st
     if saved["data"]["name"] != data_name:
         raise ConfigError("ckpt_path", f"{path} was trained on data={saved['data']['name']}, this run has "
                                        f"data={data_name}")
-    for key in ARCHITECTURE_KEYS:
-        if saved["model"].get(key) != model_cfg.get(key):
+    for key in sorted(set(saved["model"]) | set(model_cfg)):
+        if key not in CHANGEABLE_KEYS and saved["model"].get(key) != model_cfg.get(key):
             raise ConfigError("ckpt_path", f"{path} holds a model with model.{key}={saved['model'].get(key)}, "
                                            f"this run has model.{key}={model_cfg.get(key)}")
 
 
-def load_model(path: str | Path, map_location: str = "cpu") -> tuple[GPT, dict]:
-    """The model in eval mode, and the checkpoint's metadata: {"config": ..., "vocab": ...}."""
+def load_model(path: str | Path, map_location: str = "cpu") -> tuple[torch.nn.Module, dict]:
+    """The model in eval mode, and the checkpoint's metadata: {"config", "vocab" or "tokenizer"}."""
     checkpoint = read_checkpoint(path)
     meta = checkpoint["transformer_lab"]
     config = meta["config"]
     settings = dict(config["model"])
     name = settings.pop("name")
-    if name != "gpt":
-        raise UserError(f"{path} holds a model={name} checkpoint; this command samples from model=gpt")
     state = {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
-    vocab_size, block_size = state["wte.weight"].shape[0], settings.pop("block_size")
-    if block_size is None:
-        block_size = state["wpe.weight"].shape[0] if "wpe.weight" in state else config["data"]["block_size"]
-    model = GPT(GPTConfig(vocab_size=vocab_size, block_size=block_size, **settings))
+    vocab_size = state["embed.weight" if name == "encdec" else "wte.weight"].shape[0]
+    settings["block_size"] = settings["block_size"] or _data_length(config["data"])
+    model = (EncDec(EncDecConfig(vocab_size=vocab_size, **settings)) if name == "encdec"
+             else GPT(GPTConfig(vocab_size=vocab_size, **settings)))
     model.load_state_dict(state)
     return model.to(map_location).eval(), meta
+
+
+def _data_length(data: dict) -> int:
+    return {"modular": lambda: 2 * data["terms"], "translation": lambda: data["max_length"]}.get(
+        data["name"], lambda: data["block_size"])()

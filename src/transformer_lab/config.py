@@ -17,6 +17,7 @@ from typing import Any, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
+from transformer_lab.models.encdec import EncDecConfig
 from transformer_lab.models.gpt import GPTConfig
 
 
@@ -48,6 +49,24 @@ class ModularData:
     seed: int = "${seed}"  # type: ignore[assignment]
 
 
+@dataclass
+class TranslationData:
+    _target_: str = "transformer_lab.data.translation.TranslationDataModule"
+    name: str = "translation"
+    data_dir: str = "${paths.data_dir}"
+    source: str = "de"  # Multi30k languages: de, en, fr
+    target: str = "en"
+    path: Optional[str] = None  # a file of `source<TAB>target` lines to use instead of Multi30k
+    val_fraction: float = 0.05  # with data.path: the shares held out for validation and test
+    test_fraction: float = 0.05
+    split_seed: int = 0
+    vocab_size: int = 8000  # BPE vocabulary shared by both languages, trained on the training split
+    max_length: int = 128  # tokens per sentence, longer ones are cut
+    batch_size: int = 128  # sentence pairs, grouped by length
+    val_batch_size: Optional[int] = None
+    seed: int = "${seed}"  # type: ignore[assignment]
+
+
 def _model_schema(name: str, config_cls: type, data_keys: tuple[str, ...]) -> type:
     """A model group schema from the model's own config dataclass, less what the data decides
     (vocab_size; block_size becomes an optional maximum), plus the option's name."""
@@ -61,6 +80,7 @@ def _model_schema(name: str, config_cls: type, data_keys: tuple[str, ...]) -> ty
 
 
 GPTModel = _model_schema("gpt", GPTConfig, ("vocab_size", "block_size"))
+EncDecModel = _model_schema("encdec", EncDecConfig, ("vocab_size", "block_size", "pad_id"))
 
 
 @dataclass
@@ -73,10 +93,12 @@ class TrainerConfig:
     precision: Any = "32-true"
     max_steps: int = 5000
     max_epochs: int = -1
+    max_time: Optional[str] = None  # a wall-clock budget for training, "DD:HH:MM:SS"
     val_check_interval: Any = 250  # steps (int) or a fraction of an epoch (float)
     check_val_every_n_epoch: Optional[int] = None
     limit_val_batches: Any = 20  # batches (int) or a fraction (float) of the validation set
     limit_train_batches: Any = None
+    limit_test_batches: Any = None  # batches (int) or a fraction (float) of the test set; None: all
     num_sanity_val_steps: int = 2
     log_every_n_steps: int = 10
     gradient_clip_val: Optional[float] = 1.0
@@ -98,6 +120,16 @@ class OptimConfig:
     eps: float = 1e-8
     fused: Optional[bool] = True  # torch's fused AdamW kernel (CUDA and CPU); null lets torch choose
     skip_nonfinite: bool = False  # on an inf/nan loss: false stops the run, true skips the step (counted)
+    label_smoothing: float = 0.1  # sequence-to-sequence training loss
+
+
+@dataclass
+class DecodeConfig:
+    """How sequence-to-sequence models produce outputs (validation BLEU, test BLEU, translate CLI)."""
+    beam_size: int = 4  # for test/bleu and the translate CLI; 1 is greedy
+    val_beam_size: int = 1  # for val/bleu at each validation (greedy keeps validation fast)
+    length_penalty: float = 0.6  # GNMT's alpha; 0 ranks finished outputs by raw log-probability
+    max_extra_len: int = 50  # an output may be this many tokens longer than its source
 
 
 @dataclass
@@ -123,10 +155,13 @@ def register() -> None:
     # Kept out of the data/ and model/ groups, so `--help` and error messages list only real options.
     cs.store(group="schema/data", name="shakespeare", node=ShakespeareData)
     cs.store(group="schema/data", name="modular", node=ModularData)
+    cs.store(group="schema/data", name="translation", node=TranslationData)
     cs.store(group="schema/model", name="gpt", node=GPTModel)
+    cs.store(group="schema/model", name="encdec", node=EncDecModel)
     cs.store(name="trainer_schema", node=TrainerConfig, package="trainer")
     cs.store(name="optim_schema", node=OptimConfig, package="optim")
     cs.store(name="sample_schema", node=SampleConfig, package="sample")
+    cs.store(name="decode_schema", node=DecodeConfig, package="decode")
 
 
 register()

@@ -27,6 +27,9 @@ def sample(args: dict) -> list[str]:
     if not args["ckpt"]:
         raise UserError("ckpt=PATH is required (a .ckpt file written by train.py)")
     model, meta = load_model(args["ckpt"], map_location=args["device"])
+    if meta["config"]["model"]["name"] != "gpt":
+        raise UserError(f"{args['ckpt']} holds a model={meta['config']['model']['name']} checkpoint; this command "
+                        "samples from model=gpt (python -m transformer_lab.translate for encdec)")
     if not meta.get("vocab"):
         raise UserError(f"{args['ckpt']} was trained on data={meta['config']['data']['name']}, which has no "
                         "text vocabulary to sample from")
@@ -41,14 +44,14 @@ def sample(args: dict) -> list[str]:
     return [tokenizer.decode(row.tolist()) for row in out]
 
 
-def parse_args(argv: list[str]) -> dict:
-    """key=value pairs; values are YAML scalars, except the prompt and the path, which stay text."""
+def parse_args(argv: list[str], text_keys: tuple[str, ...] = ("prompt", "ckpt", "device")) -> dict:
+    """key=value pairs; values are YAML scalars, except those of text_keys, which stay text."""
     args = {}
     for item in argv:
         key, sep, value = item.partition("=")
         if not sep:
-            raise UserError(f"expected key=value, got {item!r}; options: {', '.join(DEFAULTS)}")
-        args[key] = value if key in ("prompt", "ckpt", "device") else yaml.safe_load(value)
+            raise UserError(f"expected key=value, got {item!r}")
+        args[key] = value if key in text_keys else yaml.safe_load(value)
     return args
 
 

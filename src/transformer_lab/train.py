@@ -19,8 +19,9 @@ from omegaconf import DictConfig, OmegaConf
 from transformer_lab.callbacks import GracefulInterrupt, Summary, Throughput
 from transformer_lab.checkpoint import AtomicCheckpointIO, check_compatible, read_checkpoint
 from transformer_lab.errors import ConfigError, UserError
-from transformer_lab.models import GPT, GPTConfig
+from transformer_lab.models import GPT, EncDec, EncDecConfig, GPTConfig
 from transformer_lab.tasks.lm import LanguageModelTask
+from transformer_lab.tasks.seq2seq import Seq2SeqTask
 from transformer_lab.validate import sequence_length, validate
 
 log = logging.getLogger(__name__)
@@ -53,24 +54,31 @@ def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
 
 def build_model(cfg: DictConfig, vocab_size: int) -> torch.nn.Module:
     settings = OmegaConf.to_container(cfg.model, resolve=True)
-    settings.pop("name")
+    name = settings.pop("name")
     settings["block_size"] = settings["block_size"] or sequence_length(cfg.data)
+    if name == "encdec":
+        return EncDec(EncDecConfig(vocab_size=vocab_size, **settings))
     return GPT(GPTConfig(vocab_size=vocab_size, **settings))
 
 
-def build_task(cfg: DictConfig, datamodule, model) -> LanguageModelTask:
+def build_task(cfg: DictConfig, datamodule, model):
+    meta = {"config": OmegaConf.to_container(cfg, resolve=True), "vocab": None}
+    optim = OmegaConf.to_container(cfg.optim)
+    if cfg.data.name == "translation":
+        meta["tokenizer"] = datamodule.tokenizer.to_str()
+        return Seq2SeqTask(model, optim, decode=OmegaConf.to_container(cfg.decode), datamodule=datamodule,
+                           checkpoint_meta=meta)
     if cfg.data.name == "shakespeare":
         tokenizer = datamodule.tokenizer
-        decode, vocab = tokenizer.decode, tokenizer.chars
+        decode, meta["vocab"] = tokenizer.decode, tokenizer.chars
         try:
             prompt_ids = tokenizer.encode(cfg.data.sample_prompt)
         except ValueError as e:
             raise ConfigError("data.sample_prompt", str(e)) from None
     else:
-        decode, vocab, prompt_ids = datamodule.decode, None, None
-    meta = {"config": OmegaConf.to_container(cfg, resolve=True), "vocab": vocab}
+        decode, prompt_ids = datamodule.decode, None
     return LanguageModelTask(
-        model, optim=OmegaConf.to_container(cfg.optim), sample=OmegaConf.to_container(cfg.sample),
+        model, optim=optim, sample=OmegaConf.to_container(cfg.sample),
         decode=decode, answer_only=datamodule.answer_only, prompt_ids=prompt_ids, checkpoint_meta=meta,
     )
 
@@ -152,6 +160,9 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
     status = "failed"
     try:
         trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+        if getattr(datamodule, "has_test_split", False):  # evaluated once, with the best weights
+            best = next((c.best_model_path for c in trainer.checkpoint_callbacks if c.best_model_path), None)
+            trainer.test(task, datamodule=datamodule, ckpt_path=best, weights_only=True)
         status = "completed"
     except SystemExit:  # SIGTERM (and Ctrl-C, made one by GracefulInterrupt) stop Lightning this way
         status = "interrupted"
@@ -167,6 +178,8 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
                 peak_mem_mb=round(peak_memory_mb(), 1),
                 n_params=sum(p.numel() for p in {id(p): p for p in model.parameters()}.values()),
                 global_step=trainer.global_step,
+                **({"padding_fraction": round(datamodule.padding_fraction, 4)}
+                   if hasattr(datamodule, "padding_fraction") else {}),
             )
             log.info("summary: %s", output_dir / "summary.json")
     return result

@@ -10,11 +10,13 @@ import torch
 from omegaconf import DictConfig
 
 from transformer_lab.data.modular import OPS, is_prime
+from transformer_lab.data.translation import LANGUAGES
 from transformer_lab.errors import ConfigError
 
 # model -> data it trains on (DESIGN.md's matrix, as far as it is built).
 SUPPORTED = {
     "gpt": ("shakespeare", "modular"),
+    "encdec": ("translation",),
 }
 
 
@@ -32,6 +34,8 @@ def sequence_length(data: DictConfig) -> int:
     """The longest sequence the data will feed the model."""
     if data.name == "modular":
         return 2 * data.terms
+    if data.name == "translation":
+        return data.max_length
     return data.block_size
 
 
@@ -58,21 +62,39 @@ def validate(cfg: DictConfig) -> None:
         _require(0 < data.train_fraction < 1, "data.train_fraction",
                  f"must be in (0, 1), got {data.train_fraction}")
 
+    if data.name == "translation":
+        if data.path is None:
+            for key in ("source", "target"):
+                _require(data[key] in LANGUAGES, f"data.{key}",
+                         f"Multi30k has {', '.join(LANGUAGES)}; got {data[key]!r} (or give data.path=FILE)")
+            _require(data.source != data.target, "data.target", f"is the same language as data.source ({data.source})")
+        for key in ("val_fraction", "test_fraction"):
+            _require(0 < data[key] < 0.5, f"data.{key}", f"must be in (0, 0.5), got {data[key]}")
+        _require(data.vocab_size >= 100, "data.vocab_size", f"must be at least 100, got {data.vocab_size}")
+        _require(data.max_length >= 4, "data.max_length", f"must be at least 4, got {data.max_length}")
+
     # model
     for key in ("n_layer", "n_head", "n_embd"):
         _positive(cfg, "model", key)
     _require(model.n_embd % model.n_head == 0, "model.n_embd",
              f"{model.n_embd} is not divisible by model.n_head={model.n_head}")
     _require(0 <= model.dropout < 1, "model.dropout", f"must be in [0, 1), got {model.dropout}")
-    _require(model.pos_encoding in ("learned", "rope"), "model.pos_encoding",
-             f"must be learned or rope, got {model.pos_encoding!r}")
-    if model.pos_encoding == "rope":
-        _require((model.n_embd // model.n_head) % 2 == 0, "model.n_embd",
-                 f"rope needs an even head size, n_embd/n_head = {model.n_embd // model.n_head}")
-    _require(model.mlp in ("gelu", "swiglu"), "model.mlp", f"must be gelu or swiglu, got {model.mlp!r}")
+    if model.name == "gpt":
+        _require(model.pos_encoding in ("learned", "rope"), "model.pos_encoding",
+                 f"must be learned or rope, got {model.pos_encoding!r}")
+        if model.pos_encoding == "rope":
+            _require((model.n_embd // model.n_head) % 2 == 0, "model.n_embd",
+                     f"rope needs an even head size, n_embd/n_head = {model.n_embd // model.n_head}")
+        _require(model.mlp in ("gelu", "swiglu"), "model.mlp", f"must be gelu or swiglu, got {model.mlp!r}")
+    if model.name == "encdec":
+        _require(model.pos_encoding in ("sinusoidal", "learned"), "model.pos_encoding",
+                 f"must be sinusoidal or learned, got {model.pos_encoding!r}")
+        _require(model.n_embd % 2 == 0, "model.n_embd", f"sinusoidal positions need an even width, got {model.n_embd}")
+        for key in ("n_decoder_layer", "d_ff"):
+            _require(model[key] is None or model[key] >= 1, f"model.{key}", f"must be positive or null, got {model[key]}")
     if model.block_size is not None:
         length = sequence_length(data)
-        key = "data.block_size" if data.name == "shakespeare" else "data.terms"
+        key = {"shakespeare": "data.block_size", "modular": "data.terms", "translation": "data.max_length"}[data.name]
         _require(length <= model.block_size, key,
                  f"sequences of {length} tokens exceed the model's maximum, model.block_size={model.block_size}")
 
@@ -81,6 +103,8 @@ def validate(cfg: DictConfig) -> None:
     _require(0 <= optim.min_lr <= optim.lr, "optim.min_lr", f"must be in [0, optim.lr={optim.lr}], got {optim.min_lr}")
     _require(optim.warmup_steps >= 0, "optim.warmup_steps", f"must be >= 0, got {optim.warmup_steps}")
     _require(optim.weight_decay >= 0, "optim.weight_decay", f"must be >= 0, got {optim.weight_decay}")
+    _require(0 <= optim.label_smoothing < 1, "optim.label_smoothing",
+             f"must be in [0, 1), got {optim.label_smoothing}")
     _require(len(optim.betas) == 2 and all(0 <= b < 1 for b in optim.betas), "optim.betas",
              f"must be two numbers in [0, 1), got {list(optim.betas)}")
 
@@ -101,6 +125,12 @@ def validate(cfg: DictConfig) -> None:
     _require(trainer.accelerator not in ("gpu", "cuda") or torch.cuda.is_available(), "hardware",
              f"trainer.accelerator={trainer.accelerator} asks for a CUDA GPU but torch sees none "
              f"(torch {torch.__version__}, torch.cuda.is_available() is False); use hardware=cpu or hardware=auto")
+
+    # decoding
+    decode = cfg.decode
+    for key in ("beam_size", "val_beam_size", "max_extra_len"):
+        _require(decode[key] >= 1, f"decode.{key}", f"must be at least 1, got {decode[key]}")
+    _require(decode.length_penalty >= 0, "decode.length_penalty", f"must be >= 0, got {decode.length_penalty}")
 
     # samples
     _require(sample.temperature >= 0, "sample.temperature", f"must be >= 0, got {sample.temperature}")

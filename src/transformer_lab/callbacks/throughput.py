@@ -27,7 +27,7 @@ class Throughput(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         now = time.perf_counter()
         elapsed, self._last = now - self._last, now
-        tokens = batch[0].numel() * trainer.world_size
+        tokens = pl_module.batch_tokens(batch) * trainer.world_size
         if trainer.global_step > 1:
             self._total_tokens += tokens
             self._total_time += elapsed

@@ -158,6 +158,7 @@ class TranslationDataModule(L.LightningDataModule):
 
     kind = "translation"
     answer_only = False
+    has_test_split = True
 
     def __init__(self, data_dir: str = "data", source: str = "de", target: str = "en", path: str | None = None,
                  val_fraction: float = 0.05, test_fraction: float = 0.05, split_seed: int = 0,
@@ -166,7 +167,7 @@ class TranslationDataModule(L.LightningDataModule):
         super().__init__()
         self.data_dir, self.source, self.target, self.path = Path(data_dir), source, target, path
         self.val_fraction, self.test_fraction, self.split_seed = val_fraction, test_fraction, split_seed
-        self.vocab_size, self.max_length = vocab_size, max_length
+        self.bpe_vocab_size, self.max_length = vocab_size, max_length
         self.batch_size, self.val_batch_size, self.seed = batch_size, val_batch_size or batch_size, seed
         self.tokenizer: Tokenizer | None = None
 
@@ -192,16 +193,16 @@ class TranslationDataModule(L.LightningDataModule):
             return
         self.pairs = self.load_pairs()
         train_texts = [text for pair in self.pairs["train"] for text in pair]  # shared vocabulary
-        self.tokenizer = cached_tokenizer(self.data_dir / "tokenizers", train_texts, self.vocab_size)
+        self.tokenizer = cached_tokenizer(self.data_dir / "tokenizers", train_texts, self.bpe_vocab_size)
         self.encoded = {split: self.encode_pairs(pairs) for split, pairs in self.pairs.items()}
         self.train_batches = LengthGroupedBatches(*self.encoded["train"], self.batch_size, self.seed, self._position)
         self.padding_fraction = self.train_batches.padding_fraction()
         log.info("translation %s->%s: %s pairs; vocabulary %d; padding %.1f%% of training positions",
-                 self.source, self.target, {k: len(v) for k, v in self.pairs.items()}, self.vocab_size_actual,
+                 self.source, self.target, {k: len(v) for k, v in self.pairs.items()}, self.vocab_size,
                  100 * self.padding_fraction)
 
     @property
-    def vocab_size_actual(self) -> int:
+    def vocab_size(self) -> int:
         return self.tokenizer.get_vocab_size()
 
     def encode_pairs(self, pairs: list[tuple[str, str]]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:

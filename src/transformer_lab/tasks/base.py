@@ -33,6 +33,10 @@ class Task(L.LightningModule):
         if self.logger is not None and type(self.logger).__name__ == "WandbLogger":
             self.logger.log_text(key=table, columns=columns, data=self.example_tables[table])
 
+    def batch_tokens(self, batch) -> int:
+        """Token positions a training batch feeds the model (for throughput)."""
+        return batch[0].numel()
+
     def guarded(self, loss: torch.Tensor) -> torch.Tensor | None:
         """The loss to train on, or None to skip the step (Lightning then skips backward and the optimizer).
         Checked before backward, so the weights stay those of the last good step."""

@@ -13,9 +13,10 @@ from transformer_lab.tasks.decoding import beam_search
 
 
 class Seq2SeqTask(Task):
-    """`decode`: beam_size (1 = greedy), length_penalty, max_extra_len (outputs may be this many tokens
-    longer than their source), label_smoothing. `val/loss` and `test/loss` are the plain cross-entropy
-    (comparable across smoothing settings); training minimises the smoothed one."""
+    """`decode`: beam_size for the test set (1 = greedy), val_beam_size for validation, length_penalty,
+    max_extra_len (outputs may be this many tokens longer than their source). Training minimises the
+    label-smoothed cross-entropy (optim.label_smoothing); `val/loss` and `test/loss` are the plain one,
+    comparable across smoothing settings."""
 
     def __init__(self, model: torch.nn.Module, optim: dict, decode: dict, datamodule,
                  checkpoint_meta: dict | None = None):
@@ -24,6 +25,10 @@ class Seq2SeqTask(Task):
         self.detokenize, self.references = datamodule.decode, datamodule.references
         self.eval_loss = MeanMetric()
         self.hypotheses: dict[int, str] = {}
+
+    def batch_tokens(self, batch) -> int:
+        src, tgt = batch[:2]
+        return src.numel() + tgt.numel() - tgt.size(0)  # source, and the target minus its last token
 
     def forward(self, src, tgt_in):
         return self.model(src, tgt_in)
@@ -35,19 +40,19 @@ class Seq2SeqTask(Task):
 
     def training_step(self, batch, batch_idx):
         src, tgt = batch
-        return self.guarded(self.loss(src, tgt, self.decode_cfg["label_smoothing"]))
+        return self.guarded(self.loss(src, tgt, self.optim["label_smoothing"]))
 
-    def translate(self, src: torch.Tensor) -> list[list[int]]:
+    def translate(self, src: torch.Tensor, beam_size: int) -> list[list[int]]:
         d = self.decode_cfg
-        return beam_search(self.model, src, d["beam_size"], src.size(1) + d["max_extra_len"], BOS, EOS,
-                           d["length_penalty"])
+        return beam_search(self.model, src, beam_size, src.size(1) + d["max_extra_len"], BOS, EOS, d["length_penalty"])
 
     def _eval_step(self, batch):
         src, tgt, rows = batch
         n_targets = (tgt[:, 1:] != PAD).sum()
         self.eval_loss.update(self.loss(src, tgt, 0.0), weight=n_targets)
         if not self.trainer.sanity_checking:
-            for row, ids in zip(rows.tolist(), self.translate(src)):
+            beam_size = self.decode_cfg["beam_size" if self.trainer.testing else "val_beam_size"]
+            for row, ids in zip(rows.tolist(), self.translate(src, beam_size)):
                 self.hypotheses[row] = self.detokenize(ids)
 
     def _eval_end(self, split: str):

@@ -1,0 +1,159 @@
+import json
+import subprocess
+import sys
+
+import pytest
+import sacrebleu
+import torch
+
+from conftest import ROOT, TINY, run_train
+from transformer_lab.data.translation import (EOS, PAD, EvalBatches, LengthGroupedBatches, TranslationDataModule,
+                                              read_pairs, train_tokenizer)
+from transformer_lab.errors import DataUnavailableError
+from transformer_lab.models.encdec import EncDec, EncDecConfig
+from transformer_lab.tasks.decoding import beam_search, greedy
+
+SENTENCES = ["A man rides a bicycle down the street.", "Two dogs play in the snow!", "Zwei Hunde spielen im Schnee.",
+             "Ein Mann fährt Fahrrad, während es regnet."] * 20
+
+
+def write_pairs(path, n=400):
+    """A toy language pair: the target is the source's words reversed, in capitals."""
+    words = "red blue green dog cat bird runs sleeps jumps over under near the a big small".split()
+    g = torch.Generator().manual_seed(0)
+    lines = []
+    for _ in range(n):
+        sentence = [words[i] for i in torch.randint(len(words), (int(torch.randint(3, 8, (1,), generator=g)),),
+                                                     generator=g)]
+        lines.append(" ".join(sentence) + "\t" + " ".join(w.upper() for w in reversed(sentence)))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_tokenizer_round_trips_text():
+    tokenizer = train_tokenizer(SENTENCES, vocab_size=200)
+    for sentence in set(SENTENCES):
+        assert tokenizer.decode(tokenizer.encode(sentence).ids) == sentence
+    assert tokenizer.token_to_id("<pad>") == PAD and tokenizer.token_to_id("<eos>") == EOS
+
+
+@pytest.mark.parametrize("content,message", [
+    ("ein Hund\ta dog\nzwei Hunde two dogs\n", "pairs.tsv:2: expected 2 tab-separated fields, found 1"),
+    ("ein Hund\ta dog\tein\n", "pairs.tsv:1: expected 2 tab-separated fields, found 3"),
+    ("ein Hund\ta dog\n \ttwo dogs\n", "pairs.tsv:2: the source side is empty"),
+    ("ein Hund\t \n", "pairs.tsv:1: the target side is empty"),
+    ("\n\n", "holds no sentence pairs"),
+])
+def test_malformed_pair_files_name_file_and_line(tmp_path, content, message):
+    path = tmp_path / "pairs.tsv"
+    path.write_text(content)
+    with pytest.raises(DataUnavailableError, match=message.replace("(", r"\(")):
+        read_pairs(path)
+
+
+def test_missing_pair_file(tmp_path):
+    with pytest.raises(DataUnavailableError, match="no file at"):
+        read_pairs(tmp_path / "nope.tsv")
+
+
+def test_pair_file_splits_and_cached_tokenizer(tmp_path):
+    path = write_pairs(tmp_path / "pairs.tsv")
+    dm = TranslationDataModule(str(tmp_path / "data"), path=str(path), vocab_size=120, batch_size=16)
+    dm.setup()
+    assert (len(dm.pairs["train"]), len(dm.pairs["val"]), len(dm.pairs["test"])) == (360, 20, 20)
+    assert not {p for p in dm.pairs["train"]} & {p for p in dm.pairs["test"]} - {p for p in dm.pairs["train"]}
+    cached = list((tmp_path / "data" / "tokenizers").glob("bpe-120-*.json"))
+    assert len(cached) == 1
+    again = TranslationDataModule(str(tmp_path / "data"), path=str(path), vocab_size=120, batch_size=16)
+    again.setup()  # reuses the cache: the same vocabulary
+    assert again.tokenizer.get_vocab() == dm.tokenizer.get_vocab()
+    src, tgt = next(iter(dm.train_dataloader()))
+    assert (src[:, 0] != PAD).all() and (tgt[:, 0] == 1).all()  # <bos> first
+    assert dm.decode(tgt[0].tolist()) in {t for _, t in dm.pairs["train"]}
+
+
+def test_corrupt_tokenizer_cache_is_reported_and_rebuilt(tmp_path, caplog):
+    path = write_pairs(tmp_path / "pairs.tsv")
+    TranslationDataModule(str(tmp_path / "data"), path=str(path), vocab_size=120).setup()
+    cache = next((tmp_path / "data" / "tokenizers").glob("*.json"))
+    cache.write_text(cache.read_text()[:100])
+    dm = TranslationDataModule(str(tmp_path / "data"), path=str(path), vocab_size=120)
+    dm.setup()
+    assert "unreadable" in caplog.text and json.loads(cache.read_text())  # rebuilt whole
+
+
+def test_length_grouping_keeps_padding_small_and_resumes():
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(3, 40, (2000,), generator=g).tolist()
+    src = [torch.ones(n, dtype=torch.long) for n in lengths]
+    tgt = [torch.ones(n + 1, dtype=torch.long) for n in lengths]
+    grouped = LengthGroupedBatches(src, tgt, 32, seed=1)
+    random_order = LengthGroupedBatches(src, tgt, 32, seed=1, pool=1)  # pools of one batch: no grouping
+    assert grouped.padding_fraction() < 0.05 < random_order.padding_fraction()
+    everything = [b[0] for b in grouped]
+    resumed = LengthGroupedBatches(src, tgt, 32, seed=1, position=lambda: (0, 5))
+    assert all(torch.equal(a, b[0]) for a, b in zip(everything[5:], resumed, strict=True))
+    rows = torch.cat([r for _, _, r in EvalBatches(src, tgt, 64)])
+    assert sorted(rows.tolist()) == list(range(2000))
+
+
+def tiny_model():
+    torch.manual_seed(0)
+    return EncDec(EncDecConfig(vocab_size=40, block_size=64, n_layer=2, n_head=2, n_embd=32, dropout=0.0)).eval()
+
+
+def test_beam_one_equals_greedy():
+    model = tiny_model()
+    src = torch.randint(5, 40, (6, 9))
+    src[2, 5:] = PAD
+    assert beam_search(model, src, 1, 20, bos=1, eos=2) == greedy(model, src, 20, bos=1, eos=2)
+
+
+def test_beam_search_finds_a_likelier_output_than_greedy():
+    model = tiny_model()
+    src = torch.randint(5, 40, (8, 7))
+
+    def log_prob(row, ids):
+        tgt = torch.tensor([[1] + ids + [2]])
+        logp = model(src[row:row + 1], tgt[:, :-1]).log_softmax(-1)
+        return logp[0, torch.arange(len(ids) + 1), tgt[0, 1:]].sum().item()
+
+    greedy_out = greedy(model, src, 12, bos=1, eos=2)
+    beam_out = beam_search(model, src, 5, 12, bos=1, eos=2, length_penalty=0.0)
+    for row in range(8):
+        assert log_prob(row, beam_out[row]) >= log_prob(row, greedy_out[row]) - 1e-5
+
+
+def test_bleu_of_references_against_themselves_is_100():
+    references = ["A man in an orange hat starring at something.", "A Boston Terrier is running on lush green grass.",
+                  "A girl in karate uniform breaking a stick with a front kick."]
+    assert sacrebleu.corpus_bleu(references, [references]).score == pytest.approx(100.0)
+
+
+def test_translation_pairs_train_end_to_end(tmp_path):
+    pairs = write_pairs(tmp_path / "pairs.tsv", n=600)
+    run = tmp_path / "run"
+    result = run_train("model=encdec", "data=translation", f"data.path={pairs}", "data.vocab_size=120",
+                       "data.batch_size=32", f"paths.data_dir={tmp_path / 'data'}", *TINY, "model.n_embd=64",
+                       "model.n_head=4", "trainer.max_steps=150", "trainer.val_check_interval=50",
+                       "optim.lr=3e-3", "optim.warmup_steps=20", "decode.beam_size=2", "logger=csv",
+                       "trainer.log_every_n_steps=5", f"hydra.run.dir={run}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["val/loss"] < summary["train/loss_best"] + 2
+    for key in ("val/bleu", "test/bleu", "test/bleu_lowercase", "test/loss", "padding_fraction"):
+        assert key in summary
+    assert summary["val/loss_best"] < 3.0  # from ln(120) = 4.8
+    assert "test translations at step 150" in result.stdout + result.stderr
+
+    out = subprocess.run([sys.executable, "-m", "transformer_lab.translate", f"ckpt={run / 'checkpoints' / 'best.ckpt'}",
+                          "text=red dog runs", "beam_size=2"], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() and out.stdout.strip() == out.stdout.strip().upper()  # it learnt the capitals
+
+
+def test_unsupported_pairs_list_what_works(tmp_path):
+    result = run_train("model=encdec", "data=shakespeare", "logger=none", f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 2
+    assert "model=encdec does not train on data=shakespeare" in result.stderr
+    assert "model=gpt data=shakespeare" in result.stderr and "model=encdec data=translation" in result.stderr
