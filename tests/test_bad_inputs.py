@@ -46,6 +46,11 @@ CASES = [
     ("data-corrupt", ["paths.data_dir={ws}/corrupt"], "the file is corrupt or a different version"),
     ("unwritable-output", ["hydra.run.dir={ws}/a-file/run"], "cannot create the run directory, {ws}/a-file is a file"),
     ("prompt-vocabulary", ["data.sample_prompt=@"], "data.sample_prompt: characters not in the vocabulary: ['@']"),
+    ("model-data-pair", ["model=encdec", "data=modular"], "model=encdec does not train on data=modular; combinations"),
+    ("malformed-tsv", ["model=encdec", "data=translation", "data.path={ws}/bad.tsv"],
+     "bad.tsv:2: expected 2 tab-separated fields, found 1"),
+    ("empty-tsv", ["model=encdec", "data=translation", "data.path={ws}/empty.tsv"], "empty.tsv holds no sentence pairs"),
+    ("language", ["model=encdec", "data=translation", "data.target=es"], "data.target: Multi30k has de, en, fr"),
 ]
 
 
@@ -60,6 +65,8 @@ def workspace(tmp_path_factory):
     (ws / "corrupt" / "shakespeare").mkdir(parents=True)
     (ws / "corrupt" / "shakespeare" / "input.txt").write_text("To be, or not to be\n")
     (ws / "a-file").write_text("not a folder\n")
+    (ws / "bad.tsv").write_text("ein Hund\ta dog\nzwei Hunde two dogs\n")
+    (ws / "empty.tsv").write_text("")
     return ws
 
 
@@ -76,7 +83,7 @@ def test_the_table_is_long_enough():
 def test_bad_input_gives_one_clear_message(overrides, fragment, workspace, tmp_path):
     if "hardware=gpu" in overrides and torch.cuda.is_available():
         pytest.skip("a GPU is present")
-    needs_text = not any(o.startswith("data=modular") for o in overrides)
+    needs_text = not any(o.startswith(("data=modular", "data=translation")) for o in overrides)
     if needs_text and "paths.data_dir" not in " ".join(overrides) and not (ROOT / "data/shakespeare/input.txt").exists():
         pytest.skip("tiny Shakespeare missing: run `make data`")
     run_dir = tmp_path / "run"

@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 from conftest import ROOT, compose_cfg
 from transformer_lab.errors import ConfigError
 from transformer_lab.train import build_model, make_datamodule
-from transformer_lab.validate import validate
+from transformer_lab.validate import SUPPORTED, validate
 
 
 def options(group: str) -> list[str]:
@@ -16,8 +16,8 @@ def options(group: str) -> list[str]:
 
 
 def test_groups_offer_the_documented_options():
-    assert options("data") == ["modular", "shakespeare"]
-    assert options("model") == ["gpt"]
+    assert options("data") == ["modular", "shakespeare", "translation"]
+    assert options("model") == ["encdec", "gpt"]
     assert set(options("hardware")) >= {"auto", "cpu", "gpu"}
     assert options("logger") == ["csv", "none", "tensorboard", "wandb"]
     assert {"shakespeare_char", "shakespeare_char_cpu"} <= set(options("experiment"))
@@ -28,6 +28,10 @@ def test_groups_offer_the_documented_options():
 def test_data_and_model_compose_and_instantiate(data, model, tmp_path):
     cfg = compose_cfg([f"data={data}", f"model={model}", "model.n_layer=1", "model.n_embd=32", "model.n_head=2"],
                       tmp_path)
+    if data not in SUPPORTED[model]:
+        with pytest.raises(ConfigError, match=f"model={model} does not train on data={data}"):
+            validate(cfg)
+        return
     validate(cfg)
     datamodule = make_datamodule(cfg)
     assert datamodule.batch_size == cfg.data.batch_size
