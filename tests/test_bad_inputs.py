@@ -46,7 +46,7 @@ CASES = [
     ("data-corrupt", ["paths.data_dir={ws}/corrupt"], "the file is corrupt or a different version"),
     ("unwritable-output", ["hydra.run.dir={ws}/a-file/run"], "cannot create the run directory, {ws}/a-file is a file"),
     ("prompt-vocabulary", ["data.sample_prompt=@"], "data.sample_prompt: characters not in the vocabulary: ['@']"),
-    ("model-data-pair", ["model=encdec", "data=modular"], "model=encdec does not train on data=modular; combinations"),
+    ("model-data-pair", ["model=encdec", "data=shakespeare"], "model=encdec does not train on data=shakespeare; combi"),
     ("malformed-tsv", ["model=encdec", "data=translation", "data.path={ws}/bad.tsv"],
      "bad.tsv:2: expected 2 tab-separated fields, found 1"),
     ("empty-tsv", ["model=encdec", "data=translation", "data.path={ws}/empty.tsv"], "empty.tsv holds no sentence pairs"),

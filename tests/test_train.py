@@ -103,3 +103,17 @@ def test_wandb_without_credentials_runs_offline(tmp_path):
     output = result.stdout + result.stderr
     assert "logging offline" in output and "wandb sync" in output
     assert list((tmp_path / "run" / "wandb").glob("offline-run-*"))
+
+
+def test_encdec_learns_modular_answers(tmp_path):
+    result = run_train("model=encdec", "data=modular", "data.p=11", "data.train_fraction=0.9", "data.batch_size=128",
+                       *TINY, "model.n_embd=64", "model.n_head=4", "model.dropout=0.0", "trainer.max_steps=150",
+                       "trainer.val_check_interval=50", "optim.warmup_steps=10", "optim.lr=3e-3",
+                       "optim.label_smoothing=0.0", "logger=csv", "trainer.log_every_n_steps=1", "callbacks=none",
+                       f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    train_losses = logged(tmp_path, "train/loss")
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert train_losses[0] > 2.0 and summary["train/loss"] < 0.5 * train_losses[0], (train_losses, summary)
+    assert 0.0 <= summary["val/acc"] <= 1.0 and "val/bleu" not in summary
+    assert "examples at step" in result.stdout + result.stderr

@@ -157,3 +157,26 @@ def test_unsupported_pairs_list_what_works(tmp_path):
     assert result.returncode == 2
     assert "model=encdec does not train on data=shakespeare" in result.stderr
     assert "model=gpt data=shakespeare" in result.stderr and "model=encdec data=translation" in result.stderr
+
+
+def test_gpt_translates_as_a_prefix_lm(tmp_path):
+    pairs = write_pairs(tmp_path / "pairs.tsv", n=600)
+    run = tmp_path / "run"
+    result = run_train("model=gpt", "data=translation", f"data.path={pairs}", "data.vocab_size=120",
+                       "data.max_length=16", "data.batch_size=32", f"paths.data_dir={tmp_path / 'data'}", *TINY,
+                       "model.n_embd=64", "model.n_head=4", "trainer.max_steps=150", "trainer.val_check_interval=50",
+                       "optim.lr=3e-3", "optim.warmup_steps=20", "logger=csv", "trainer.log_every_n_steps=5",
+                       f"hydra.run.dir={run}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    for key in ("val/bleu", "test/bleu", "test/bleu_lowercase", "test/loss"):
+        assert key in summary
+    assert summary["val/loss_best"] < 3.0  # from ln(120) = 4.8, on target tokens only
+    assert "test translations at step 150" in result.stdout + result.stderr
+
+
+def test_prefix_lm_sequences_predict_only_the_target():
+    from transformer_lab.data.translation import BOS, SEP, prefix_lm
+
+    x, y = prefix_lm(torch.tensor([10, 11, EOS]), torch.tensor([BOS, 20, 21, EOS]))
+    assert x.tolist() == [BOS, 10, 11, SEP, 20, 21] and y.tolist() == [-100, -100, -100, 20, 21, EOS]

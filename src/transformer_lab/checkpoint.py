@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from omegaconf import DictConfig
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from transformer_lab.atomic import atomic_write
 from transformer_lab.errors import ConfigError, UserError
 from transformer_lab.models import GPT, EncDec, EncDecConfig, GPTConfig
+from transformer_lab.validate import sequence_length
 
 # Model keys a resumed run may change; every other one decides the architecture.
 CHANGEABLE_KEYS = ("dropout",)
@@ -68,13 +70,8 @@ def load_model(path: str | Path, map_location: str = "cpu") -> tuple[torch.nn.Mo
     name = settings.pop("name")
     state = {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
     vocab_size = state["embed.weight" if name == "encdec" else "wte.weight"].shape[0]
-    settings["block_size"] = settings["block_size"] or _data_length(config["data"])
+    settings["block_size"] = settings["block_size"] or sequence_length(DictConfig(config["data"]), name)
     model = (EncDec(EncDecConfig(vocab_size=vocab_size, **settings)) if name == "encdec"
              else GPT(GPTConfig(vocab_size=vocab_size, **settings)))
     model.load_state_dict(state)
     return model.to(map_location).eval(), meta
-
-
-def _data_length(data: dict) -> int:
-    return {"modular": lambda: 2 * data["terms"], "translation": lambda: data["max_length"]}.get(
-        data["name"], lambda: data["block_size"])()

@@ -42,6 +42,10 @@ warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
 def make_datamodule(cfg: DictConfig) -> L.LightningDataModule:
     settings = OmegaConf.to_container(cfg.data, resolve=True)
     settings.pop("name")  # selects the option; not an argument of the data module
+    if cfg.data.name == "modular" and cfg.model.name == "encdec":
+        settings["seq2seq"] = True  # equation in, answer out
+    if cfg.data.name == "translation" and cfg.model.name == "gpt":
+        settings["prefix_lm"] = True  # one sequence: <bos> source <sep> target <eos>
     return hydra.utils.instantiate(settings)
 
 
@@ -55,7 +59,7 @@ def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
 def build_model(cfg: DictConfig, vocab_size: int) -> torch.nn.Module:
     settings = OmegaConf.to_container(cfg.model, resolve=True)
     name = settings.pop("name")
-    settings["block_size"] = settings["block_size"] or sequence_length(cfg.data)
+    settings["block_size"] = settings["block_size"] or sequence_length(cfg.data, name)
     if name == "encdec":
         return EncDec(EncDecConfig(vocab_size=vocab_size, **settings))
     return GPT(GPTConfig(vocab_size=vocab_size, **settings))
@@ -66,6 +70,7 @@ def build_task(cfg: DictConfig, datamodule, model):
     optim = OmegaConf.to_container(cfg.optim)
     if cfg.data.name == "translation":
         meta["tokenizer"] = datamodule.tokenizer.to_str()
+    if cfg.model.name == "encdec":
         return Seq2SeqTask(model, optim, decode=OmegaConf.to_container(cfg.decode), datamodule=datamodule,
                            checkpoint_meta=meta)
     if cfg.data.name == "shakespeare":
@@ -78,8 +83,9 @@ def build_task(cfg: DictConfig, datamodule, model):
     else:
         decode, prompt_ids = datamodule.decode, None
     return LanguageModelTask(
-        model, optim=optim, sample=OmegaConf.to_container(cfg.sample),
-        decode=decode, answer_only=datamodule.answer_only, prompt_ids=prompt_ids, checkpoint_meta=meta,
+        model, optim=optim, sample=OmegaConf.to_container(cfg.sample), decode=decode,
+        answer_only=datamodule.answer_only, prompt_ids=prompt_ids, checkpoint_meta=meta, kind=datamodule.kind,
+        max_extra_len=cfg.decode.max_extra_len,
     )
 
 
@@ -176,7 +182,7 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
                 tokens_per_sec=throughput.tokens_per_sec if throughput else None,
                 wall_time_s=round(time.time() - start_time, 3),
                 peak_mem_mb=round(peak_memory_mb(), 1),
-                n_params=sum(p.numel() for p in {id(p): p for p in model.parameters()}.values()),
+                n_params=sum(p.numel() for p in model.parameters()),  # a tied weight counts once
                 global_step=trainer.global_step,
                 **({"padding_fraction": round(datamodule.padding_fraction, 4)}
                    if hasattr(datamodule, "padding_fraction") else {}),

@@ -30,9 +30,10 @@ def translate(args: dict, sentences: list[str]) -> list[str]:
     if not args["ckpt"]:
         raise UserError("ckpt=PATH is required (a .ckpt file written by train.py with model=encdec)")
     model, meta = load_model(args["ckpt"], map_location=args["device"])
-    if "tokenizer" not in meta:
+    if "tokenizer" not in meta or meta["config"]["model"]["name"] != "encdec":
         raise UserError(f"{args['ckpt']} holds a model={meta['config']['model']['name']} "
-                        f"data={meta['config']['data']['name']} checkpoint; this command needs a translation model")
+                        f"data={meta['config']['data']['name']} checkpoint; this command translates with "
+                        "model=encdec data=translation checkpoints")
     tokenizer = Tokenizer.from_str(meta["tokenizer"])
     limit = meta["config"]["data"]["max_length"] - 2
     outputs = []

@@ -15,8 +15,8 @@ from transformer_lab.errors import ConfigError
 
 # model -> data it trains on (DESIGN.md's matrix, as far as it is built).
 SUPPORTED = {
-    "gpt": ("shakespeare", "modular"),
-    "encdec": ("translation",),
+    "gpt": ("shakespeare", "modular", "translation"),
+    "encdec": ("translation", "modular"),
 }
 
 
@@ -30,12 +30,12 @@ def _positive(cfg: DictConfig, section: str, key: str) -> None:
     _require(isinstance(value, int) and value >= 1, f"{section}.{key}", f"must be a positive integer, got {value!r}")
 
 
-def sequence_length(data: DictConfig) -> int:
+def sequence_length(data: DictConfig, model: str) -> int:
     """The longest sequence the data will feed the model."""
     if data.name == "modular":
-        return 2 * data.terms
+        return 2 * data.terms  # the equation; an encoder-decoder's target, <bos> c <eos>, is shorter
     if data.name == "translation":
-        return data.max_length
+        return 2 * data.max_length if model == "gpt" else data.max_length  # gpt sees source and target
     return data.block_size
 
 
@@ -93,7 +93,7 @@ def validate(cfg: DictConfig) -> None:
         for key in ("n_decoder_layer", "d_ff"):
             _require(model[key] is None or model[key] >= 1, f"model.{key}", f"must be positive or null, got {model[key]}")
     if model.block_size is not None:
-        length = sequence_length(data)
+        length = sequence_length(data, model.name)
         key = {"shakespeare": "data.block_size", "modular": "data.terms", "translation": "data.max_length"}[data.name]
         _require(length <= model.block_size, key,
                  f"sequences of {length} tokens exceed the model's maximum, model.block_size={model.block_size}")

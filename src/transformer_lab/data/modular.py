@@ -2,6 +2,8 @@
 
 Sequence layout (token ids): numbers 0..p-1 are themselves, then one id per operator and one for "=".
 Two terms: [a, op, b, =] and the target is c at the "=" position; more terms repeat "op x".
+For an encoder-decoder (`seq2seq=True`) every id moves up past the special tokens (<pad>, <bos>, ...):
+the source is the equation, the target [<bos>, c, <eos>].
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import lightning as L
 import torch
 
 from transformer_lab.data.batches import Batches, ShuffledBatches
+from transformer_lab.data.translation import BOS, EOS, SPECIALS
 
 OPS = ["+", "-", "*", "/"]
 
@@ -60,8 +63,10 @@ class ModularDataModule(L.LightningDataModule):
 
     def __init__(self, p: int = 97, op: str = "+", terms: int = 2, train_fraction: float = 0.5,
                  split_seed: int = 0, batch_size: int = 512, val_batch_size: int | None = None,
-                 max_examples: int = 1_000_000, seed: int = 1337):
+                 max_examples: int = 1_000_000, seed: int = 1337, seq2seq: bool = False):
         super().__init__()
+        self.seq2seq = seq2seq
+        self.offset = len(SPECIALS) if seq2seq else 0
         self.p, self.op, self.terms = p, op, terms
         self.train_fraction, self.split_seed = train_fraction, split_seed
         self.batch_size, self.val_batch_size = batch_size, val_batch_size or batch_size
@@ -72,7 +77,7 @@ class ModularDataModule(L.LightningDataModule):
 
     @property
     def vocab_size(self) -> int:
-        return self.p + len(OPS) + 1
+        return self.offset + self.p + len(OPS) + 1
 
     @property
     def block_size(self) -> int:
@@ -80,7 +85,7 @@ class ModularDataModule(L.LightningDataModule):
 
     def decode(self, ids) -> str:
         symbols = [str(i) for i in range(self.p)] + OPS + ["="]
-        return " ".join(symbols[int(i)] for i in ids)
+        return " ".join(symbols[int(i) - self.offset] for i in ids if int(i) >= self.offset)
 
     def setup(self, stage: str | None = None) -> None:
         if self.ready:
@@ -92,6 +97,9 @@ class ModularDataModule(L.LightningDataModule):
         x[:, -1] = self.eq_id
         y = torch.full_like(x, -100)  # ignored by cross-entropy
         y[:, -1] = answer
+        if self.seq2seq:
+            x = x + self.offset
+            y = torch.stack([torch.full_like(answer, BOS), answer + self.offset, torch.full_like(answer, EOS)], 1)
         perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.split_seed))
         n_train = int(round(n * self.train_fraction))
         self.train_idx, self.val_idx = perm[:n_train], perm[n_train:]

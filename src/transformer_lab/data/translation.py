@@ -95,8 +95,17 @@ def cached_tokenizer(cache_dir: Path, texts: list[str], vocab_size: int) -> Toke
     return tokenizer
 
 
-def pad_batch(sequences: list[torch.Tensor]) -> torch.Tensor:
-    return torch.nn.utils.rnn.pad_sequence(sequences, batch_first=True, padding_value=PAD)
+def pad_batch(sequences: list[torch.Tensor], value: int = PAD) -> torch.Tensor:
+    return torch.nn.utils.rnn.pad_sequence(sequences, batch_first=True, padding_value=value)
+
+
+def prefix_lm(src: torch.Tensor, tgt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One decoder-only sequence `<bos> source <sep> target <eos>` as (inputs, targets); only the target
+    part is predicted (-100 elsewhere). The prompt to decode from is inputs[:len(src) + 1]."""
+    sequence = torch.cat([torch.tensor([BOS]), src[:-1], torch.tensor([SEP]), tgt[1:]])  # src ends in <eos>
+    targets = sequence[1:].clone()
+    targets[:len(src)] = -100  # the source and <sep> are given, not predicted
+    return sequence[:-1], targets
 
 
 class LengthGroupedBatches:
@@ -105,8 +114,10 @@ class LengthGroupedBatches:
     batches and shuffles the batches; `position()` gives (epoch, batches done) for an exact resume."""
 
     def __init__(self, src: list[torch.Tensor], tgt: list[torch.Tensor], batch_size: int, seed: int,
-                 position: Callable[[], tuple[int, int]] = lambda: (0, 0), pool: int = 50):
+                 position: Callable[[], tuple[int, int]] = lambda: (0, 0), pool: int = 50,
+                 pad_values: tuple[int, int] = (PAD, PAD)):
         self.src, self.tgt, self.batch_size, self.seed, self.position, self.pool = src, tgt, batch_size, seed, position, pool
+        self.pad_values = pad_values
 
     def __len__(self) -> int:
         return math.ceil(len(self.src) / self.batch_size)
@@ -124,7 +135,8 @@ class LengthGroupedBatches:
     def __iter__(self):
         epoch, done = self.position()
         for rows in self.batches(epoch)[done:]:
-            yield pad_batch([self.src[i] for i in rows]), pad_batch([self.tgt[i] for i in rows])
+            yield (pad_batch([self.src[i] for i in rows], self.pad_values[0]),
+                   pad_batch([self.tgt[i] for i in rows], self.pad_values[1]))
 
     def padding_fraction(self) -> float:
         """Share of padding among all source and target positions of an epoch's batches."""
@@ -138,19 +150,29 @@ class LengthGroupedBatches:
 
 
 class EvalBatches:
-    """Evaluation batches sorted by length, each with the indices of its pairs (to match references)."""
+    """Evaluation batches sorted by source length, each with the indices of its pairs (to match
+    references). With `prompt_lengths`, a batch holds one prompt length only, so a decoder-only
+    model's prompts line up without padding."""
 
-    def __init__(self, src: list[torch.Tensor], tgt: list[torch.Tensor], batch_size: int):
-        self.src, self.tgt, self.batch_size = src, tgt, batch_size
-        self.order = sorted(range(len(src)), key=lambda i: len(src[i]))
+    def __init__(self, src: list[torch.Tensor], tgt: list[torch.Tensor], batch_size: int,
+                 pad_values: tuple[int, int] = (PAD, PAD), prompt_lengths: list[int] | None = None):
+        self.src, self.tgt, self.pad_values = src, tgt, pad_values
+        key = prompt_lengths or [len(s) for s in src]
+        self.batches: list[list[int]] = []
+        for i in sorted(range(len(src)), key=lambda i: key[i]):
+            last = self.batches[-1] if self.batches else None
+            if last and len(last) < batch_size and (prompt_lengths is None or key[last[0]] == key[i]):
+                last.append(i)
+            else:
+                self.batches.append([i])
 
     def __len__(self) -> int:
-        return math.ceil(len(self.src) / self.batch_size)
+        return len(self.batches)
 
     def __iter__(self):
-        for start in range(0, len(self.order), self.batch_size):
-            rows = self.order[start:start + self.batch_size]
-            yield pad_batch([self.src[i] for i in rows]), pad_batch([self.tgt[i] for i in rows]), torch.tensor(rows)
+        for rows in self.batches:
+            yield (pad_batch([self.src[i] for i in rows], self.pad_values[0]),
+                   pad_batch([self.tgt[i] for i in rows], self.pad_values[1]), torch.tensor(rows))
 
 
 class TranslationDataModule(L.LightningDataModule):
@@ -163,8 +185,9 @@ class TranslationDataModule(L.LightningDataModule):
     def __init__(self, data_dir: str = "data", source: str = "de", target: str = "en", path: str | None = None,
                  val_fraction: float = 0.05, test_fraction: float = 0.05, split_seed: int = 0,
                  vocab_size: int = 8000, max_length: int = 128, batch_size: int = 128,
-                 val_batch_size: int | None = None, seed: int = 1337):
+                 val_batch_size: int | None = None, seed: int = 1337, prefix_lm: bool = False):
         super().__init__()
+        self.prefix_lm = prefix_lm  # batches for a decoder-only model: `<bos> src <sep> tgt <eos>`
         self.data_dir, self.source, self.target, self.path = Path(data_dir), source, target, path
         self.val_fraction, self.test_fraction, self.split_seed = val_fraction, test_fraction, split_seed
         self.bpe_vocab_size, self.max_length = vocab_size, max_length
@@ -195,7 +218,12 @@ class TranslationDataModule(L.LightningDataModule):
         train_texts = [text for pair in self.pairs["train"] for text in pair]  # shared vocabulary
         self.tokenizer = cached_tokenizer(self.data_dir / "tokenizers", train_texts, self.bpe_vocab_size)
         self.encoded = {split: self.encode_pairs(pairs) for split, pairs in self.pairs.items()}
-        self.train_batches = LengthGroupedBatches(*self.encoded["train"], self.batch_size, self.seed, self._position)
+        if self.prefix_lm:
+            self.prompt_lengths = {split: [len(s) + 1 for s in src] for split, (src, _) in self.encoded.items()}
+            self.encoded = {split: tuple(map(list, zip(*map(prefix_lm, *pairs)))) for split, pairs in self.encoded.items()}
+        self.pad_values = (PAD, -100) if self.prefix_lm else (PAD, PAD)
+        self.train_batches = LengthGroupedBatches(*self.encoded["train"], self.batch_size, self.seed, self._position,
+                                                  pad_values=self.pad_values)
         self.padding_fraction = self.train_batches.padding_fraction()
         log.info("translation %s->%s: %s pairs; vocabulary %d; padding %.1f%% of training positions",
                  self.source, self.target, {k: len(v) for k, v in self.pairs.items()}, self.vocab_size,
@@ -229,8 +257,12 @@ class TranslationDataModule(L.LightningDataModule):
     def train_dataloader(self):
         return self.train_batches
 
+    def _eval_batches(self, split: str) -> EvalBatches:
+        return EvalBatches(*self.encoded[split], self.val_batch_size, self.pad_values,
+                           self.prompt_lengths[split] if self.prefix_lm else None)
+
     def val_dataloader(self):
-        return EvalBatches(*self.encoded["val"], self.val_batch_size)
+        return self._eval_batches("val")
 
     def test_dataloader(self):
-        return EvalBatches(*self.encoded["test"], self.val_batch_size)
+        return self._eval_batches("test")

@@ -9,6 +9,7 @@ from collections import defaultdict
 from functools import partial
 
 import lightning as L
+import sacrebleu
 import torch
 
 from transformer_lab.errors import NonFiniteLossError
@@ -24,6 +25,27 @@ class Task(L.LightningModule):
         self.checkpoint_meta = checkpoint_meta or {}
         self.skipped_steps = 0
         self.example_tables: dict[str, list[list]] = defaultdict(list)
+        self.hypotheses: dict[int, str] = {}  # row of the evaluation split -> decoded output
+
+    def report_bleu(self, split: str) -> None:
+        """sacreBLEU of this evaluation's decoded outputs against the split's references (detokenized,
+        cased; the test split also lowercased), and a few examples."""
+        if self.trainer.sanity_checking or not self.hypotheses:
+            self.hypotheses = {}
+            return
+        datamodule = self.trainer.datamodule
+        rows = sorted(self.hypotheses)
+        hypotheses = [self.hypotheses[r] for r in rows]
+        references = [datamodule.references(split)[r] for r in rows]
+        self.hypotheses = {}
+        self.log(f"{split}/bleu", sacrebleu.corpus_bleu(hypotheses, [references]).score, prog_bar=True)
+        if split == "test":
+            self.log("test/bleu_lowercase", sacrebleu.corpus_bleu(hypotheses, [references], lowercase=True).score)
+        sources = [datamodule.pairs[split][r][0] for r in rows[:3]]
+        text = "\n".join(f"  src: {s}\n  out: {h}\n  ref: {r}" for s, h, r in zip(sources, hypotheses, references))
+        table = [[split, self.global_step, s, h, r] for s, h, r in zip(sources, hypotheses, references)]
+        self.show_examples(f"{split} translations", text, "translations",
+                           ["split", "step", "source", "output", "reference"], table)
 
     def show_examples(self, title: str, text: str, table: str, columns: list[str], rows: list[list]) -> None:
         """Print examples (samples, translations) to the console, and keep them in a W&B table."""

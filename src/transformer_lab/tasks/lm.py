@@ -1,5 +1,5 @@
-"""Language modelling: next-token cross-entropy, on every position (text) or on the answer only
-(equations, where targets elsewhere are -100)."""
+"""Language modelling: next-token cross-entropy, on every position (text), on the answer only
+(equations), or on the target after `<sep>` (translation as a prefix LM); targets elsewhere are -100."""
 
 from __future__ import annotations
 
@@ -10,15 +10,16 @@ import torch.nn.functional as F
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
+from transformer_lab.data.translation import EOS, SEP
 from transformer_lab.tasks.base import Task
 
 
 class LanguageModelTask(Task):
     def __init__(self, model: torch.nn.Module, optim: dict, sample: dict, decode: Callable[[Any], str],
                  answer_only: bool = False, prompt_ids: list[int] | None = None,
-                 checkpoint_meta: dict | None = None):
+                 checkpoint_meta: dict | None = None, kind: str = "text", max_extra_len: int = 50):
         super().__init__(model, optim, checkpoint_meta)
-        self.sample = sample
+        self.sample, self.kind, self.max_extra_len = sample, kind, max_extra_len
         self.decode, self.answer_only = decode, answer_only
         self.prompt_ids = prompt_ids or [0]
         vocab_size = model.config.vocab_size
@@ -37,7 +38,7 @@ class LanguageModelTask(Task):
         return self.guarded(self.loss(logits, y))
 
     def validation_step(self, batch, batch_idx):
-        x, y = batch
+        x, y = batch[0], batch[1]
         logits = self.model(x)
         n_targets = (y != -100).sum()
         self.val_loss.update(self.loss(logits, y), weight=n_targets)
@@ -45,15 +46,36 @@ class LanguageModelTask(Task):
             self.val_acc.update(logits.flatten(0, 1), y.flatten())
             if batch_idx == 0:
                 self._equation_examples(x, logits.argmax(-1), y)
+        if self.kind == "translation" and not self.trainer.sanity_checking:
+            self._translate(x, batch[2])
+
+    def _translate(self, x: torch.Tensor, rows: torch.Tensor) -> None:
+        """Greedy continuation of `<bos> source <sep>` (one prompt length per batch) up to <eos>."""
+        prompt_len = int((x[0] == SEP).nonzero()[0]) + 1
+        room = self.model.config.block_size - prompt_len
+        out = self.model.generate(x[:, :prompt_len], min(room, prompt_len + self.max_extra_len), temperature=0)
+        for row, ids in zip(rows.tolist(), out[:, prompt_len:].tolist()):
+            self.hypotheses[row] = self.decode(ids[:ids.index(EOS)] if EOS in ids else ids)
 
     def on_validation_epoch_end(self):
+        self._eval_end("val")
+
+    def test_step(self, batch, batch_idx):
+        self.validation_step(batch, batch_idx)
+
+    def on_test_epoch_end(self):
+        self._eval_end("test")
+
+    def _eval_end(self, split: str):
         loss = self.val_loss.compute()
         self.val_loss.reset()
-        self.log("val/loss", loss, prog_bar=True)
-        self.log("val/ppl", loss.exp())
+        self.log(f"{split}/loss", loss, prog_bar=True)
+        self.log(f"{split}/ppl", loss.exp())
         if self.val_acc is not None:
-            self.log("val/acc", self.val_acc.compute(), prog_bar=True)
+            self.log(f"{split}/acc", self.val_acc.compute(), prog_bar=True)
             self.val_acc.reset()
+        elif self.kind == "translation":
+            self.report_bleu(split)
         elif self.sample.get("enabled", True) and not self.trainer.sanity_checking:
             self._text_samples()
 

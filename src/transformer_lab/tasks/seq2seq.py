@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sacrebleu
 import torch
 import torch.nn.functional as F
 from torchmetrics import MeanMetric
@@ -22,9 +21,10 @@ class Seq2SeqTask(Task):
                  checkpoint_meta: dict | None = None):
         super().__init__(model, optim, checkpoint_meta)
         self.decode_cfg = decode
-        self.detokenize, self.references = datamodule.decode, datamodule.references
+        self.detokenize = datamodule.decode
+        self.answer_only = datamodule.answer_only  # equations: accuracy of the answer instead of BLEU
         self.eval_loss = MeanMetric()
-        self.hypotheses: dict[int, str] = {}
+        self.eval_acc = MeanMetric()
 
     def batch_tokens(self, batch) -> int:
         src, tgt = batch[:2]
@@ -47,12 +47,18 @@ class Seq2SeqTask(Task):
         return beam_search(self.model, src, beam_size, src.size(1) + d["max_extra_len"], BOS, EOS, d["length_penalty"])
 
     def _eval_step(self, batch):
-        src, tgt, rows = batch
+        src, tgt = batch[0], batch[1]
         n_targets = (tgt[:, 1:] != PAD).sum()
         self.eval_loss.update(self.loss(src, tgt, 0.0), weight=n_targets)
-        if not self.trainer.sanity_checking:
+        if self.answer_only:  # the answer is the first token after <bos>
+            predicted = self.model(src, tgt[:, :1])[:, 0].argmax(-1)
+            self.eval_acc.update((predicted == tgt[:, 1]).float())
+            if not self.trainer.sanity_checking and not self.hypotheses:
+                self.hypotheses = {i: f"{self.detokenize(src[i].tolist())} {self.detokenize([predicted[i]])}"
+                                   for i in range(min(4, len(src)))}
+        elif not self.trainer.sanity_checking:
             beam_size = self.decode_cfg["beam_size" if self.trainer.testing else "val_beam_size"]
-            for row, ids in zip(rows.tolist(), self.translate(src, beam_size)):
+            for row, ids in zip(batch[2].tolist(), self.translate(src, beam_size)):
                 self.hypotheses[row] = self.detokenize(ids)
 
     def _eval_end(self, split: str):
@@ -60,23 +66,15 @@ class Seq2SeqTask(Task):
         self.eval_loss.reset()
         self.log(f"{split}/loss", loss, prog_bar=True)
         self.log(f"{split}/ppl", loss.exp())
-        if self.trainer.sanity_checking or not self.hypotheses:
+        if self.answer_only:
+            self.log(f"{split}/acc", self.eval_acc.compute(), prog_bar=True)
+            self.eval_acc.reset()
+            if self.hypotheses:
+                text = "\n".join(self.hypotheses.values())
+                self.show_examples("examples", text, "examples", ["step", "text"], [[self.global_step, text]])
+            self.hypotheses = {}
             return
-        rows = sorted(self.hypotheses)
-        hypotheses = [self.hypotheses[r] for r in rows]
-        references = [self.references(split)[r] for r in rows]
-        self.hypotheses = {}
-        self.log(f"{split}/bleu", sacrebleu.corpus_bleu(hypotheses, [references]).score, prog_bar=True)
-        if split == "test":
-            self.log("test/bleu_lowercase", sacrebleu.corpus_bleu(hypotheses, [references], lowercase=True).score)
-        self._examples(split, [self.trainer.datamodule.pairs[split][r][0] for r in rows[:3]], hypotheses[:3],
-                       references[:3])
-
-    def _examples(self, split, sources, hypotheses, references):
-        text = "\n".join(f"  src: {s}\n  out: {h}\n  ref: {r}" for s, h, r in zip(sources, hypotheses, references))
-        rows = [[split, self.global_step, s, h, r] for s, h, r in zip(sources, hypotheses, references)]
-        self.show_examples(f"{split} translations", text, "translations",
-                           ["split", "step", "source", "output", "reference"], rows)
+        self.report_bleu(split)
 
     def validation_step(self, batch, batch_idx):
         self._eval_step(batch)
