@@ -10,6 +10,9 @@ from conftest import ROOT, TINY, needs_shakespeare, run_train
 DATA = {
     "modular": ["data=modular", "data.p=11", "data.train_fraction=0.9", "data.batch_size=16"],
     "shakespeare": ["data=shakespeare", "data.block_size=32", "data.batch_size=8", "sample.max_new_tokens=10"],
+    # a pair file written by the fixture below; encoder-decoder, length-grouped batches, BLEU
+    "translation": ["model=encdec", "data=translation", "data.vocab_size=100", "data.batch_size=16",
+                    "decode.beam_size=2"],
 }
 # Dropout on, so the resumed run must also restore the random generators' states.
 COMMON = [*TINY, "model.dropout=0.1", "trainer.max_steps=60", "trainer.val_check_interval=20",
@@ -32,16 +35,21 @@ def summary(run_dir):
     return json.loads((run_dir / "summary.json").read_text())
 
 
-@pytest.mark.parametrize("data", ["modular", pytest.param("shakespeare", marks=needs_shakespeare)])
+@pytest.mark.parametrize("data", ["modular", pytest.param("shakespeare", marks=needs_shakespeare), "translation"])
 def test_sigkill_then_resume_equals_an_uninterrupted_run(data, tmp_path):
     whole, crashed = tmp_path / "whole", tmp_path / "crashed"
-    result = train(whole, *DATA[data], *COMMON)
+    args = DATA[data]
+    if data == "translation":
+        from test_translation import write_pairs
+
+        args = args + [f"data.path={write_pairs(tmp_path / 'pairs.tsv', n=300)}", f"paths.data_dir={tmp_path / 'data'}"]
+    result = train(whole, *args, *COMMON)
     assert result.returncode == 0, result.stderr[-3000:]
 
-    killed = train(crashed, *DATA[data], *COMMON, "+callbacks.kill._target_=helpers.KillAt", "+callbacks.kill.step=25")
+    killed = train(crashed, *args, *COMMON, "+callbacks.kill._target_=helpers.KillAt", "+callbacks.kill.step=25")
     assert killed.returncode == -9  # SIGKILL: no chance to clean up
     assert not (crashed / "summary.json").exists()
-    resumed = train(crashed, *DATA[data], *COMMON, "ckpt_path=last")
+    resumed = train(crashed, *args, *COMMON, "ckpt_path=last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 
     # The killed run trained steps 1..25; its last checkpoint is from step 20, so the resumed run trains
