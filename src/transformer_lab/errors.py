@@ -1,5 +1,8 @@
 """Errors that are a user's to fix: reported as one clear message, never as a traceback."""
 
+import sys
+from contextlib import contextmanager
+
 
 class UserError(Exception):
     """A mistake in the configuration, the inputs or the environment, with a message that says how to fix it."""
@@ -17,3 +20,13 @@ class DataUnavailableError(UserError):
 
 class NonFiniteLossError(UserError):
     """Training diverged: the loss became inf or nan."""
+
+
+@contextmanager
+def exit_on_user_error():
+    """Inside it, a UserError becomes `error: MESSAGE` on stderr and exit code 2."""
+    try:
+        yield
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

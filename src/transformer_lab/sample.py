@@ -13,7 +13,7 @@ import yaml
 
 from transformer_lab.checkpoint import load_model
 from transformer_lab.data.shakespeare import CharTokenizer
-from transformer_lab.errors import UserError
+from transformer_lab.errors import UserError, exit_on_user_error
 
 DEFAULTS = {"ckpt": None, "prompt": "\n", "max_new_tokens": 500, "num_samples": 1, "temperature": 0.8,
             "top_k": 200, "seed": 0, "device": "cpu"}
@@ -56,15 +56,12 @@ def parse_args(argv: list[str], text_keys: tuple[str, ...] = ("prompt", "ckpt", 
 
 
 def main(argv: list[str] | None = None) -> None:
-    try:
+    with exit_on_user_error():
         args = parse_args(argv if argv is not None else sys.argv[1:])
         for i, text in enumerate(sample(args)):
             if i:
                 print("-" * 40)
             print(text)
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
 
 
 if __name__ == "__main__":

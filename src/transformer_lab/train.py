@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import resource
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -18,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.callbacks import GracefulInterrupt, Summary, Throughput
 from transformer_lab.checkpoint import AtomicCheckpointIO, check_compatible, read_checkpoint
-from transformer_lab.errors import ConfigError, UserError
+from transformer_lab.errors import ConfigError, UserError, exit_on_user_error
 from transformer_lab.models import GPT, EncDec, EncDecConfig, GPTConfig
 from transformer_lab.tasks.lm import LanguageModelTask
 from transformer_lab.tasks.seq2seq import Seq2SeqTask
@@ -208,8 +207,5 @@ def output_dir_problem(argv: list[str]) -> str | None:
 
 def main(cfg: DictConfig, start_time: float | None = None) -> None:
     """Entry for @hydra.main: a user's mistake becomes one clear message and exit code 2."""
-    try:
+    with exit_on_user_error():
         run(cfg, start_time)
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)

@@ -14,7 +14,7 @@ from tokenizers import Tokenizer
 
 from transformer_lab.checkpoint import load_model
 from transformer_lab.data.translation import BOS, EOS, UNK
-from transformer_lab.errors import UserError
+from transformer_lab.errors import UserError, exit_on_user_error
 from transformer_lab.sample import parse_args
 from transformer_lab.tasks.decoding import beam_search
 
@@ -47,15 +47,12 @@ def translate(args: dict, sentences: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    try:
+    with exit_on_user_error():
         args = parse_args(argv if argv is not None else sys.argv[1:], text_keys=("ckpt", "text", "device"))
         text = args.pop("text", None)
         sentences = [text] if text is not None else [line.rstrip("\n") for line in sys.stdin if line.strip()]
         for line in translate(args, sentences):
             print(line)
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
 
 
 if __name__ == "__main__":
