@@ -51,6 +51,8 @@ CASES = [
      "bad.tsv:2: expected 2 tab-separated fields, found 1"),
     ("empty-tsv", ["model=encdec", "data=translation", "data.path={ws}/empty.tsv"], "empty.tsv holds no sentence pairs"),
     ("language", ["model=encdec", "data=translation", "data.target=es"], "data.target: Multi30k has de, en, fr"),
+    ("gpt-two-vocabularies", ["model=gpt", "data=translation", "data.shared_vocab=false"],
+     "data.shared_vocab: model=gpt reads source and target as one sequence"),
 ]
 
 

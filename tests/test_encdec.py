@@ -121,3 +121,10 @@ def test_sinusoids_follow_the_paper():
     pos, i = 7, 3
     assert table[pos, 2 * i].item() == pytest.approx(torch.sin(torch.tensor(pos / 10000 ** (2 * i / 16))).item(), abs=1e-6)
     assert table[pos, 2 * i + 1].item() == pytest.approx(torch.cos(torch.tensor(pos / 10000 ** (2 * i / 16))).item(), abs=1e-6)
+
+
+def test_separate_source_vocabulary_has_its_own_embedding():
+    m = model(src_vocab_size=70)
+    assert m.src_embed.weight.shape == (70, C) and m.lm_head.weight is m.embed.weight
+    assert m(torch.randint(1, 70, (2, 5)), torch.randint(1, 50, (2, 4))).shape == (2, 4, 50)
+    assert model().src_embed is None  # shared: one matrix, one name in the state dict

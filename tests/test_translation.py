@@ -180,3 +180,22 @@ def test_prefix_lm_sequences_predict_only_the_target():
 
     x, y = prefix_lm(torch.tensor([10, 11, EOS]), torch.tensor([BOS, 20, 21, EOS]))
     assert x.tolist() == [BOS, 10, 11, SEP, 20, 21] and y.tolist() == [-100, -100, -100, 20, 21, EOS]
+
+
+def test_separate_vocabularies(tmp_path):
+    pairs = write_pairs(tmp_path / "pairs.tsv", n=300)
+    dm = TranslationDataModule(str(tmp_path / "data"), path=str(pairs), vocab_size=100, shared_vocab=False)
+    dm.setup()
+    assert dm.source_tokenizer is not dm.tokenizer and dm.source_vocab_size is not None
+    def has_capitals(tokenizer):
+        return any(piece.strip("▁").isupper() for piece in tokenizer.get_vocab())
+
+    assert has_capitals(dm.tokenizer) and not has_capitals(dm.source_tokenizer)  # targets are in capitals
+    run = tmp_path / "run"
+    result = run_train("model=encdec", "data=translation", f"data.path={pairs}", "data.vocab_size=100",
+                       "data.shared_vocab=false", f"paths.data_dir={tmp_path / 'data'}", *TINY, "trainer.max_steps=20",
+                       "trainer.val_check_interval=10", "logger=none", f"hydra.run.dir={run}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = subprocess.run([sys.executable, "-m", "transformer_lab.translate", f"ckpt={run / 'checkpoints' / 'last.ckpt'}",
+                          "text=red dog runs", "beam_size=2"], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr

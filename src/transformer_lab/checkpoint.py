@@ -71,7 +71,10 @@ def load_model(path: str | Path, map_location: str = "cpu") -> tuple[torch.nn.Mo
     state = {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
     vocab_size = state["embed.weight" if name == "encdec" else "wte.weight"].shape[0]
     settings["block_size"] = settings["block_size"] or sequence_length(DictConfig(config["data"]), name)
-    model = (EncDec(EncDecConfig(vocab_size=vocab_size, **settings)) if name == "encdec"
-             else GPT(GPTConfig(vocab_size=vocab_size, **settings)))
+    if name == "encdec":
+        src_vocab_size = state["src_embed.weight"].shape[0] if "src_embed.weight" in state else None
+        model = EncDec(EncDecConfig(vocab_size=vocab_size, src_vocab_size=src_vocab_size, **settings))
+    else:
+        model = GPT(GPTConfig(vocab_size=vocab_size, **settings))
     model.load_state_dict(state)
     return model.to(map_location).eval(), meta

@@ -60,7 +60,8 @@ class TranslationData:
     val_fraction: float = 0.05  # with data.path: the shares held out for validation and test
     test_fraction: float = 0.05
     split_seed: int = 0
-    vocab_size: int = 8000  # BPE vocabulary shared by both languages, trained on the training split
+    vocab_size: int = 8000  # BPE vocabulary size, trained on the training split only
+    shared_vocab: bool = True  # one vocabulary for both languages (false: one each, gpt needs true)
     max_length: int = 128  # tokens per sentence, longer ones are cut
     batch_size: int = 128  # sentence pairs, grouped by length
     val_batch_size: Optional[int] = None
@@ -80,7 +81,7 @@ def _model_schema(name: str, config_cls: type, data_keys: tuple[str, ...]) -> ty
 
 
 GPTModel = _model_schema("gpt", GPTConfig, ("vocab_size", "block_size"))
-EncDecModel = _model_schema("encdec", EncDecConfig, ("vocab_size", "block_size", "pad_id"))
+EncDecModel = _model_schema("encdec", EncDecConfig, ("vocab_size", "src_vocab_size", "block_size", "pad_id"))
 
 
 @dataclass

@@ -55,12 +55,12 @@ def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
     return datamodule
 
 
-def build_model(cfg: DictConfig, vocab_size: int) -> torch.nn.Module:
+def build_model(cfg: DictConfig, vocab_size: int, src_vocab_size: int | None = None) -> torch.nn.Module:
     settings = OmegaConf.to_container(cfg.model, resolve=True)
     name = settings.pop("name")
     settings["block_size"] = settings["block_size"] or sequence_length(cfg.data, name)
     if name == "encdec":
-        return EncDec(EncDecConfig(vocab_size=vocab_size, **settings))
+        return EncDec(EncDecConfig(vocab_size=vocab_size, src_vocab_size=src_vocab_size, **settings))
     return GPT(GPTConfig(vocab_size=vocab_size, **settings))
 
 
@@ -69,6 +69,7 @@ def build_task(cfg: DictConfig, datamodule, model):
     optim = OmegaConf.to_container(cfg.optim)
     if cfg.data.name == "translation":
         meta["tokenizer"] = datamodule.tokenizer.to_str()
+        meta["source_tokenizer"] = datamodule.source_tokenizer.to_str() if not cfg.data.shared_vocab else None
     if cfg.model.name == "encdec":
         return Seq2SeqTask(model, optim, decode=OmegaConf.to_container(cfg.decode), datamodule=datamodule,
                            checkpoint_meta=meta)
@@ -149,7 +150,7 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
         torch.set_float32_matmul_precision("high")
 
     datamodule = build_datamodule(cfg)
-    model = build_model(cfg, datamodule.vocab_size)
+    model = build_model(cfg, datamodule.vocab_size, getattr(datamodule, "source_vocab_size", None))
     task = build_task(cfg, datamodule, model)
     summary = Summary()
     interrupt = GracefulInterrupt(output_dir / "checkpoints" / "last.ckpt")

@@ -35,10 +35,12 @@ def translate(args: dict, sentences: list[str]) -> list[str]:
                         f"data={meta['config']['data']['name']} checkpoint; this command translates with "
                         "model=encdec data=translation checkpoints")
     tokenizer = Tokenizer.from_str(meta["tokenizer"])
+    source_tokenizer = Tokenizer.from_str(meta["source_tokenizer"]) if meta.get("source_tokenizer") else tokenizer
     limit = meta["config"]["data"]["max_length"] - 2
     outputs = []
     for start in range(0, len(sentences), args["batch_size"]):
-        batch = [torch.tensor(e.ids[:limit] + [EOS]) for e in tokenizer.encode_batch(sentences[start:start + args["batch_size"]])]
+        encoded = source_tokenizer.encode_batch(sentences[start:start + args["batch_size"]])
+        batch = [torch.tensor(e.ids[:limit] + [EOS]) for e in encoded]
         src = torch.nn.utils.rnn.pad_sequence(batch, batch_first=True).to(args["device"])
         for ids in beam_search(model, src, args["beam_size"], src.size(1) + args["max_extra_len"], BOS, EOS,
                                args["length_penalty"]):

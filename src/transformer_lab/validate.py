@@ -71,6 +71,8 @@ def validate(cfg: DictConfig) -> None:
         for key in ("val_fraction", "test_fraction"):
             _require(0 < data[key] < 0.5, f"data.{key}", f"must be in (0, 0.5), got {data[key]}")
         _require(data.vocab_size >= 100, "data.vocab_size", f"must be at least 100, got {data.vocab_size}")
+        _require(data.shared_vocab or model.name != "gpt", "data.shared_vocab",
+                 "model=gpt reads source and target as one sequence, so it needs one vocabulary (true)")
         _require(data.max_length >= 4, "data.max_length", f"must be at least 4, got {data.max_length}")
 
     # model

@@ -185,14 +185,17 @@ class TranslationDataModule(L.LightningDataModule):
     def __init__(self, data_dir: str = "data", source: str = "de", target: str = "en", path: str | None = None,
                  val_fraction: float = 0.05, test_fraction: float = 0.05, split_seed: int = 0,
                  vocab_size: int = 8000, max_length: int = 128, batch_size: int = 128,
-                 val_batch_size: int | None = None, seed: int = 1337, prefix_lm: bool = False):
+                 val_batch_size: int | None = None, seed: int = 1337, shared_vocab: bool = True,
+                 prefix_lm: bool = False):
         super().__init__()
+        self.shared_vocab = shared_vocab
         self.prefix_lm = prefix_lm  # batches for a decoder-only model: `<bos> src <sep> tgt <eos>`
         self.data_dir, self.source, self.target, self.path = Path(data_dir), source, target, path
         self.val_fraction, self.test_fraction, self.split_seed = val_fraction, test_fraction, split_seed
         self.bpe_vocab_size, self.max_length = vocab_size, max_length
         self.batch_size, self.val_batch_size, self.seed = batch_size, val_batch_size or batch_size, seed
-        self.tokenizer: Tokenizer | None = None
+        self.tokenizer: Tokenizer | None = None  # the target side's (and the source's, when shared)
+        self.source_tokenizer: Tokenizer | None = None
 
     def load_pairs(self) -> dict[str, list[tuple[str, str]]]:
         if self.path is None:
@@ -215,8 +218,13 @@ class TranslationDataModule(L.LightningDataModule):
         if self.tokenizer is not None:
             return
         self.pairs = self.load_pairs()
-        train_texts = [text for pair in self.pairs["train"] for text in pair]  # shared vocabulary
-        self.tokenizer = cached_tokenizer(self.data_dir / "tokenizers", train_texts, self.bpe_vocab_size)
+        cache = self.data_dir / "tokenizers"
+        if self.shared_vocab:
+            texts = [text for pair in self.pairs["train"] for text in pair]
+            self.tokenizer = self.source_tokenizer = cached_tokenizer(cache, texts, self.bpe_vocab_size)
+        else:
+            self.source_tokenizer = cached_tokenizer(cache, [s for s, _ in self.pairs["train"]], self.bpe_vocab_size)
+            self.tokenizer = cached_tokenizer(cache, [t for _, t in self.pairs["train"]], self.bpe_vocab_size)
         self.encoded = {split: self.encode_pairs(pairs) for split, pairs in self.pairs.items()}
         if self.prefix_lm:
             self.prompt_lengths = {split: [len(s) + 1 for s in src] for split, (src, _) in self.encoded.items()}
@@ -231,11 +239,16 @@ class TranslationDataModule(L.LightningDataModule):
 
     @property
     def vocab_size(self) -> int:
+        """The target vocabulary (the only one when shared)."""
         return self.tokenizer.get_vocab_size()
+
+    @property
+    def source_vocab_size(self) -> int | None:
+        return None if self.shared_vocab else self.source_tokenizer.get_vocab_size()
 
     def encode_pairs(self, pairs: list[tuple[str, str]]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         limit = self.max_length - 2
-        src = self.tokenizer.encode_batch([s for s, _ in pairs])
+        src = self.source_tokenizer.encode_batch([s for s, _ in pairs])
         tgt = self.tokenizer.encode_batch([t for _, t in pairs])
         return ([torch.tensor(e.ids[:limit] + [EOS]) for e in src],
                 [torch.tensor([BOS] + e.ids[:limit] + [EOS]) for e in tgt])

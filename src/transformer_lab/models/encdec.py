@@ -24,7 +24,8 @@ from transformer_lab.models.attention import MultiHeadAttention
 
 @dataclass
 class EncDecConfig:
-    vocab_size: int = 8000  # shared by source and target
+    vocab_size: int = 8000  # the target vocabulary, and the source's unless src_vocab_size is given
+    src_vocab_size: int | None = None  # a separate source vocabulary (its own embedding matrix)
     block_size: int = 256  # the longest source or target sequence
     n_layer: int = 3  # encoder layers
     n_decoder_layer: int | None = None  # default: n_layer
@@ -110,7 +111,9 @@ class EncDec(nn.Module):
         super().__init__()
         self.config = config
         C = config.n_embd
-        self.embed = nn.Embedding(config.vocab_size, C, padding_idx=config.pad_id)
+        self.embed = nn.Embedding(config.vocab_size, C, padding_idx=config.pad_id)  # target (and shared)
+        self.src_embed = (nn.Embedding(config.src_vocab_size, C, padding_idx=config.pad_id)
+                          if config.src_vocab_size else None)  # None: the source shares `embed`
         if config.pos_encoding == "learned":
             self.pos = nn.Embedding(config.block_size, C)
         else:
@@ -137,19 +140,20 @@ class EncDec(nn.Module):
                 with torch.no_grad():
                     module.weight[module.padding_idx].zero_()
 
-    def embed_tokens(self, idx: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    def embed_tokens(self, idx: torch.Tensor, offset: int = 0, embed: nn.Embedding | None = None) -> torch.Tensor:
         # idx: (B, T) -> (B, T, C); scaled by sqrt(C) as in the paper, positions offset..offset+T-1
         T = idx.size(1)
         if offset + T > self.config.block_size:
             raise ValueError(f"sequence length {offset + T} exceeds block_size {self.config.block_size}")
         positions = torch.arange(offset, offset + T, device=idx.device)
         pos = self.pos(positions) if self.config.pos_encoding == "learned" else self.sinusoids[positions]
-        return self.drop(self.embed(idx) * math.sqrt(self.config.n_embd) + pos)
+        embed = self.embed if embed is None else embed
+        return self.drop(embed(idx) * math.sqrt(self.config.n_embd) + pos)
 
     def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """src: (B, S) -> memory (B, S, C), and the padding mask (B, S) cross-attention needs."""
         pad = src == self.config.pad_id
-        x = self.embed_tokens(src)
+        x = self.embed_tokens(src, embed=self.src_embed)
         for layer in self.encoder:
             x = layer(x, pad)
         return self.encoder_norm(x), pad
