@@ -114,7 +114,8 @@ def build_logger(cfg: DictConfig):
 
 
 def resolve_ckpt_path(cfg: DictConfig) -> str | None:
-    """The checkpoint to resume from, checked now: readable, and of this run's model and data."""
+    """The checkpoint to resume from, checked now: readable, and of this run's model and data. (Lightning
+    reads the file again to restore it; checking first is what keeps a bad file's error one line.)"""
     if cfg.ckpt_path is None:
         return None
     path = Path(cfg.ckpt_path)

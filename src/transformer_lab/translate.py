@@ -16,7 +16,7 @@ from transformer_lab.checkpoint import load_model
 from transformer_lab.data.translation import BOS, EOS, UNK
 from transformer_lab.errors import UserError, exit_on_user_error
 from transformer_lab.sample import parse_args
-from transformer_lab.tasks.decoding import beam_search
+from transformer_lab.tasks.decoding import decode
 
 DEFAULTS = {"ckpt": None, "text": None, "beam_size": 4, "length_penalty": 0.6, "max_extra_len": 50,
             "batch_size": 64, "device": "cpu"}
@@ -42,7 +42,7 @@ def translate(args: dict, sentences: list[str]) -> list[str]:
         encoded = source_tokenizer.encode_batch(sentences[start:start + args["batch_size"]])
         batch = [torch.tensor(e.ids[:limit] + [EOS]) for e in encoded]
         src = torch.nn.utils.rnn.pad_sequence(batch, batch_first=True).to(args["device"])
-        for ids in beam_search(model, src, args["beam_size"], src.size(1) + args["max_extra_len"], BOS, EOS,
+        for ids in decode(model, src, args["beam_size"], src.size(1) + args["max_extra_len"], BOS, EOS,
                                args["length_penalty"]):
             outputs.append(tokenizer.decode([i for i in ids if i >= UNK], skip_special_tokens=False))
     return outputs

@@ -89,3 +89,11 @@ def beam_search(model, src: torch.Tensor, beam_size: int, max_len: int, bos: int
                     finished[b].append((length_normalised(scores[b, k].item(), len(hypothesis), length_penalty),
                                         hypothesis))
     return [max(f, key=lambda item: item[0])[1] for f in finished]
+
+
+def decode(model, src: torch.Tensor, beam_size: int, max_len: int, bos: int, eos: int,
+           length_penalty: float = 0.6) -> list[list[int]]:
+    """Beam search, or for beam_size 1 the batched greedy loop that gives the same outputs faster."""
+    if beam_size == 1:
+        return greedy(model, src, max_len, bos, eos)
+    return beam_search(model, src, beam_size, max_len, bos, eos, length_penalty)

@@ -8,7 +8,7 @@ from torchmetrics import MeanMetric
 
 from transformer_lab.data.translation import BOS, EOS, PAD
 from transformer_lab.tasks.base import Task
-from transformer_lab.tasks.decoding import beam_search
+from transformer_lab.tasks import decoding
 
 
 class Seq2SeqTask(Task):
@@ -44,7 +44,7 @@ class Seq2SeqTask(Task):
 
     def translate(self, src: torch.Tensor, beam_size: int) -> list[list[int]]:
         d = self.decode_cfg
-        return beam_search(self.model, src, beam_size, src.size(1) + d["max_extra_len"], BOS, EOS, d["length_penalty"])
+        return decoding.decode(self.model, src, beam_size, src.size(1) + d["max_extra_len"], BOS, EOS, d["length_penalty"])
 
     def _eval_step(self, batch):
         src, tgt = batch[0], batch[1]
