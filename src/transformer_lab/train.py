@@ -15,7 +15,7 @@ import torch
 from lightning.pytorch.callbacks import ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
-from transformer_lab.callbacks import GracefulInterrupt, Summary, Throughput
+from transformer_lab.callbacks import GracefulInterrupt, History, Summary, Throughput
 from transformer_lab.checkpoint import AtomicCheckpointIO, check_compatible, read_checkpoint
 from transformer_lab.errors import ConfigError, UserError, exit_on_user_error
 from transformer_lab.models import GPT, EncDec, EncDecConfig, GPTConfig
@@ -155,7 +155,8 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
     task = build_task(cfg, datamodule, model)
     summary = Summary()
     interrupt = GracefulInterrupt(output_dir / "checkpoints" / "last.ckpt")
-    callbacks = [hydra.utils.instantiate(c) for c in (cfg.callbacks or {}).values()] + [summary, interrupt]
+    callbacks = [hydra.utils.instantiate(c) for c in (cfg.callbacks or {}).values()]
+    callbacks += [summary, History(output_dir / "metrics.jsonl"), interrupt]
     if not cfg.trainer.enable_progress_bar:  # Lightning refuses a progress bar callback then
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     throughput = next((c for c in callbacks if isinstance(c, Throughput)), None)

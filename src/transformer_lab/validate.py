@@ -87,7 +87,9 @@ def validate(cfg: DictConfig) -> None:
         if model.pos_encoding == "rope":
             _require((model.n_embd // model.n_head) % 2 == 0, "model.n_embd",
                      f"rope needs an even head size, n_embd/n_head = {model.n_embd // model.n_head}")
-        _require(model.mlp in ("gelu", "swiglu"), "model.mlp", f"must be gelu or swiglu, got {model.mlp!r}")
+        _require(model.mlp in ("gelu", "relu", "swiglu"), "model.mlp",
+                 f"must be gelu, relu or swiglu, got {model.mlp!r}")
+        _require(model.norm in ("layernorm", "none"), "model.norm", f"must be layernorm or none, got {model.norm!r}")
     if model.name == "encdec":
         _require(model.pos_encoding in ("sinusoidal", "learned"), "model.pos_encoding",
                  f"must be sinusoidal or learned, got {model.pos_encoding!r}")

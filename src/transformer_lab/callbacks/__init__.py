@@ -1,7 +1,8 @@
-"""Lightning callbacks: throughput, the summary.json writer, graceful interrupts."""
+"""Lightning callbacks: throughput, the summary.json writer, metric history, graceful interrupts."""
 
+from transformer_lab.callbacks.history import History
 from transformer_lab.callbacks.interrupt import GracefulInterrupt
 from transformer_lab.callbacks.summary import Summary
 from transformer_lab.callbacks.throughput import Throughput
 
-__all__ = ["GracefulInterrupt", "Summary", "Throughput"]
+__all__ = ["GracefulInterrupt", "History", "Summary", "Throughput"]

@@ -1,6 +1,6 @@
 """A decoder-only transformer (GPT), readable top to bottom.
 
-Pre-LN blocks, causal self-attention through F.scaled_dot_product_attention, a GELU (or SwiGLU) MLP,
+Pre-LN blocks, causal self-attention through F.scaled_dot_product_attention, a GELU (ReLU, SwiGLU) MLP,
 learned (or rotary) positions, optional biases, weight tying and GPT-2 initialisation with the
 residual projections scaled by 1/sqrt(2 * n_layer). Runs on its own:
 
@@ -32,7 +32,8 @@ class GPTConfig:
     bias: bool = False  # biases in Linear and LayerNorm layers
     pos_encoding: str = "learned"  # "learned" | "rope"
     rope_base: float = 10000.0
-    mlp: str = "gelu"  # "gelu" | "swiglu"
+    mlp: str = "gelu"  # "gelu" | "relu" | "swiglu"
+    norm: str = "layernorm"  # "layernorm" | "none" (no normalisation, as in Nanda et al.'s grokking model)
     mlp_ratio: float = 4.0
     tie_weights: bool = True  # share the token embedding with the output projection
 
@@ -49,11 +50,16 @@ class LayerNorm(nn.Module):
         return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
 
 
+def make_norm(config: GPTConfig) -> nn.Module:
+    return LayerNorm(config.n_embd, bias=config.bias) if config.norm == "layernorm" else nn.Identity()
+
+
 class MLP(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         hidden = int(config.mlp_ratio * config.n_embd)
         self.gated = config.mlp == "swiglu"
+        self.activation = F.relu if config.mlp == "relu" else F.gelu
         if self.gated:
             # Keep the parameter count of the plain MLP: 3 matrices of 2/3 the width (Shazeer 2020).
             hidden = int(2 * hidden / 3)
@@ -66,7 +72,7 @@ class MLP(nn.Module):
         if self.gated:
             h = F.silu(self.c_gate(x)) * self.c_fc(x)
         else:
-            h = F.gelu(self.c_fc(x))
+            h = self.activation(self.c_fc(x))
         return self.dropout(self.c_proj(h))
 
 
@@ -75,9 +81,9 @@ class Block(nn.Module):
 
     def __init__(self, config: GPTConfig, rotary: RotaryEmbedding | None):
         super().__init__()
-        self.ln_1 = LayerNorm(config.n_embd, bias=config.bias)
+        self.ln_1 = make_norm(config)
         self.attn = SelfAttention(config.n_embd, config.n_head, config.bias, config.dropout, rotary)
-        self.ln_2 = LayerNorm(config.n_embd, bias=config.bias)
+        self.ln_2 = make_norm(config)
         self.mlp = MLP(config)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -96,7 +102,7 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(config.block_size, config.n_embd) if config.pos_encoding == "learned" else None
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config, rotary) for _ in range(config.n_layer))
-        self.ln_f = LayerNorm(config.n_embd, bias=config.bias)
+        self.ln_f = make_norm(config)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         if config.tie_weights:
             self.lm_head.weight = self.wte.weight

@@ -59,13 +59,16 @@ class Task(L.LightningModule):
         """Token positions a training batch feeds the model (for throughput)."""
         return batch[0].numel()
 
+    def logging_step(self) -> bool:
+        """Whether this training step's metrics are written. Lightning writes step metrics only every
+        log_every_n_steps, and each self.log costs ~0.8 ms on CPU: log just the steps that are written."""
+        return (self.global_step + 1) % self.trainer.log_every_n_steps == 0
+
     def guarded(self, loss: torch.Tensor) -> torch.Tensor | None:
         """The loss to train on, or None to skip the step (Lightning then skips backward and the optimizer).
         Checked before backward, so the weights stay those of the last good step."""
         if torch.isfinite(loss):
-            if (self.global_step + 1) % self.trainer.log_every_n_steps == 0:
-                # Lightning writes step metrics only every log_every_n_steps, and each self.log costs
-                # ~0.8 ms on CPU: log just the steps that are written.
+            if self.logging_step():
                 self.log("train/loss", loss, prog_bar=True)
                 self.log("train/lr", self.lr_schedulers().get_last_lr()[0])
             return loss

@@ -35,6 +35,9 @@ class LanguageModelTask(Task):
     def training_step(self, batch, batch_idx):
         x, y = batch
         logits = self.model(x)
+        if self.answer_only and self.logging_step():
+            answers = y != -100
+            self.log("train/acc", (logits.argmax(-1)[answers] == y[answers]).float().mean())
         return self.guarded(self.loss(logits, y))
 
     def validation_step(self, batch, batch_idx):
