@@ -33,7 +33,7 @@ def randomise(module):
 @pytest.mark.parametrize("norm_first", [True, False])
 def test_encoder_layer_matches_transformer_encoder_layer(norm_first):
     torch.manual_seed(0)
-    ours = EncoderLayer(EncDecConfig(n_embd=C, n_head=H, d_ff=FF, dropout=0.0, norm_first=norm_first)).eval()
+    ours = EncoderLayer(C, H, FF, dropout=0.0, bias=True, norm_first=norm_first).eval()
     randomise(ours)
     theirs = nn.TransformerEncoderLayer(C, H, FF, dropout=0.0, batch_first=True, norm_first=norm_first).eval()
     with torch.no_grad():

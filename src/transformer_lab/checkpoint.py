@@ -14,7 +14,7 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from transformer_lab.atomic import atomic_write
 from transformer_lab.errors import ConfigError, UserError
-from transformer_lab.models import GPT, EncDec, EncDecConfig, GPTConfig
+from transformer_lab.models import GPT, Bert, BertConfig, EncDec, EncDecConfig, GPTConfig
 from transformer_lab.validate import sequence_length
 
 # Model keys a resumed run may change; every other one decides the architecture.
@@ -69,9 +69,11 @@ def load_model(path: str | Path, map_location: str = "cpu") -> tuple[torch.nn.Mo
     settings = dict(config["model"])
     name = settings.pop("name")
     state = {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
-    vocab_size = state["embed.weight" if name == "encdec" else "wte.weight"].shape[0]
+    vocab_size = state["embed.weight" if name == "encdec" else "wte.weight"].shape[0]  # gpt, bert: wte
     settings["block_size"] = settings["block_size"] or sequence_length(DictConfig(config["data"]), name)
-    if name == "encdec":
+    if name == "bert":
+        model = Bert(BertConfig(vocab_size=vocab_size, n_classes=state["head.weight"].shape[0], **settings))
+    elif name == "encdec":
         src_vocab_size = state["src_embed.weight"].shape[0] if "src_embed.weight" in state else None
         model = EncDec(EncDecConfig(vocab_size=vocab_size, src_vocab_size=src_vocab_size, **settings))
     else:

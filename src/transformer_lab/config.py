@@ -17,6 +17,7 @@ from typing import Any, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
+from transformer_lab.models.bert import BertConfig
 from transformer_lab.models.encdec import EncDecConfig
 from transformer_lab.models.gpt import GPTConfig
 
@@ -82,6 +83,7 @@ def _model_schema(name: str, config_cls: type, data_keys: tuple[str, ...]) -> ty
 
 GPTModel = _model_schema("gpt", GPTConfig, ("vocab_size", "block_size"))
 EncDecModel = _model_schema("encdec", EncDecConfig, ("vocab_size", "src_vocab_size", "block_size", "pad_id"))
+BertModel = _model_schema("bert", BertConfig, ("vocab_size", "n_classes", "block_size", "pad_id"))
 
 
 @dataclass
@@ -159,6 +161,7 @@ def register() -> None:
     cs.store(group="schema/data", name="translation", node=TranslationData)
     cs.store(group="schema/model", name="gpt", node=GPTModel)
     cs.store(group="schema/model", name="encdec", node=EncDecModel)
+    cs.store(group="schema/model", name="bert", node=BertModel)
     cs.store(name="trainer_schema", node=TrainerConfig, package="trainer")
     cs.store(name="optim_schema", node=OptimConfig, package="optim")
     cs.store(name="sample_schema", node=SampleConfig, package="sample")

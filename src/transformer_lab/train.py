@@ -18,7 +18,8 @@ from omegaconf import DictConfig, OmegaConf
 from transformer_lab.callbacks import GracefulInterrupt, History, Summary, Throughput
 from transformer_lab.checkpoint import AtomicCheckpointIO, check_compatible, read_checkpoint
 from transformer_lab.errors import ConfigError, UserError, exit_on_user_error
-from transformer_lab.models import GPT, EncDec, EncDecConfig, GPTConfig
+from transformer_lab.models import GPT, Bert, BertConfig, EncDec, EncDecConfig, GPTConfig
+from transformer_lab.tasks.classify import ClassificationTask
 from transformer_lab.tasks.lm import LanguageModelTask
 from transformer_lab.tasks.seq2seq import Seq2SeqTask
 from transformer_lab.validate import sequence_length, validate
@@ -41,8 +42,8 @@ warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
 def make_datamodule(cfg: DictConfig) -> L.LightningDataModule:
     settings = OmegaConf.to_container(cfg.data, resolve=True)
     settings.pop("name")  # selects the option; not an argument of the data module
-    if cfg.data.name == "modular" and cfg.model.name == "encdec":
-        settings["seq2seq"] = True  # equation in, answer out
+    if cfg.data.name == "modular" and cfg.model.name in ("encdec", "bert"):
+        settings["layout"] = "seq2seq" if cfg.model.name == "encdec" else "classify"
     if cfg.data.name == "translation" and cfg.model.name == "gpt":
         settings["prefix_lm"] = True  # one sequence: <bos> source <sep> target <eos>
     return hydra.utils.instantiate(settings)
@@ -55,11 +56,15 @@ def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
     return datamodule
 
 
-def build_model(cfg: DictConfig, vocab_size: int, src_vocab_size: int | None = None) -> torch.nn.Module:
+def build_model(cfg: DictConfig, datamodule) -> torch.nn.Module:
     settings = OmegaConf.to_container(cfg.model, resolve=True)
     name = settings.pop("name")
     settings["block_size"] = settings["block_size"] or sequence_length(cfg.data, name)
+    vocab_size = datamodule.vocab_size
+    if name == "bert":
+        return Bert(BertConfig(vocab_size=vocab_size, n_classes=datamodule.n_classes, **settings))
     if name == "encdec":
+        src_vocab_size = getattr(datamodule, "source_vocab_size", None)
         return EncDec(EncDecConfig(vocab_size=vocab_size, src_vocab_size=src_vocab_size, **settings))
     return GPT(GPTConfig(vocab_size=vocab_size, **settings))
 
@@ -70,6 +75,8 @@ def build_task(cfg: DictConfig, datamodule, model):
     if cfg.data.name == "translation":
         meta["tokenizer"] = datamodule.tokenizer.to_str()
         meta["source_tokenizer"] = datamodule.source_tokenizer.to_str() if not cfg.data.shared_vocab else None
+    if cfg.model.name == "bert":
+        return ClassificationTask(model, optim, decode=datamodule.decode, checkpoint_meta=meta)
     if cfg.model.name == "encdec":
         return Seq2SeqTask(model, optim, decode=OmegaConf.to_container(cfg.decode), datamodule=datamodule,
                            checkpoint_meta=meta)
@@ -151,7 +158,7 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
         torch.set_float32_matmul_precision("high")
 
     datamodule = build_datamodule(cfg)
-    model = build_model(cfg, datamodule.vocab_size, getattr(datamodule, "source_vocab_size", None))
+    model = build_model(cfg, datamodule)
     task = build_task(cfg, datamodule, model)
     summary = Summary()
     interrupt = GracefulInterrupt(output_dir / "checkpoints" / "last.ckpt")

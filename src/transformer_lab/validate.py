@@ -17,6 +17,7 @@ from transformer_lab.errors import ConfigError
 SUPPORTED = {
     "gpt": ("shakespeare", "modular", "translation"),
     "encdec": ("translation", "modular"),
+    "bert": ("modular",),
 }
 
 
@@ -33,7 +34,8 @@ def _positive(cfg: DictConfig, section: str, key: str) -> None:
 def sequence_length(data: DictConfig, model: str) -> int:
     """The longest sequence the data will feed the model."""
     if data.name == "modular":
-        return 2 * data.terms  # the equation; an encoder-decoder's target, <bos> c <eos>, is shorter
+        # the equation (after [CLS] for a classifier); an encoder-decoder's target, <bos> c <eos>, is shorter
+        return 2 * data.terms + (model == "bert")
     if data.name == "translation":
         return 2 * data.max_length if model == "gpt" else data.max_length  # gpt sees source and target
     return data.block_size
@@ -96,6 +98,9 @@ def validate(cfg: DictConfig) -> None:
         _require(model.n_embd % 2 == 0, "model.n_embd", f"sinusoidal positions need an even width, got {model.n_embd}")
         for key in ("n_decoder_layer", "d_ff"):
             _require(model[key] is None or model[key] >= 1, f"model.{key}", f"must be positive or null, got {model[key]}")
+    if model.name == "bert":
+        _require(model.pooling in ("cls", "mean"), "model.pooling", f"must be cls or mean, got {model.pooling!r}")
+        _require(model.d_ff is None or model.d_ff >= 1, "model.d_ff", f"must be positive or null, got {model.d_ff}")
     if model.block_size is not None:
         length = sequence_length(data, model.name)
         key = {"shakespeare": "data.block_size", "modular": "data.terms", "translation": "data.max_length"}[data.name]

@@ -2,8 +2,9 @@
 
 Sequence layout (token ids): numbers 0..p-1 are themselves, then one id per operator and one for "=".
 Two terms: [a, op, b, =] and the target is c at the "=" position; more terms repeat "op x".
-For an encoder-decoder (`seq2seq=True`) every id moves up past the special tokens (<pad>, <bos>, ...):
-the source is the equation, the target [<bos>, c, <eos>].
+For an encoder-decoder (`layout="seq2seq"`) every id moves up past the special tokens (<pad>, <bos>, ...):
+the source is the equation, the target [<bos>, c, <eos>]. For a classifier (`layout="classify"`) the ids
+move up the same way, the input is [<bos> as [CLS], a, op, b, =] and the target is the class c.
 """
 
 from __future__ import annotations
@@ -63,10 +64,11 @@ class ModularDataModule(L.LightningDataModule):
 
     def __init__(self, p: int = 97, op: str = "+", terms: int = 2, train_fraction: float = 0.5,
                  split_seed: int = 0, batch_size: int = 512, val_batch_size: int | None = None,
-                 max_examples: int = 1_000_000, seed: int = 1337, seq2seq: bool = False):
+                 max_examples: int = 1_000_000, seed: int = 1337, layout: str = "lm"):
         super().__init__()
-        self.seq2seq = seq2seq
-        self.offset = len(SPECIALS) if seq2seq else 0
+        assert layout in ("lm", "seq2seq", "classify"), layout
+        self.layout = layout
+        self.offset = 0 if layout == "lm" else len(SPECIALS)
         self.p, self.op, self.terms = p, op, terms
         self.train_fraction, self.split_seed = train_fraction, split_seed
         self.batch_size, self.val_batch_size = batch_size, val_batch_size or batch_size
@@ -80,8 +82,12 @@ class ModularDataModule(L.LightningDataModule):
         return self.offset + self.p + len(OPS) + 1
 
     @property
+    def n_classes(self) -> int:
+        return self.p
+
+    @property
     def block_size(self) -> int:
-        return 2 * self.terms  # a op b ... =
+        return 2 * self.terms + (self.layout == "classify")  # ([CLS]) a op b ... =
 
     def decode(self, ids) -> str:
         symbols = [str(i) for i in range(self.p)] + OPS + ["="]
@@ -92,14 +98,17 @@ class ModularDataModule(L.LightningDataModule):
             return
         operands, answer = make_equations(self.p, self.op, self.terms, self.max_examples, self.split_seed)
         n = len(answer)
-        x = torch.full((n, self.block_size), self.op_id, dtype=torch.long)
+        x = torch.full((n, 2 * self.terms), self.op_id, dtype=torch.long)
         x[:, 0::2] = operands
         x[:, -1] = self.eq_id
         y = torch.full_like(x, -100)  # ignored by cross-entropy
         y[:, -1] = answer
-        if self.seq2seq:
+        if self.layout == "seq2seq":
             x = x + self.offset
             y = torch.stack([torch.full_like(answer, BOS), answer + self.offset, torch.full_like(answer, EOS)], 1)
+        elif self.layout == "classify":
+            x = torch.cat([torch.full_like(answer[:, None], BOS), x + self.offset], 1)
+            y = answer
         perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.split_seed))
         n_train = int(round(n * self.train_fraction))
         self.train_idx, self.val_idx = perm[:n_train], perm[n_train:]

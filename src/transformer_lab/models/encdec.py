@@ -51,26 +51,29 @@ def sinusoids(length: int, dim: int) -> torch.Tensor:
 
 
 class FeedForward(nn.Module):
-    def __init__(self, config: EncDecConfig):
+    def __init__(self, n_embd: int, d_ff: int, dropout: float, bias: bool, activation: str = "relu"):
         super().__init__()
-        d_ff = config.d_ff or 4 * config.n_embd
-        self.linear1 = nn.Linear(config.n_embd, d_ff, bias=config.bias)
-        self.linear2 = nn.Linear(d_ff, config.n_embd, bias=config.bias)
-        self.dropout = nn.Dropout(config.dropout)
+        self.linear1 = nn.Linear(n_embd, d_ff, bias=bias)
+        self.linear2 = nn.Linear(d_ff, n_embd, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+        self.activation = F.gelu if activation == "gelu" else F.relu
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear2(self.dropout(F.relu(self.linear1(x))))
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))
 
 
 class EncoderLayer(nn.Module):
-    def __init__(self, config: EncDecConfig):
+    """nn.TransformerEncoderLayer's computation (and parameter layout), on SDPA. Also BERT's layer."""
+
+    def __init__(self, n_embd: int, n_head: int, d_ff: int, dropout: float, bias: bool, norm_first: bool,
+                 activation: str = "relu"):
         super().__init__()
-        self.norm_first = config.norm_first
-        self.self_attn = MultiHeadAttention(config.n_embd, config.n_head, config.bias, config.dropout)
-        self.ff = FeedForward(config)
-        self.norm1 = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.norm2 = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.dropout = nn.Dropout(config.dropout)
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(n_embd, n_head, bias, dropout)
+        self.ff = FeedForward(n_embd, d_ff, dropout, bias, activation)
+        self.norm1 = nn.LayerNorm(n_embd, bias=bias)
+        self.norm2 = nn.LayerNorm(n_embd, bias=bias)
+        self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, pad: torch.Tensor | None) -> torch.Tensor:
         # x: (B, S, C); pad: (B, S) True at padding
@@ -87,7 +90,7 @@ class DecoderLayer(nn.Module):
         self.norm_first = config.norm_first
         self.self_attn = MultiHeadAttention(config.n_embd, config.n_head, config.bias, config.dropout)
         self.cross_attn = MultiHeadAttention(config.n_embd, config.n_head, config.bias, config.dropout)
-        self.ff = FeedForward(config)
+        self.ff = FeedForward(config.n_embd, config.d_ff or 4 * config.n_embd, config.dropout, config.bias)
         self.norm1 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.norm2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.norm3 = nn.LayerNorm(config.n_embd, bias=config.bias)
@@ -119,7 +122,9 @@ class EncDec(nn.Module):
         else:
             self.register_buffer("sinusoids", sinusoids(config.block_size, C), persistent=False)
         self.drop = nn.Dropout(config.dropout)
-        self.encoder = nn.ModuleList(EncoderLayer(config) for _ in range(config.n_layer))
+        d_ff = config.d_ff or 4 * C
+        self.encoder = nn.ModuleList(EncoderLayer(C, config.n_head, d_ff, config.dropout, config.bias, config.norm_first)
+                                     for _ in range(config.n_layer))
         self.decoder = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_decoder_layer or config.n_layer))
         # Pre-LN stacks end un-normalised; the paper's post-LN blocks already end with a norm.
         self.encoder_norm = nn.LayerNorm(C, bias=config.bias) if config.norm_first else nn.Identity()

@@ -1,0 +1,86 @@
+"""A BERT-style encoder classifier (Devlin et al. 2019), readable top to bottom.
+
+Token + learned position embeddings (LayerNorm, dropout), a bidirectional encoder with a padding
+mask (post-LN layers as in BERT, pre-LN as an option; the layers are nn.TransformerEncoderLayer's
+computation on SDPA), pooling of the first ([CLS]) position through BERT's tanh pooler, or the mean
+over real tokens, and a linear classification head. Runs on its own:
+
+    model = Bert(BertConfig(vocab_size=120, n_classes=113, n_layer=2, n_head=4, n_embd=128))
+    logits = model(idx)              # (B, T) -> (B, n_classes); idx[:, 0] is [CLS], pad_id pads
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from transformer_lab.models.encdec import EncoderLayer
+
+
+@dataclass
+class BertConfig:
+    vocab_size: int = 30522
+    n_classes: int = 2
+    block_size: int = 512  # the longest sequence (position embeddings)
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 256
+    d_ff: int | None = None  # default: 4 * n_embd
+    dropout: float = 0.1
+    bias: bool = True
+    norm_first: bool = False  # BERT's post-LN; True: pre-LN (with a final LayerNorm)
+    pooling: str = "cls"  # "cls" (the first position, through a tanh layer) | "mean" (over real tokens)
+    pad_id: int = 0
+
+
+class Bert(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        C = config.n_embd
+        self.wte = nn.Embedding(config.vocab_size, C, padding_idx=config.pad_id)
+        self.wpe = nn.Embedding(config.block_size, C)
+        self.embed_norm = nn.LayerNorm(C, eps=1e-12, bias=config.bias)
+        self.drop = nn.Dropout(config.dropout)
+        self.encoder = nn.ModuleList(
+            EncoderLayer(C, config.n_head, config.d_ff or 4 * C, config.dropout, config.bias, config.norm_first,
+                         activation="gelu")
+            for _ in range(config.n_layer))
+        self.final_norm = nn.LayerNorm(C, bias=config.bias) if config.norm_first else nn.Identity()
+        self.pooler = nn.Linear(C, C) if config.pooling == "cls" else None
+        self.head = nn.Linear(C, config.n_classes)
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        # BERT's initialisation: N(0, 0.02) for every matrix, zero biases, unit norm gains.
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+            if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+                with torch.no_grad():
+                    module.weight[module.padding_idx].zero_()
+
+    def encode(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """idx: (B, T) -> hidden states (B, T, C) and the padding mask (B, T), True at padding."""
+        B, T = idx.shape
+        if T > self.config.block_size:
+            raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}")
+        pad = idx == self.config.pad_id
+        x = self.drop(self.embed_norm(self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))))
+        for layer in self.encoder:
+            x = layer(x, pad)
+        return self.final_norm(x), pad
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        # idx: (B, T) -> logits (B, n_classes)
+        x, pad = self.encode(idx)
+        if self.pooler is not None:
+            pooled = torch.tanh(self.pooler(x[:, 0]))  # (B, C) from [CLS]
+        else:
+            real = (~pad).unsqueeze(-1).to(x.dtype)  # (B, T, 1)
+            pooled = (x * real).sum(1) / real.sum(1).clamp(min=1)
+        return self.head(self.drop(pooled))

@@ -1,0 +1,74 @@
+"""BERT: the encoder is nn.TransformerEncoder's computation, padding changes nothing, and it learns equations."""
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from conftest import TINY, run_train
+from test_encdec import copy_attention, copy_common, randomise
+from test_train import logged
+from transformer_lab.models import Bert, BertConfig
+
+C, H, FF = 32, 4, 64
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_matches_transformer_encoder(norm_first):
+    torch.manual_seed(0)
+    bert = Bert(BertConfig(vocab_size=30, n_classes=5, block_size=16, n_layer=2, n_head=H, n_embd=C, d_ff=FF,
+                           dropout=0.0, norm_first=norm_first)).eval()
+    randomise(bert)
+    layer = nn.TransformerEncoderLayer(C, H, FF, dropout=0.0, activation="gelu", batch_first=True,
+                                       norm_first=norm_first)
+    final_norm = nn.LayerNorm(C) if norm_first else None
+    reference = nn.TransformerEncoder(layer, num_layers=2, norm=final_norm, enable_nested_tensor=False).eval()
+    with torch.no_grad():
+        for ours, theirs in zip(bert.encoder, reference.layers):
+            copy_attention(ours.self_attn, theirs.self_attn)
+            copy_common(ours, theirs, ["norm1", "norm2"])
+        if norm_first:
+            reference.norm.load_state_dict(bert.final_norm.state_dict())
+    idx = torch.randint(1, 30, (3, 9))
+    idx[1, 6:] = idx[2, 4:] = 0  # padding
+    pad = idx == 0
+    embedded = bert.embed_norm(bert.wte(idx) + bert.wpe(torch.arange(9)))
+    hidden, our_pad = bert.encode(idx)
+    expected = reference(embedded.detach().requires_grad_(), src_key_padding_mask=pad)  # grad: the reference path
+    assert torch.equal(our_pad, pad)
+    torch.testing.assert_close(hidden[~pad], expected[~pad], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_extra_padding_changes_no_output(pooling, norm_first):
+    torch.manual_seed(0)
+    bert = Bert(BertConfig(vocab_size=30, n_classes=5, block_size=16, n_layer=2, n_head=H, n_embd=C,
+                           dropout=0.0, pooling=pooling, norm_first=norm_first)).eval()
+    randomise(bert)
+    idx = torch.randint(1, 30, (2, 6))
+    idx[1, 4:] = 0
+    padded = torch.cat([idx, torch.zeros(2, 5, dtype=torch.long)], 1)
+    hidden, pad = bert.encode(idx)
+    hidden_padded, _ = bert.encode(padded)
+    torch.testing.assert_close(hidden_padded[:, :6][~pad], hidden[~pad], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(bert(padded), bert(idx), atol=1e-5, rtol=1e-5)
+    changed = padded.clone()
+    changed[0, 2] = (changed[0, 2] % 29) + 1  # a real token does change the output
+    assert not torch.allclose(bert(changed)[0], bert(padded)[0])
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_bert_learns_modular_answers(pooling, tmp_path):
+    result = run_train("model=bert", "data=modular", "data.p=11", "data.train_fraction=0.9", "data.batch_size=128",
+                       *TINY, "model.n_embd=64", "model.n_head=4", "model.dropout=0.0", f"model.pooling={pooling}",
+                       "trainer.max_steps=150", "trainer.val_check_interval=50", "optim.warmup_steps=10",
+                       "optim.lr=3e-3", "logger=csv", "trainer.log_every_n_steps=1", "callbacks=none",
+                       f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    train_losses = logged(tmp_path, "train/loss")
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert train_losses[0] > 2.0 and summary["train/loss"] < 0.5 * train_losses[0], (train_losses, summary)
+    assert summary["train/acc"] > 0.5 and 0.0 <= summary["val/acc"] <= 1.0 and summary["status"] == "completed"
+    assert "examples at step" in result.stdout + result.stderr
