@@ -19,7 +19,7 @@ def options(group: str) -> list[str]:
 
 def test_groups_offer_the_documented_options():
     assert options("data") == ["modular", "shakespeare", "translation"]
-    assert options("model") == ["bert", "encdec", "gpt"]
+    assert options("model") == ["bert", "encdec", "gpt", "t5"]
     assert set(options("hardware")) >= {"auto", "cpu", "gpu"}
     assert options("logger") == ["csv", "none", "tensorboard", "wandb"]
     assert {"shakespeare_char", "shakespeare_char_cpu"} <= set(options("experiment"))
@@ -37,7 +37,7 @@ def test_data_and_model_compose_and_instantiate(data, model, tmp_path):
     validate(cfg)
     datamodule = make_datamodule(cfg)
     assert datamodule.batch_size == cfg.data.batch_size
-    net = build_model(cfg, SimpleNamespace(vocab_size=17, n_classes=5))  # what the model takes from the data
+    net = build_model(cfg, SimpleNamespace(vocab_size=17, n_classes=5, pad_id=0))  # what the model takes from the data
     assert isinstance(net, torch.nn.Module) and net.config.vocab_size == 17
 
 

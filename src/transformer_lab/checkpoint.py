@@ -14,7 +14,7 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from transformer_lab.atomic import atomic_write
 from transformer_lab.errors import ConfigError, UserError
-from transformer_lab.models import GPT, Bert, BertConfig, EncDec, EncDecConfig, GPTConfig
+from transformer_lab.models import GPT, T5, Bert, BertConfig, EncDec, EncDecConfig, GPTConfig, T5Config
 from transformer_lab.validate import sequence_length
 
 # Model keys a resumed run may change; every other one decides the architecture.
@@ -69,7 +69,11 @@ def load_model(path: str | Path, map_location: str = "cpu") -> tuple[torch.nn.Mo
     settings = dict(config["model"])
     name = settings.pop("name")
     state = {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
-    vocab_size = state["embed.weight" if name == "encdec" else "wte.weight"].shape[0]  # gpt, bert: wte
+    vocab_size = state["embed.weight" if name in ("encdec", "t5") else "wte.weight"].shape[0]  # gpt, bert: wte
+    if name == "t5":
+        model = T5(T5Config(vocab_size=vocab_size, **settings))
+        model.load_state_dict(state)
+        return model.to(map_location).eval(), meta
     settings["block_size"] = settings["block_size"] or sequence_length(DictConfig(config["data"]), name)
     if name == "bert":
         model = Bert(BertConfig(vocab_size=vocab_size, n_classes=state["head.weight"].shape[0], **settings))

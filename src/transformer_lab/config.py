@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 from transformer_lab.models.bert import BertConfig
 from transformer_lab.models.encdec import EncDecConfig
 from transformer_lab.models.gpt import GPTConfig
+from transformer_lab.models.t5 import T5Config
 
 
 @dataclass
@@ -71,10 +72,11 @@ class TranslationData:
 
 def _model_schema(name: str, config_cls: type, data_keys: tuple[str, ...]) -> type:
     """A model group schema from the model's own config dataclass, less what the data decides
-    (vocab_size; block_size becomes an optional maximum), plus the option's name."""
+    (vocab_size; block_size, where the model has one, becomes an optional maximum), plus the option's name."""
     hints = typing.get_type_hints(config_cls)
-    fields = [("name", str, field(default=name)),
-              ("block_size", Optional[int], field(default=None))]  # None: the data's sequence length
+    fields = [("name", str, field(default=name))]
+    if "block_size" in hints:
+        fields.append(("block_size", Optional[int], field(default=None)))  # None: the data's sequence length
     for f in dataclasses.fields(config_cls):
         if f.name not in data_keys:
             fields.append((f.name, hints[f.name], field(default=f.default)))
@@ -84,6 +86,16 @@ def _model_schema(name: str, config_cls: type, data_keys: tuple[str, ...]) -> ty
 GPTModel = _model_schema("gpt", GPTConfig, ("vocab_size", "block_size"))
 EncDecModel = _model_schema("encdec", EncDecConfig, ("vocab_size", "src_vocab_size", "block_size", "pad_id"))
 BertModel = _model_schema("bert", BertConfig, ("vocab_size", "n_classes", "block_size", "pad_id"))
+T5Model = _model_schema("t5", T5Config, ("vocab_size", "pad_id"))
+
+
+@dataclass
+class SpanCorruptionConfig:
+    """T5's span-corruption objective (model=t5). Defaults are T5's."""
+    input_length: int = 128  # corrupted input tokens, EOS included (raw windows are longer: 128 <- 141)
+    noise_density: float = 0.15  # share of a window's tokens dropped
+    mean_noise_span_length: float = 3.0
+    extra_ids: int = 100  # sentinel tokens, at the top of the vocabulary
 
 
 @dataclass
@@ -162,10 +174,12 @@ def register() -> None:
     cs.store(group="schema/model", name="gpt", node=GPTModel)
     cs.store(group="schema/model", name="encdec", node=EncDecModel)
     cs.store(group="schema/model", name="bert", node=BertModel)
+    cs.store(group="schema/model", name="t5", node=T5Model)
     cs.store(name="trainer_schema", node=TrainerConfig, package="trainer")
     cs.store(name="optim_schema", node=OptimConfig, package="optim")
     cs.store(name="sample_schema", node=SampleConfig, package="sample")
     cs.store(name="decode_schema", node=DecodeConfig, package="decode")
+    cs.store(name="span_schema", node=SpanCorruptionConfig, package="span")
 
 
 register()

@@ -18,10 +18,12 @@ from omegaconf import DictConfig, OmegaConf
 from transformer_lab.callbacks import GracefulInterrupt, History, Summary, Throughput
 from transformer_lab.checkpoint import AtomicCheckpointIO, check_compatible, read_checkpoint
 from transformer_lab.errors import ConfigError, UserError, exit_on_user_error
-from transformer_lab.models import GPT, Bert, BertConfig, EncDec, EncDecConfig, GPTConfig
+from transformer_lab.data.span_corruption import SpanCorruptionDataModule
+from transformer_lab.models import GPT, T5, Bert, BertConfig, EncDec, EncDecConfig, GPTConfig, T5Config
 from transformer_lab.tasks.classify import ClassificationTask
 from transformer_lab.tasks.lm import LanguageModelTask
 from transformer_lab.tasks.seq2seq import Seq2SeqTask
+from transformer_lab.tasks.span_corruption import SpanCorruptionTask
 from transformer_lab.validate import sequence_length, validate
 
 log = logging.getLogger(__name__)
@@ -46,7 +48,11 @@ def make_datamodule(cfg: DictConfig) -> L.LightningDataModule:
         settings["layout"] = "seq2seq" if cfg.model.name == "encdec" else "classify"
     if cfg.data.name == "translation" and cfg.model.name == "gpt":
         settings["prefix_lm"] = True  # one sequence: <bos> source <sep> target <eos>
-    return hydra.utils.instantiate(settings)
+    datamodule = hydra.utils.instantiate(settings)
+    if cfg.model.name == "t5":  # the text's token streams, corrupted
+        return SpanCorruptionDataModule(datamodule, **cfg.span, batch_size=cfg.data.batch_size,
+                                        val_batch_size=cfg.data.val_batch_size, seed=cfg.seed)
+    return datamodule
 
 
 def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
@@ -59,8 +65,10 @@ def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
 def build_model(cfg: DictConfig, datamodule) -> torch.nn.Module:
     settings = OmegaConf.to_container(cfg.model, resolve=True)
     name = settings.pop("name")
-    settings["block_size"] = settings["block_size"] or sequence_length(cfg.data, name)
     vocab_size = datamodule.vocab_size
+    if name == "t5":
+        return T5(T5Config(vocab_size=vocab_size, pad_id=datamodule.pad_id, **settings))
+    settings["block_size"] = settings["block_size"] or sequence_length(cfg.data, name)
     if name == "bert":
         return Bert(BertConfig(vocab_size=vocab_size, n_classes=datamodule.n_classes, **settings))
     if name == "encdec":
@@ -72,9 +80,11 @@ def build_model(cfg: DictConfig, datamodule) -> torch.nn.Module:
 def build_task(cfg: DictConfig, datamodule, model):
     meta = {"config": OmegaConf.to_container(cfg, resolve=True), "vocab": None}
     optim = OmegaConf.to_container(cfg.optim)
-    if cfg.data.name == "translation":
+    if cfg.data.name == "translation" and cfg.model.name != "t5":
         meta["tokenizer"] = datamodule.tokenizer.to_str()
         meta["source_tokenizer"] = datamodule.source_tokenizer.to_str() if not cfg.data.shared_vocab else None
+    if cfg.model.name == "t5":
+        return SpanCorruptionTask(model, optim, datamodule, checkpoint_meta=meta)
     if cfg.model.name == "bert":
         return ClassificationTask(model, optim, decode=datamodule.decode, checkpoint_meta=meta)
     if cfg.model.name == "encdec":

@@ -10,6 +10,7 @@ import torch
 from omegaconf import DictConfig
 
 from transformer_lab.data.modular import OPS, is_prime
+from transformer_lab.data.span_corruption import num_noise_spans, raw_and_target_length
 from transformer_lab.data.translation import LANGUAGES
 from transformer_lab.errors import ConfigError
 
@@ -18,6 +19,7 @@ SUPPORTED = {
     "gpt": ("shakespeare", "modular", "translation"),
     "encdec": ("translation", "modular"),
     "bert": ("modular",),
+    "t5": ("shakespeare", "translation"),
 }
 
 
@@ -91,6 +93,8 @@ def validate(cfg: DictConfig) -> None:
                      f"rope needs an even head size, n_embd/n_head = {model.n_embd // model.n_head}")
         _require(model.mlp in ("gelu", "relu", "swiglu"), "model.mlp",
                  f"must be gelu, relu or swiglu, got {model.mlp!r}")
+        _require(model.init_std is None or model.init_std > 0, "model.init_std",
+                 f"must be positive or null (1/sqrt(n_embd)), got {model.init_std}")
         _require(model.norm in ("layernorm", "none"), "model.norm", f"must be layernorm or none, got {model.norm!r}")
     if model.name == "encdec":
         _require(model.pos_encoding in ("sinusoidal", "learned"), "model.pos_encoding",
@@ -101,7 +105,23 @@ def validate(cfg: DictConfig) -> None:
     if model.name == "bert":
         _require(model.pooling in ("cls", "mean"), "model.pooling", f"must be cls or mean, got {model.pooling!r}")
         _require(model.d_ff is None or model.d_ff >= 1, "model.d_ff", f"must be positive or null, got {model.d_ff}")
-    if model.block_size is not None:
+    if model.name == "t5":
+        _require(model.feed_forward in ("relu", "gated-gelu"), "model.feed_forward",
+                 f"must be relu or gated-gelu, got {model.feed_forward!r}")
+        _require(model.d_ff >= 1, "model.d_ff", f"must be positive, got {model.d_ff}")
+        _require(model.num_buckets >= 4 and model.max_distance > model.num_buckets // 2, "model.num_buckets",
+                 f"needs num_buckets >= 4 and max_distance > num_buckets / 2, got {model.num_buckets} and "
+                 f"{model.max_distance}")
+        span = cfg.span
+        _require(0 < span.noise_density < 1, "span.noise_density", f"must be in (0, 1), got {span.noise_density}")
+        _require(span.mean_noise_span_length >= 1, "span.mean_noise_span_length",
+                 f"must be at least 1, got {span.mean_noise_span_length}")
+        _require(span.input_length >= 4, "span.input_length", f"must be at least 4, got {span.input_length}")
+        raw, _ = raw_and_target_length(span.input_length, span.noise_density, span.mean_noise_span_length)
+        spans = num_noise_spans(raw, span.noise_density, span.mean_noise_span_length)
+        _require(span.extra_ids >= spans, "span.extra_ids",
+                 f"windows of {raw} tokens have {spans} noise spans, each needing a sentinel; got {span.extra_ids}")
+    if model.get("block_size") is not None:
         length = sequence_length(data, model.name)
         key = {"shakespeare": "data.block_size", "modular": "data.terms", "translation": "data.max_length"}[data.name]
         _require(length <= model.block_size, key,
@@ -120,11 +140,11 @@ def validate(cfg: DictConfig) -> None:
     # trainer
     _require(trainer.max_steps == -1 or trainer.max_steps >= 1, "trainer.max_steps",
              f"must be -1 (no limit) or positive, got {trainer.max_steps}")
-    if data.name == "shakespeare":  # an endless stream of random windows: only steps end it
-        _require(trainer.max_steps >= 1, "trainer.max_steps",
-                 "must be set: data=shakespeare draws random windows without end")
+    if data.name == "shakespeare" or model.name == "t5":  # an endless stream of random windows: only steps end it
+        what = "model=t5" if model.name == "t5" else "data=shakespeare"
+        _require(trainer.max_steps >= 1, "trainer.max_steps", f"must be set: {what} draws random windows without end")
         _require(isinstance(trainer.val_check_interval, int), "trainer.val_check_interval",
-                 f"must be a number of steps with data=shakespeare, got {trainer.val_check_interval!r}")
+                 f"must be a number of steps with {what}, got {trainer.val_check_interval!r}")
     elif trainer.max_steps == -1:
         _require(trainer.max_epochs >= 1, "trainer.max_epochs", "set trainer.max_steps or trainer.max_epochs")
     vci = trainer.val_check_interval

@@ -9,6 +9,7 @@ import torch
 
 from transformer_lab.data.batches import Batches, RandomWindows
 from transformer_lab.data.download import ensure_file
+from transformer_lab.data.span_corruption import TokenStreams
 
 URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
@@ -82,6 +83,11 @@ class ShakespeareDataModule(L.LightningDataModule):
         starts = starts[torch.randperm(n, generator=torch.Generator().manual_seed(0))]
         windows = self.val_tokens[starts[:, None] + torch.arange(self.block_size + 1)]
         return windows[:, :-1], windows[:, 1:]
+
+    def token_streams(self):
+        """The splits for span corruption: character ids moved up by two, for <pad> (0) and <eos> (1)."""
+        return TokenStreams(self.train_tokens + 2, self.val_tokens + 2, self.vocab_size + 2, pad_id=0, eos_id=1,
+                            decode=lambda ids: self.tokenizer.decode(i - 2 for i in ids if i >= 2))
 
     def val_dataloader(self):
         x, y = self.val_windows()

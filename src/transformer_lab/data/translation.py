@@ -16,6 +16,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 
 from transformer_lab.atomic import atomic_write
 from transformer_lab.data.download import ensure_file
+from transformer_lab.data.span_corruption import TokenStreams
 from transformer_lab.errors import DataUnavailableError
 
 log = logging.getLogger(__name__)
@@ -259,6 +260,16 @@ class TranslationDataModule(L.LightningDataModule):
 
     def references(self, split: str) -> list[str]:
         return [t for _, t in self.pairs[split]]
+
+    def token_streams(self):
+        """The splits for span corruption: every sentence (both sides with a shared vocabulary, else the
+        target side) tokenized and concatenated, as T5 packs its documents."""
+        def stream(split: str) -> torch.Tensor:
+            texts = [text for pair in self.pairs[split] for text in (pair if self.shared_vocab else pair[1:])]
+            return torch.tensor([i for e in self.tokenizer.encode_batch(texts) for i in e.ids])
+
+        return TokenStreams(stream("train"), stream("val"), self.vocab_size, pad_id=PAD, eos_id=EOS,
+                            decode=self.decode)
 
     def _position(self) -> tuple[int, int]:
         trainer = self.trainer

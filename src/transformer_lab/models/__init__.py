@@ -3,5 +3,6 @@
 from transformer_lab.models.bert import Bert, BertConfig
 from transformer_lab.models.encdec import EncDec, EncDecConfig
 from transformer_lab.models.gpt import GPT, GPTConfig
+from transformer_lab.models.t5 import T5, T5Config
 
-__all__ = ["GPT", "GPTConfig", "EncDec", "EncDecConfig", "Bert", "BertConfig"]
+__all__ = ["GPT", "GPTConfig", "EncDec", "EncDecConfig", "Bert", "BertConfig", "T5", "T5Config"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +37,8 @@ class GPTConfig:
     norm: str = "layernorm"  # "layernorm" | "none" (no normalisation, as in Nanda et al.'s grokking model)
     mlp_ratio: float = 4.0
     tie_weights: bool = True  # share the token embedding with the output projection
+    init_std: float | None = 0.02  # std of every weight's normal init; None: 1/sqrt(n_embd)
+    scale_residual_init: bool = True  # GPT-2: residual projections' std divided by sqrt(2 * n_layer)
 
 
 class LayerNorm(nn.Module):
@@ -107,20 +110,22 @@ class GPT(nn.Module):
         if config.tie_weights:
             self.lm_head.weight = self.wte.weight
 
-        self.apply(self._init_weights)
-        # GPT-2: residual projections scaled down so the residual stream's variance stays put with depth.
-        for name, p in self.named_parameters():
-            if name.endswith("c_proj.weight"):
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+        std = config.init_std or config.n_embd ** -0.5
+        self.apply(partial(self._init_weights, std=std))
+        if config.scale_residual_init:
+            # GPT-2: residual projections scaled down so the residual stream's variance stays put with depth.
+            for name, p in self.named_parameters():
+                if name.endswith("c_proj.weight"):
+                    nn.init.normal_(p, mean=0.0, std=std / math.sqrt(2 * config.n_layer))
 
     @staticmethod
-    def _init_weights(module: nn.Module) -> None:
+    def _init_weights(module: nn.Module, std: float) -> None:
         if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            nn.init.normal_(module.weight, mean=0.0, std=std)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            nn.init.normal_(module.weight, mean=0.0, std=std)
 
     def num_params(self, non_embedding: bool = True) -> int:
         """Parameter count; position embeddings excluded by default, as in nanoGPT."""

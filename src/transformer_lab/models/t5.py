@@ -1,0 +1,199 @@
+"""The T5 encoder-decoder (Raffel et al. 2020), readable top to bottom.
+
+What sets it apart from models/encdec.py: no absolute positions but a learned relative position bias
+(relative distances in log-spaced buckets; one table per stack, computed once and shared by every
+layer; bidirectional in the encoder, causal in the decoder; none in cross-attention), pre-norm with
+RMSNorm (no mean subtraction, no bias), no biases anywhere, attention logits without the 1/sqrt(d)
+scale (the initialisation accounts for it), a ReLU feed-forward or T5.1.1's gated GELU, and a tied
+output projection scaled by 1/sqrt(n_embd). Runs on its own:
+
+    model = T5(T5Config(vocab_size=200, n_layer=2, n_head=4, n_embd=128))
+    logits = model(src, tgt_in)      # (B, S), (B, T) -> (B, T, vocab_size); pad_id pads src
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class T5Config:
+    vocab_size: int = 32128
+    n_layer: int = 4  # encoder layers
+    n_decoder_layer: int | None = None  # default: n_layer
+    n_head: int = 4
+    n_embd: int = 256
+    d_ff: int = 1024
+    dropout: float = 0.1
+    feed_forward: str = "relu"  # "relu" (T5) | "gated-gelu" (T5.1.1)
+    num_buckets: int = 32  # relative position buckets
+    max_distance: int = 128  # distances beyond this share the last bucket
+    tie_weights: bool = True
+    pad_id: int = 0  # also the decoder's start token, as in T5
+
+
+def relative_position_bucket(relative_position: torch.Tensor, bidirectional: bool, num_buckets: int,
+                             max_distance: int) -> torch.Tensor:
+    """Bucket of each key-minus-query distance: half the buckets are exact distances 0, 1, 2, ..., the
+    rest log-spaced up to max_distance (and beyond it the last). Bidirectional: separate halves for keys
+    before and after the query. Causal: only keys at or before the query count; later ones go to 0."""
+    buckets = torch.zeros_like(relative_position)
+    if bidirectional:
+        num_buckets //= 2
+        buckets += (relative_position > 0).long() * num_buckets
+        distance = relative_position.abs()
+    else:
+        distance = (-relative_position).clamp(min=0)
+    max_exact = num_buckets // 2
+    log_ratio = torch.log(distance.float().clamp(min=1) / max_exact) / math.log(max_distance / max_exact)
+    large = (max_exact + (log_ratio * (num_buckets - max_exact)).long()).clamp(max=num_buckets - 1)
+    return buckets + torch.where(distance < max_exact, distance, large)
+
+
+class RelativePositionBias(nn.Module):
+    """A learned scalar per (bucket, head), added to the attention logits: (1, nh, T, S)."""
+
+    def __init__(self, config: T5Config, bidirectional: bool):
+        super().__init__()
+        self.bidirectional, self.num_buckets, self.max_distance = bidirectional, config.num_buckets, config.max_distance
+        self.table = nn.Embedding(config.num_buckets, config.n_head)
+
+    def forward(self, T: int, S: int, device: torch.device) -> torch.Tensor:
+        relative = torch.arange(S, device=device)[None, :] - torch.arange(T, device=device)[:, None]  # (T, S)
+        buckets = relative_position_bucket(relative, self.bidirectional, self.num_buckets, self.max_distance)
+        return self.table(buckets).permute(2, 0, 1).unsqueeze(0)  # (1, nh, T, S)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: T5Config):
+        super().__init__()
+        C = config.n_embd
+        self.n_head, self.dropout = config.n_head, config.dropout
+        self.q = nn.Linear(C, C, bias=False)
+        self.k = nn.Linear(C, C, bias=False)
+        self.v = nn.Linear(C, C, bias=False)
+        self.o = nn.Linear(C, C, bias=False)
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor | None, bias: torch.Tensor) -> torch.Tensor:
+        # x: (B, T, C); memory: (B, S, C) or None (self-attention); bias: additive, broadcastable to (B, nh, T, S),
+        # holding the position bias and -inf where a key is masked
+        B, T, C = x.shape
+        kv = x if memory is None else memory
+        heads = lambda t: t.view(B, -1, self.n_head, C // self.n_head).transpose(1, 2)  # noqa: E731  (B, nh, L, hd)
+        q, k, v = heads(self.q(x)), heads(self.k(kv)), heads(self.v(kv))
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), scale=1.0,
+                                           dropout_p=self.dropout if self.training else 0.0)
+        return self.o(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, config: T5Config):
+        super().__init__()
+        self.gated = config.feed_forward == "gated-gelu"
+        self.wi = nn.Linear(config.n_embd, config.d_ff, bias=False)
+        self.wi_gate = nn.Linear(config.n_embd, config.d_ff, bias=False) if self.gated else None
+        self.wo = nn.Linear(config.d_ff, config.n_embd, bias=False)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gated:  # T5.1.1: gelu(x W_gate) * (x W_in)
+            h = F.gelu(self.wi_gate(x), approximate="tanh") * self.wi(x)
+        else:
+            h = F.relu(self.wi(x))
+        return self.wo(self.dropout(h))
+
+
+class Block(nn.Module):
+    """Pre-norm residual sublayers: self-attention, cross-attention (decoder only), feed-forward."""
+
+    def __init__(self, config: T5Config, cross: bool):
+        super().__init__()
+        C = config.n_embd
+        self.self_norm, self.self_attn = nn.RMSNorm(C, eps=1e-6), Attention(config)
+        self.cross_norm = nn.RMSNorm(C, eps=1e-6) if cross else None
+        self.cross_attn = Attention(config) if cross else None
+        self.ff_norm, self.ff = nn.RMSNorm(C, eps=1e-6), FeedForward(config)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor, self_bias: torch.Tensor, memory: torch.Tensor | None = None,
+                cross_bias: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.dropout(self.self_attn(self.self_norm(x), None, self_bias))
+        if self.cross_attn is not None:
+            x = x + self.dropout(self.cross_attn(self.cross_norm(x), memory, cross_bias))
+        return x + self.dropout(self.ff(self.ff_norm(x)))
+
+
+def key_mask(keep: torch.Tensor) -> torch.Tensor:
+    """(B, S) bool, True = may attend -> additive (B, 1, 1, S): 0 or -inf."""
+    return torch.zeros(keep.shape, device=keep.device).masked_fill(~keep, float("-inf"))[:, None, None, :]
+
+
+class T5(nn.Module):
+    def __init__(self, config: T5Config):
+        super().__init__()
+        self.config = config
+        C = config.n_embd
+        self.embed = nn.Embedding(config.vocab_size, C)  # shared by encoder, decoder (and the output)
+        self.encoder_bias = RelativePositionBias(config, bidirectional=True)
+        self.decoder_bias = RelativePositionBias(config, bidirectional=False)
+        self.encoder = nn.ModuleList(Block(config, cross=False) for _ in range(config.n_layer))
+        self.decoder = nn.ModuleList(Block(config, cross=True) for _ in range(config.n_decoder_layer or config.n_layer))
+        self.encoder_norm, self.decoder_norm = nn.RMSNorm(C, eps=1e-6), nn.RMSNorm(C, eps=1e-6)
+        self.drop = nn.Dropout(config.dropout)
+        self.lm_head = nn.Linear(C, config.vocab_size, bias=False)
+        self._init_weights()
+        if config.tie_weights:
+            self.lm_head.weight = self.embed.weight
+
+    def _init_weights(self) -> None:
+        # Mesh TensorFlow's T5 initialisation: each matrix scaled by its fan-in, queries also by 1/sqrt(d_head)
+        # in place of the missing attention scale.
+        C, d_head = self.config.n_embd, self.config.n_embd // self.config.n_head
+        nn.init.normal_(self.embed.weight, std=1.0)
+        for module in self.modules():
+            if isinstance(module, Attention):
+                nn.init.normal_(module.q.weight, std=(C * d_head) ** -0.5)
+                for linear in (module.k, module.v, module.o):
+                    nn.init.normal_(linear.weight, std=C ** -0.5)
+            elif isinstance(module, FeedForward):
+                for linear in (module.wi, module.wi_gate):
+                    if linear is not None:
+                        nn.init.normal_(linear.weight, std=C ** -0.5)
+                nn.init.normal_(module.wo.weight, std=self.config.d_ff ** -0.5)
+            elif isinstance(module, RelativePositionBias):
+                nn.init.normal_(module.table.weight, std=C ** -0.5)
+        if not self.config.tie_weights:
+            nn.init.normal_(self.lm_head.weight, std=C ** -0.5)
+
+    def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """src: (B, S) -> memory (B, S, C) and the keep mask (B, S), True at real tokens."""
+        keep = src != self.config.pad_id
+        S = src.size(1)
+        bias = self.encoder_bias(S, S, src.device) + key_mask(keep)  # (B, nh, S, S), shared by every layer
+        x = self.drop(self.embed(src))
+        for block in self.encoder:
+            x = block(x, bias)
+        return self.drop(self.encoder_norm(x)), keep
+
+    def decode(self, tgt: torch.Tensor, memory: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        """tgt: (B, T) decoder input (starting with pad_id) -> logits (B, T, V)."""
+        T = tgt.size(1)
+        causal = torch.full((T, T), float("-inf"), device=tgt.device).triu(1)
+        self_bias = self.decoder_bias(T, T, tgt.device) + causal  # (1, nh, T, T), shared by every layer
+        cross_bias = key_mask(keep)  # no position bias across the two sequences
+        x = self.drop(self.embed(tgt))
+        for block in self.decoder:
+            x = block(x, self_bias, memory, cross_bias)
+        x = self.drop(self.decoder_norm(x))
+        if self.config.tie_weights:
+            x = x * self.config.n_embd ** -0.5  # T5 rescales before a tied output projection
+        return self.lm_head(x)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        memory, keep = self.encode(src)
+        return self.decode(tgt, memory, keep)

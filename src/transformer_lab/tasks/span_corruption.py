@@ -1,0 +1,77 @@
+"""T5-style denoising: predict the dropped spans (the target) from the corrupted input, teacher-forced;
+target-token loss and accuracy, and greedy fills of a few validation windows."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torchmetrics import MeanMetric
+from torchmetrics.classification import MulticlassAccuracy
+
+from transformer_lab.data.span_corruption import fill_spans
+from transformer_lab.tasks.base import Task
+
+
+class SpanCorruptionTask(Task):
+    def __init__(self, model: torch.nn.Module, optim: dict, datamodule, checkpoint_meta: dict | None = None,
+                 n_examples: int = 2):
+        super().__init__(model, optim, checkpoint_meta)
+        self.pad_id, self.eos_id = datamodule.pad_id, datamodule.eos_id
+        self.first_sentinel, self.decode = datamodule.first_sentinel, datamodule.decode
+        self.n_examples = n_examples
+        self.val_loss = MeanMetric()
+        self.val_acc = MulticlassAccuracy(model.config.vocab_size, average="micro", ignore_index=self.pad_id)
+
+    def batch_tokens(self, batch) -> int:
+        return batch[0].numel() + batch[1].numel()
+
+    def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        # The decoder reads the target shifted right behind a start token (T5: the pad id).
+        start = torch.full_like(targets[:, :1], self.pad_id)
+        return self.model(inputs, torch.cat([start, targets[:, :-1]], 1))  # (B, T, V)
+
+    def training_step(self, batch, batch_idx):
+        inputs, targets = batch
+        logits = self(inputs, targets)
+        if self.logging_step():
+            self.log("train/acc", (logits.argmax(-1) == targets).float().mean())
+        return self.guarded(F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=self.pad_id))
+
+    def validation_step(self, batch, batch_idx):
+        inputs, targets = batch
+        logits = self(inputs, targets)
+        self.val_loss.update(F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=self.pad_id),
+                             weight=(targets != self.pad_id).sum())
+        self.val_acc.update(logits.flatten(0, 1), targets.flatten())
+        if batch_idx == 0 and not self.trainer.sanity_checking:
+            self._examples(inputs[:self.n_examples], targets[:self.n_examples])
+
+    def on_validation_epoch_end(self):
+        self.log("val/loss", self.val_loss.compute(), prog_bar=True)
+        self.log("val/acc", self.val_acc.compute(), prog_bar=True)
+        self.val_loss.reset()
+        self.val_acc.reset()
+
+    @torch.no_grad()
+    def fill(self, inputs: torch.Tensor, max_len: int) -> list[list[int]]:
+        """Greedy decoding of the targets (the spans' contents) for a batch of corrupted inputs."""
+        memory, keep = self.model.encode(inputs)
+        out = torch.full((len(inputs), 1), self.pad_id, device=inputs.device)
+        for _ in range(max_len):
+            next_id = self.model.decode(out, memory, keep)[:, -1].argmax(-1, keepdim=True)
+            out = torch.cat([out, next_id], 1)
+            if (out == self.eos_id).any(1).all():
+                break
+        return [ids[1:] for ids in out.tolist()]
+
+    def _examples(self, inputs: torch.Tensor, targets: torch.Tensor) -> None:
+        fills = self.fill(inputs, targets.size(1))
+        rows, lines = [], []
+        for x, y, guess in zip(inputs.tolist(), targets.tolist(), fills):
+            original = self.decode(fill_spans(x, y, self.first_sentinel, self.eos_id))
+            row = [self.global_step, original, self.decode(x), self.decode(y), self.decode(guess)]
+            rows.append(row)
+            lines.append(f"  original:  {row[1]!r}\n  corrupted: {row[2]!r}\n  target:    {row[3]!r}\n"
+                         f"  predicted: {row[4]!r}")
+        self.show_examples("span fills", "\n".join(lines), "span_fills",
+                           ["step", "original", "corrupted", "target", "predicted"], rows)
