@@ -1,0 +1,144 @@
+"""Compare runs without a server: a table of what differs between runs and their results, and plots.
+
+    python -m transformer_lab.compare outputs/2026-11-22/*            # run directories
+    python -m transformer_lab.compare multirun/2026-11-22/10-00-00    # a sweep: every run under it
+    python -m transformer_lab.compare RUNS... --sort val/acc --metrics val/acc train/loss
+    python -m transformer_lab.compare RUNS... --plot train/acc val/acc --logx --out curves.png
+
+A run directory is one with a summary.json. Its overrides come from .hydra/overrides.yaml (only keys
+whose values differ between the runs are shown), its curves from metrics.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from transformer_lab.callbacks.history import read_history
+
+DEFAULT_METRICS = ("val/loss", "val/loss_best", "val/acc", "val/acc_best", "val/bleu_best", "test/bleu",
+                   "train/loss", "global_step", "wall_time_s", "status")
+
+
+@dataclass
+class Run:
+    path: Path
+    summary: dict
+    overrides: dict[str, str] = field(default_factory=dict)
+
+    def history(self) -> list[dict]:
+        path = self.path / "metrics.jsonl"
+        return read_history(path) if path.exists() else []
+
+
+def find_runs(paths: list[str]) -> list[Run]:
+    runs = []
+    for path in map(Path, paths):
+        for summary in sorted([path / "summary.json"] if (path / "summary.json").exists() else path.rglob("summary.json")):
+            run_dir = summary.parent
+            overrides_file = run_dir / ".hydra" / "overrides.yaml"
+            overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.exists() else []
+            pairs = dict(o.split("=", 1) for o in overrides or [] if "=" in o and not o.startswith("hydra."))
+            runs.append(Run(run_dir, json.loads(summary.read_text()), pairs))
+    return runs
+
+
+def differing_keys(runs: list[Run]) -> list[str]:
+    keys = sorted({k for r in runs for k in r.overrides})
+    return [k for k in keys if len({r.overrides.get(k) for r in runs}) > 1 or len(runs) == 1]
+
+
+def label(run: Run, keys: list[str]) -> str:
+    return " ".join(f"{k}={run.overrides[k]}" for k in keys if k in run.overrides) or run.path.name
+
+
+def fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}" if math.isfinite(value) else str(value)
+    return "-" if value is None else str(value)
+
+
+def table(runs: list[Run], metrics: list[str], sort: str | None, descending: bool) -> list[list[str]]:
+    """Header and rows: the run, the differing overrides, the metrics."""
+    keys = differing_keys(runs)
+    if sort:
+        missing = [r for r in runs if not isinstance(r.summary.get(sort), (int, float))]
+        present = sorted((r for r in runs if r not in missing), key=lambda r: r.summary[sort], reverse=descending)
+        runs = present + missing
+    header = ["run", *keys, *metrics]
+    rows = [[str(r.path), *(r.overrides.get(k, "-") for k in keys), *(fmt(r.summary.get(m)) for m in metrics)]
+            for r in runs]
+    return [header, *rows]
+
+
+def render(rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def plot(runs: list[Run], metrics: list[str], out: Path, logx: bool = False) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display needed
+    import matplotlib.pyplot as plt
+
+    keys = differing_keys(runs)
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 3.8 + 0.25 * len(runs) * (len(runs) > 1)),
+                             squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        for i, run in enumerate(runs):
+            points = [(r["step"], r[metric]) for r in run.history() if metric in r]
+            if points:
+                steps, values = zip(*points)
+                ax.plot(steps, values, color=f"C{i % 10}", marker="o" if len(points) < 30 else None, markersize=3)
+        ax.set_title(metric)
+        ax.set_xlabel("step")
+        if logx:
+            ax.set_xscale("log")
+        ax.grid(alpha=0.3)
+    if len(runs) > 1:  # one legend for all panels, under them
+        handles = [plt.Line2D([], [], color=f"C{i % 10}") for i in range(len(runs))]
+        fig.legend(handles, [label(r, keys)[:100] for r in runs], loc="lower center", fontsize="small",
+                   ncol=1, frameon=False)
+        fig.subplots_adjust(bottom=0.18 + 0.05 * len(runs), wspace=0.3)
+    else:
+        fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m transformer_lab.compare", description=__doc__.split("\n")[0])
+    parser.add_argument("paths", nargs="+", help="run directories, or directories holding runs (a sweep)")
+    parser.add_argument("--metrics", nargs="+", help="summary.json keys to show (default: the common ones present)")
+    parser.add_argument("--sort", help="sort by this metric (default: val/loss when present)")
+    parser.add_argument("--descending", action="store_true", help="largest first (e.g. for val/acc, test/bleu)")
+    parser.add_argument("--plot", nargs="+", metavar="METRIC", help="plot these metrics against step")
+    parser.add_argument("--logx", action="store_true", help="logarithmic step axis")
+    parser.add_argument("--out", default="compare.png", help="where the plot goes (default: compare.png)")
+    args = parser.parse_args(argv)
+
+    runs = find_runs(args.paths)
+    if not runs:
+        print(f"error: no run directories (with a summary.json) under {' '.join(args.paths)}", file=sys.stderr)
+        return 2
+    metrics = args.metrics or [m for m in DEFAULT_METRICS if any(m in r.summary for r in runs)]
+    sort = args.sort or ("val/loss" if any("val/loss" in r.summary for r in runs) else None)
+    print(render(table(runs, metrics, sort, args.descending)))
+    if args.plot:
+        print(f"plot: {plot(runs, args.plot, Path(args.out), args.logx)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
