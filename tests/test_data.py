@@ -8,6 +8,7 @@ from transformer_lab.data import download, shakespeare
 from transformer_lab.data.download import ensure_file, sha256_of
 from transformer_lab.data.modular import OPS, ModularDataModule, make_equations
 from transformer_lab.data.shakespeare import SHA256, ShakespeareDataModule
+from transformer_lab.data.translation import BOS
 from transformer_lab.errors import DataUnavailableError
 
 UNREACHABLE = "http://127.0.0.1:9/input.txt"  # the discard port: refused at once, no network needed
@@ -124,3 +125,19 @@ def test_modular_split_is_disjoint_and_seeded():
     other = ModularDataModule(p=17, op="*", train_fraction=0.3, split_seed=6, batch_size=1000)
     other.setup()
     assert {tuple(r) for r in next(iter(other.train_dataloader()))[0].tolist()} != train_rows
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_modular_classification_layout_for_bert(op):
+    """[CLS] a op b op c = with ids past the specials; the class is the answer itself."""
+    dm = ModularDataModule(p=7, op=op, terms=3, train_fraction=0.5, batch_size=1000, layout="classify")
+    dm.setup()
+    x, y = next(iter(dm.train_dataloader()))
+    assert x.shape[1] == dm.block_size == 7 and (x[:, 0] == BOS).all() and y.dim() == 1 and dm.n_classes == 7
+    for row, answer in zip(x.tolist(), y.tolist()):
+        a, sym1, b, sym2, c, eq = dm.decode(row).split()
+        assert (sym1, sym2, eq) == (op, op, "=")
+        value = int(a)
+        for operand in (int(b), int(c)):
+            value = (value * pow(operand, 5, 7) if op == "/" else eval(f"{value} {op} {operand}")) % 7
+        assert answer == value

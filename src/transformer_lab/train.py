@@ -13,6 +13,8 @@ import hydra
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import ProgressBar
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.callbacks import GracefulInterrupt, History, Summary, Throughput
@@ -117,17 +119,35 @@ def has_wandb_credentials() -> bool:
         return False
 
 
-def build_logger(cfg: DictConfig):
+def wandb_identity(cfg: DictConfig) -> dict:
+    """A W&B run's name (its overrides), group (its sweep, in a multirun) and tags (model, data, hardware),
+    wherever the logger config leaves them unset."""
+    name, group, hardware = None, None, None
+    if HydraConfig.initialized():
+        hydra_cfg = HydraConfig.get()
+        overrides = [o for o in hydra_cfg.overrides.task if not o.startswith(("hydra.", "logger."))]
+        name = ",".join(overrides) or None
+        if hydra_cfg.mode == RunMode.MULTIRUN:
+            group = str(Path(hydra_cfg.sweep.dir))
+        hardware = hydra_cfg.runtime.choices.get("hardware")
+    tags = [f"model={cfg.model.name}", f"data={cfg.data.name}"] + ([f"hardware={hardware}"] if hardware else [])
+    return {"name": cfg.logger.name or name, "group": cfg.logger.group or group,
+            "tags": list(cfg.logger.tags or []) + [t for t in tags if t not in (cfg.logger.tags or [])]}
+
+
+def build_logger(cfg: DictConfig) -> tuple:
+    """The logger and the settings it was built with (W&B: name, group, tags and offline filled in)."""
     if not cfg.logger:
-        return False
+        return False, None
     logger_cfg = cfg.logger
     if logger_cfg._target_.endswith("WandbLogger"):
+        logger_cfg = OmegaConf.merge(logger_cfg, wandb_identity(cfg))
         mode = os.environ.get("WANDB_MODE")
         if not logger_cfg.offline and mode not in ("online", "offline", "disabled") and not has_wandb_credentials():
             logger_cfg = OmegaConf.merge(logger_cfg, {"offline": True})
             log.info("W&B: no credentials found (WANDB_API_KEY or `wandb login`), logging offline. "
                      "Sync afterwards with: wandb sync %s/wandb/offline-run-*", cfg.paths.output_dir)
-    return hydra.utils.instantiate(logger_cfg)
+    return hydra.utils.instantiate(logger_cfg), OmegaConf.to_container(logger_cfg, resolve=True)
 
 
 def resolve_ckpt_path(cfg: DictConfig) -> str | None:
@@ -177,10 +197,11 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
     if not cfg.trainer.enable_progress_bar:  # Lightning refuses a progress bar callback then
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     throughput = next((c for c in callbacks if isinstance(c, Throughput)), None)
-    trainer = L.Trainer(**OmegaConf.to_container(cfg.trainer), logger=build_logger(cfg), callbacks=callbacks,
+    logger, logger_settings = build_logger(cfg)
+    trainer = L.Trainer(**OmegaConf.to_container(cfg.trainer), logger=logger, callbacks=callbacks,
                         plugins=[AtomicCheckpointIO()], default_root_dir=str(output_dir))
     if trainer.logger and trainer.is_global_zero:
-        trainer.logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+        trainer.logger.log_hyperparams({**OmegaConf.to_container(cfg, resolve=True), "logger": logger_settings})
 
     status = "failed"
     try:
@@ -207,6 +228,11 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
                    if hasattr(datamodule, "padding_fraction") else {}),
             )
             log.info("summary: %s", output_dir / "summary.json")
+        if type(logger).__name__ == "WandbLogger" and trainer.is_global_zero:
+            # Otherwise the next job of a multirun would log into this run (WandbLogger reuses an open run).
+            import wandb
+
+            wandb.finish(exit_code=0 if status == "completed" else 1)
     return result
 
 
