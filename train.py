@@ -15,8 +15,8 @@ from transformer_lab.train import output_dir_problem  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
-def main(cfg: DictConfig) -> None:
-    run_main(cfg, START_TIME)
+def main(cfg: DictConfig) -> float | None:
+    return run_main(cfg, START_TIME)  # the objective, for sweepers
 
 
 if __name__ == "__main__":

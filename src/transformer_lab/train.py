@@ -81,7 +81,7 @@ def build_model(cfg: DictConfig, datamodule) -> torch.nn.Module:
 
 def build_task(cfg: DictConfig, datamodule, model):
     meta = {"config": OmegaConf.to_container(cfg, resolve=True), "vocab": None}
-    optim = OmegaConf.to_container(cfg.optim)
+    optim = OmegaConf.to_container(cfg.optim, resolve=True)
     if cfg.data.name == "translation" and cfg.model.name != "t5":
         meta["tokenizer"] = datamodule.tokenizer.to_str()
         meta["source_tokenizer"] = datamodule.source_tokenizer.to_str() if not cfg.data.shared_vocab else None
@@ -90,7 +90,7 @@ def build_task(cfg: DictConfig, datamodule, model):
     if cfg.model.name == "bert":
         return ClassificationTask(model, optim, decode=datamodule.decode, checkpoint_meta=meta)
     if cfg.model.name == "encdec":
-        return Seq2SeqTask(model, optim, decode=OmegaConf.to_container(cfg.decode), datamodule=datamodule,
+        return Seq2SeqTask(model, optim, decode=OmegaConf.to_container(cfg.decode, resolve=True), datamodule=datamodule,
                            checkpoint_meta=meta)
     if cfg.data.name == "shakespeare":
         tokenizer = datamodule.tokenizer
@@ -102,7 +102,7 @@ def build_task(cfg: DictConfig, datamodule, model):
     else:
         decode, prompt_ids = datamodule.decode, None
     return LanguageModelTask(
-        model, optim=optim, sample=OmegaConf.to_container(cfg.sample), decode=decode,
+        model, optim=optim, sample=OmegaConf.to_container(cfg.sample, resolve=True), decode=decode,
         answer_only=datamodule.answer_only, prompt_ids=prompt_ids, checkpoint_meta=meta, kind=datamodule.kind,
         max_extra_len=cfg.decode.max_extra_len,
     )
@@ -251,7 +251,30 @@ def output_dir_problem(argv: list[str]) -> str | None:
     return None
 
 
-def main(cfg: DictConfig, start_time: float | None = None) -> None:
-    """Entry for @hydra.main: a user's mistake becomes one clear message and exit code 2."""
+class TrialFailed(Exception):
+    """A multirun job that could not produce its objective: the sweeper records it as failed and goes on."""
+
+
+def objective_value(cfg: DictConfig, summary: dict) -> float | None:
+    """The metric a sweeper optimises (`objective`, a summary.json key), or None when none is named."""
+    if cfg.objective is None:
+        return None
+    value = summary.get(cfg.objective)
+    if not isinstance(value, (int, float)) or value != value:  # missing, or nan
+        found = ", ".join(k for k, v in sorted(summary.items()) if isinstance(v, (int, float)))
+        raise TrialFailed(f"objective={cfg.objective} is not a number in this run's summary.json (it has: {found})")
+    return float(value)
+
+
+def main(cfg: DictConfig, start_time: float | None = None) -> float | None:
+    """Entry for @hydra.main: a user's mistake becomes one clear message and exit code 2; in a multirun it
+    fails only its own job (the sweep goes on). Returns the objective for sweepers."""
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        try:  # wall_time_s from the job's start: the process's start was the first job's
+            return objective_value(cfg, run(cfg, None))
+        except UserError as e:
+            log.error("error: %s", e)
+            raise TrialFailed(str(e)) from None
     with exit_on_user_error():
-        run(cfg, start_time)
+        summary = run(cfg, start_time)
+    return objective_value(cfg, summary) if cfg.objective else None
