@@ -31,7 +31,7 @@ def test_three_trial_optuna_sweep_writes_the_best_parameters(tmp_path):
 def test_a_failed_trial_is_recorded_and_the_sweep_goes_on(tmp_path):
     fixed = [o for o in SMALL if not o.startswith("model.n_head=")]
     result = run_train("-m", "hydra/sweeper=optuna", "objective=val/loss_best", "data=modular", *fixed,
-                       "hydra/sweeper/sampler=grid", "hydra.sweeper.n_trials=4", "hydra.sweeper.max_failure_rate=1.0",
+                       "hydra/sweeper/sampler=grid", "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=1", "hydra.sweeper.max_failure_rate=1.0",
                        "model.n_head=choice(2,3)",  # 32 is not divisible by 3
                        "optim.lr=choice(0.001,0.01)", f"hydra.sweep.dir={tmp_path}")
     assert result.returncode == 0, result.stderr[-3000:]
