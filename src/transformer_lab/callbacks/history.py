@@ -23,7 +23,8 @@ class History(L.Callback):
     def __init__(self, path: Path):
         self.path = Path(path)
 
-    def on_fit_start(self, trainer, pl_module):
+    def on_train_start(self, trainer, pl_module):
+        # Not on_fit_start: Lightning restores a checkpoint's step count only after that hook.
         if not trainer.is_global_zero:
             return
         if trainer.global_step == 0 or not self.path.exists():  # a new run (or a new file)
