@@ -57,7 +57,7 @@ def test_loggers_instantiate(logger, tmp_path):
 def test_callbacks_instantiate(callbacks, tmp_path):
     cfg = compose_cfg([f"callbacks={callbacks}"], tmp_path)
     instances = [hydra.utils.instantiate(c) for c in (cfg.callbacks or {}).values()]
-    assert len(instances) == (4 if callbacks == "default" else 0)
+    assert len(instances) == {"default": 4, "none": 0, "grokfast": 1}[callbacks]
 
 
 @pytest.mark.parametrize("hardware", options("hardware"))
