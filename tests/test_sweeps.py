@@ -45,3 +45,16 @@ def test_a_failed_trial_is_recorded_and_the_sweep_goes_on(tmp_path):
     assert best["best_params"]["model.n_head"] == 2
     losses = [yaml.safe_load((tmp_path / str(i) / "summary.json").read_text())["val/loss_best"] for i in finished]
     assert best["best_value"] == min(losses)
+
+
+def test_a_two_by_two_grid_gives_four_distinct_runs(tmp_path):
+    result = run_train("-m", "data=modular", "data.p=7,11", "optim.lr=0.001,0.01", *SMALL[1:], "callbacks=none",
+                       f"hydra.sweep.dir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = sorted(p.parent for p in tmp_path.rglob("summary.json"))
+    assert [j.name for j in jobs] == ["0", "1", "2", "3"]
+    overrides = {tuple(sorted(o for o in yaml.safe_load((j / ".hydra" / "overrides.yaml").read_text())
+                              if o.startswith(("data.p=", "optim.lr=")))) for j in jobs}
+    assert overrides == {("data.p=7", "optim.lr=0.001"), ("data.p=7", "optim.lr=0.01"),
+                         ("data.p=11", "optim.lr=0.001"), ("data.p=11", "optim.lr=0.01")}
+    assert all(yaml.safe_load((j / "summary.json").read_text())["status"] == "completed" for j in jobs)
