@@ -63,11 +63,31 @@ def test_callbacks_instantiate(callbacks, tmp_path):
 @pytest.mark.parametrize("hardware", options("hardware"))
 def test_hardware_composes(hardware, tmp_path):
     cfg = compose_cfg([f"hardware={hardware}"], tmp_path)
-    if cfg.trainer.accelerator == "gpu" and not torch.cuda.is_available():
+    needs_gpu = cfg.trainer.accelerator == "gpu" or str(cfg.trainer.precision).startswith("16")
+    if needs_gpu and not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="GPU"):
             validate(cfg)
     else:
         validate(cfg)
+
+
+def test_hardware_options_combine_as_a_list(tmp_path):
+    cfg = compose_cfg(["hardware=[cpu,bf16]"], tmp_path)
+    assert (cfg.trainer.accelerator, cfg.trainer.precision) == ("cpu", "bf16-mixed")
+    validate(cfg)
+    cfg = compose_cfg(["hardware=[gpu,fp16]", "trainer.devices=2"], tmp_path)
+    assert (cfg.trainer.accelerator, cfg.trainer.precision, cfg.trainer.devices) == ("gpu", "16-mixed", 2)
+    cfg = compose_cfg(["hardware=[cpu,fp16]"], tmp_path)
+    with pytest.raises(ConfigError, match="fp16 .* needs a CUDA GPU: on the CPU Lightning would quietly use bf16"):
+        validate(cfg)
+
+
+def test_model_compile_compiles_in_place(tmp_path):
+    cfg = compose_cfg(["data=modular", "model.compile=true", "model.n_layer=1", "model.n_embd=32",
+                       "model.n_head=2"], tmp_path)
+    net = build_model(cfg, SimpleNamespace(vocab_size=17, n_classes=5, pad_id=0))
+    assert net._compiled_call_impl is not None  # forward goes through torch.compile
+    assert not any(k.startswith("_orig_mod") for k in net.state_dict())  # checkpoints keep their keys
 
 
 @pytest.mark.parametrize("experiment", options("experiment"))

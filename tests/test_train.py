@@ -117,3 +117,14 @@ def test_encdec_learns_modular_answers(tmp_path):
     assert train_losses[0] > 2.0 and summary["train/loss"] < 0.5 * train_losses[0], (train_losses, summary)
     assert 0.0 <= summary["val/acc"] <= 1.0 and "val/bleu" not in summary
     assert "examples at step" in result.stdout + result.stderr
+
+
+def test_bf16_mixed_precision_on_cpu_trains(tmp_path):
+    result = run_train("data=modular", "data.p=11", "data.train_fraction=0.9", "data.batch_size=128", *TINY,
+                       "hardware=[cpu,bf16]", "model.n_embd=64", "trainer.max_steps=60", "trainer.val_check_interval=30",
+                       "optim.warmup_steps=10", "optim.lr=1e-2", "optim.weight_decay=0.0", "logger=csv",
+                       "trainer.log_every_n_steps=1", "callbacks=none", f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "bfloat16 Automatic Mixed Precision" in result.stdout + result.stderr
+    train_losses = logged(tmp_path, "train/loss")
+    assert train_losses[-1] < train_losses[0] - 0.5, train_losses

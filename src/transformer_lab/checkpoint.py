@@ -18,7 +18,7 @@ from transformer_lab.models import GPT, T5, Bert, BertConfig, EncDec, EncDecConf
 from transformer_lab.validate import sequence_length
 
 # Model keys a resumed run may change; every other one decides the architecture.
-CHANGEABLE_KEYS = ("dropout",)
+CHANGEABLE_KEYS = ("dropout", "compile")
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -68,6 +68,7 @@ def load_model(path: str | Path, map_location: str = "cpu") -> tuple[torch.nn.Mo
     config = meta["config"]
     settings = dict(config["model"])
     name = settings.pop("name")
+    settings.pop("compile", None)
     state = {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
     vocab_size = state["embed.weight" if name in ("encdec", "t5") else "wte.weight"].shape[0]  # gpt, bert: wte
     if name == "t5":

@@ -80,6 +80,7 @@ def _model_schema(name: str, config_cls: type, data_keys: tuple[str, ...]) -> ty
     for f in dataclasses.fields(config_cls):
         if f.name not in data_keys:
             fields.append((f.name, hints[f.name], field(default=f.default)))
+    fields.append(("compile", bool, field(default=False)))  # torch.compile the model (in place)
     return dataclasses.make_dataclass(f"{config_cls.__name__}Schema", fields)
 
 

@@ -65,7 +65,15 @@ def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
 
 
 def build_model(cfg: DictConfig, datamodule) -> torch.nn.Module:
+    model = make_model(cfg, datamodule)
+    if cfg.model.compile:
+        model.compile()  # in place: the state dict keeps its keys, so checkpoints are the same either way
+    return model
+
+
+def make_model(cfg: DictConfig, datamodule) -> torch.nn.Module:
     settings = OmegaConf.to_container(cfg.model, resolve=True)
+    settings.pop("compile")
     name = settings.pop("name")
     vocab_size = datamodule.vocab_size
     if name == "t5":

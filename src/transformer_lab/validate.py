@@ -23,6 +23,10 @@ SUPPORTED = {
 }
 
 
+def _gpu_name() -> str:
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
+
+
 def _require(ok: bool, key: str, message: str) -> None:
     if not ok:
         raise ConfigError(key, message)
@@ -154,6 +158,14 @@ def validate(cfg: DictConfig) -> None:
     _require(trainer.accelerator not in ("gpu", "cuda") or torch.cuda.is_available(), "hardware",
              f"trainer.accelerator={trainer.accelerator} asks for a CUDA GPU but torch sees none "
              f"(torch {torch.__version__}, torch.cuda.is_available() is False); use hardware=cpu or hardware=auto")
+
+    precision = str(trainer.precision)
+    on_gpu = trainer.accelerator in ("gpu", "cuda") or (trainer.accelerator == "auto" and torch.cuda.is_available())
+    _require(not precision.startswith("16") or on_gpu, "hardware",
+             f"fp16 (trainer.precision={precision}) needs a CUDA GPU: on the CPU Lightning would quietly use bf16 "
+             "instead; use hardware=bf16 there")
+    _require(not precision.startswith("bf16") or not on_gpu or torch.cuda.is_bf16_supported(), "hardware",
+             f"bf16 (trainer.precision={precision}) is not supported by this GPU ({_gpu_name()}); use hardware=fp16")
 
     # decoding
     decode = cfg.decode

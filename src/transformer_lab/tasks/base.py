@@ -82,7 +82,10 @@ class Task(L.LightningModule):
 
     def configure_optimizers(self):
         o = self.optim
-        optimizer = adamw(self.model, o["lr"], o["weight_decay"], tuple(o["betas"]), o["eps"], o["fused"])
+        fused = o["fused"]
+        if fused and "mixed" in str(self.trainer.precision) and self.trainer.gradient_clip_val:
+            fused = False  # Lightning refuses to clip a fused optimizer's gradients under mixed precision
+        optimizer = adamw(self.model, o["lr"], o["weight_decay"], tuple(o["betas"]), o["eps"], fused)
         decay_steps = o["decay_steps"] or max(self.trainer.max_steps, 1)
         schedule = partial(warmup_cosine, lr=o["lr"], min_lr=o["min_lr"], warmup_steps=o["warmup_steps"],
                            decay_steps=decay_steps)
