@@ -5,14 +5,18 @@ from __future__ import annotations
 import logging
 import os
 import resource
+import sys
 import time
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import hydra
 import lightning as L
 import torch
+from lightning.fabric.strategies.launchers import subprocess_script as fabric_launcher
 from lightning.pytorch.callbacks import ProgressBar
+from lightning.pytorch.strategies.launchers import subprocess_script as pytorch_launcher
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
@@ -41,6 +45,21 @@ class _NoAdverts(logging.Filter):
 logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_NoAdverts())
 # Lightning 2.6 calls a torch pytree API that torch 2.13 deprecates; nothing for a user to act on.
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+
+
+def ddp_process_command(local_rank: int) -> tuple[list[str], str]:
+    """How Lightning's DDP launcher starts the other processes of this job under Hydra: this job alone, as
+    a single run, in this job's directory. (Lightning's own command repeats the whole command line, so in
+    a multirun every process would start the entire sweep again: pytorch-lightning #11300, hydra #2070.)"""
+    hydra_cfg = HydraConfig.get()
+    command = [sys.executable, os.path.abspath(sys.argv[0]), *hydra_cfg.overrides.task,
+               f'hydra.run.dir="{hydra_cfg.runtime.output_dir}"', f"hydra.job.name=ddp_process_{local_rank}",
+               "hydra.output_subdir=null"]  # the job's .hydra/ record is rank zero's to write
+    return command, hydra_cfg.runtime.cwd
+
+
+fabric_launcher._hydra_subprocess_cmd = ddp_process_command
+pytorch_launcher._hydra_subprocess_cmd = ddp_process_command
 
 
 def make_datamodule(cfg: DictConfig) -> L.LightningDataModule:
@@ -259,6 +278,27 @@ def output_dir_problem(argv: list[str]) -> str | None:
     return None
 
 
+DDP_ENVIRONMENT = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE")
+
+
+@contextmanager
+def distributed_job():
+    """One multirun job's DDP leaves nothing for the next: Lightning's launcher sets these variables in the
+    launching process (the next job would then take itself for a child and start no processes) and keeps
+    its process group open."""
+    saved = {key: os.environ.get(key) for key in DDP_ENVIRONMENT}
+    try:
+        yield
+    finally:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 class TrialFailed(Exception):
     """A multirun job that could not produce its objective: the sweeper records it as failed and goes on."""
 
@@ -278,11 +318,13 @@ def main(cfg: DictConfig, start_time: float | None = None) -> float | None:
     """Entry for @hydra.main: a user's mistake becomes one clear message and exit code 2; in a multirun it
     fails only its own job (the sweep goes on). Returns the objective for sweepers."""
     if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
-        try:  # wall_time_s from the job's start: the process's start was the first job's
-            return objective_value(cfg, run(cfg, None))
-        except UserError as e:
-            log.error("error: %s", e)
-            raise TrialFailed(str(e)) from None
+        with distributed_job():
+            try:  # wall_time_s from the job's start: the process's start was the first job's
+                summary = run(cfg, None)
+                return objective_value(cfg, summary) if summary else None
+            except UserError as e:
+                log.error("error: %s", e)
+                raise TrialFailed(str(e)) from None
     with exit_on_user_error():
         summary = run(cfg, start_time)
-    return objective_value(cfg, summary) if cfg.objective else None
+    return objective_value(cfg, summary) if summary else None  # the other DDP processes have no summary

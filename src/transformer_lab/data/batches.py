@@ -70,3 +70,26 @@ class RandomWindows:
             windows = self.tokens[starts[:, None] + offsets]  # (B, T+1)
             yield windows[:, :-1], windows[:, 1:]
             i += 1
+
+
+class RankShard:
+    """This process's share of every batch of a global stream under DDP: rows rank, rank + world, ...
+    Every process draws the same global batch, so together they train on exactly the batches of a
+    single-process run with the same data.batch_size."""
+
+    def __init__(self, batches, rank: int, world_size: int):
+        self.batches, self.rank, self.world_size = batches, rank, world_size
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self):
+        for batch in self.batches:
+            yield tuple(t[self.rank::self.world_size] for t in batch)
+
+
+def for_this_rank(batches, trainer):
+    """The training batches this process should see (all of them without DDP)."""
+    if trainer is None or trainer.world_size == 1:
+        return batches
+    return RankShard(batches, trainer.global_rank, trainer.world_size)

@@ -15,7 +15,7 @@ import math
 import lightning as L
 import torch
 
-from transformer_lab.data.batches import Batches, ShuffledBatches
+from transformer_lab.data.batches import Batches, ShuffledBatches, for_this_rank
 from transformer_lab.data.translation import BOS, EOS, SPECIALS
 
 OPS = ["+", "-", "*", "/"]
@@ -117,7 +117,8 @@ class ModularDataModule(L.LightningDataModule):
 
     def train_dataloader(self):
         i = self.train_idx
-        return ShuffledBatches(self.x[i], self.y[i], self.batch_size, self.seed, self._position)
+        return for_this_rank(ShuffledBatches(self.x[i], self.y[i], self.batch_size, self.seed, self._position),
+                             self.trainer)
 
     def _position(self) -> tuple[int, int]:
         """(epoch, batches of it already done), from the trainer's step count, which a checkpoint restores.

@@ -7,7 +7,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from transformer_lab.data.batches import Batches, RandomWindows
+from transformer_lab.data.batches import Batches, RandomWindows, for_this_rank
 from transformer_lab.data.download import ensure_file
 from transformer_lab.data.span_corruption import TokenStreams
 
@@ -75,7 +75,8 @@ class ShakespeareDataModule(L.LightningDataModule):
         start = 0
         if self.trainer is not None:
             start = self.trainer.global_step * self.trainer.accumulate_grad_batches
-        return RandomWindows(self.train_tokens, self.block_size, self.batch_size, self.seed, start)
+        return for_this_rank(RandomWindows(self.train_tokens, self.block_size, self.batch_size, self.seed, start),
+                             self.trainer)
 
     def val_windows(self) -> tuple[torch.Tensor, torch.Tensor]:
         n = (len(self.val_tokens) - 1) // self.block_size

@@ -18,7 +18,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 
-from transformer_lab.data.batches import Batches
+from transformer_lab.data.batches import Batches, for_this_rank
 
 
 def lengths_after_corruption(raw_length: int, noise_density: float, mean_noise_span_length: float) -> tuple[int, int]:
@@ -192,8 +192,8 @@ class SpanCorruptionDataModule(L.LightningDataModule):
 
     def train_dataloader(self):
         start = self.trainer.global_step * self.trainer.accumulate_grad_batches if self.trainer else 0
-        return SpanCorruptionBatches(self.streams.train, self.raw_length, self.batch_size, self.corrupt_window,
-                                     self.seed, start)
+        return for_this_rank(SpanCorruptionBatches(self.streams.train, self.raw_length, self.batch_size,
+                                                   self.corrupt_window, self.seed, start), self.trainer)
 
     def val_dataloader(self):
         return Batches(self.val_inputs, self.val_targets, self.val_batch_size)

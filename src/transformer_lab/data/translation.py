@@ -15,6 +15,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from transformer_lab.atomic import atomic_write
+from transformer_lab.data.batches import for_this_rank
 from transformer_lab.data.download import ensure_file
 from transformer_lab.data.span_corruption import TokenStreams
 from transformer_lab.errors import DataUnavailableError
@@ -279,7 +280,7 @@ class TranslationDataModule(L.LightningDataModule):
         return divmod(trainer.global_step * trainer.accumulate_grad_batches, per_epoch)
 
     def train_dataloader(self):
-        return self.train_batches
+        return for_this_rank(self.train_batches, self.trainer)
 
     def _eval_batches(self, split: str) -> EvalBatches:
         return EvalBatches(*self.encoded[split], self.val_batch_size, self.pad_values,

@@ -68,8 +68,8 @@ class Task(L.LightningModule):
         """The loss to train on, or None to skip the step (Lightning then skips backward and the optimizer).
         Checked before backward, so the weights stay those of the last good step."""
         if torch.isfinite(loss):
-            if self.logging_step():
-                self.log("train/loss", loss, prog_bar=True)
+            if self.logging_step():  # the mean over DDP processes (each holds a shard of the batch)
+                self.log("train/loss", loss, prog_bar=True, sync_dist=self.trainer.world_size > 1)
                 self.log("train/lr", self.lr_schedulers().get_last_lr()[0])
             return loss
         if not self.optim["skip_nonfinite"]:
