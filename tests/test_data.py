@@ -40,7 +40,7 @@ def test_shakespeare_stream_continues_after_a_resume():
     dm.setup()
     stream = iter(dm.train_dataloader())
     first_ten = [next(stream)[0] for _ in range(10)]
-    dm.trainer = SimpleNamespace(global_step=7, accumulate_grad_batches=1)  # as restored from a checkpoint
+    dm.trainer = SimpleNamespace(global_step=7, accumulate_grad_batches=1, world_size=1)  # as restored
     resumed = iter(dm.train_dataloader())
     assert torch.equal(next(resumed)[0], first_ten[7]) and torch.equal(next(resumed)[0], first_ten[8])
 
