@@ -115,6 +115,7 @@ BAD_VALUES = [
     (["model.pos_encoding=alibi"], "model.pos_encoding", "learned or rope"),
     (["optim.min_lr=1"], "optim.min_lr", "[0, optim.lr"),
     (["trainer.max_steps=-1"], "trainer.max_steps", "must be set"),
+    (["callbacks.throughput.peak_flops=-5"], "callbacks.throughput.peak_flops", "positive number of FLOP/s"),
 ]
 
 

@@ -8,8 +8,9 @@ import sys
 import pytest
 
 from conftest import ROOT, TINY, needs_shakespeare, run_train
+from transformer_lab.checkpoint import load_model
 
-SUMMARY_KEYS = {"tokens_per_sec", "wall_time_s", "peak_mem_mb", "n_params", "global_step", "status",
+SUMMARY_KEYS = {"tokens_per_sec", "flops_per_token", "mfu", "wall_time_s", "peak_mem_mb", "n_params", "global_step", "status",
                 "train/loss", "val/loss", "val/loss_best", "val/ppl", "throughput/tokens_per_sec"}
 
 
@@ -28,7 +29,7 @@ def shakespeare_run(tmp_path_factory):
     result = run_train("data=shakespeare", "model=gpt", *TINY, "data.block_size=32", "data.batch_size=16",
                        "trainer.max_steps=60", "trainer.val_check_interval=20", "trainer.limit_val_batches=4",
                        "optim.warmup_steps=5", "optim.lr=1e-2", "sample.max_new_tokens=20", "logger=csv",
-                       "trainer.log_every_n_steps=1",
+                       "trainer.log_every_n_steps=1", "callbacks.throughput.peak_flops=1e9",
                        f"hydra.run.dir={run_dir}")
     assert result.returncode == 0, result.stderr[-3000:]
     return run_dir, result
@@ -47,6 +48,18 @@ def test_shakespeare_loss_falls_and_summary_is_complete(shakespeare_run):
     assert summary["tokens_per_sec"] > 0 and summary["n_params"] > 0
     assert "sample at step 20" in result.stdout + result.stderr  # text samples at each validation
     assert {p.name for p in (run_dir / "checkpoints").iterdir()} == {"best.ckpt", "last.ckpt"}
+
+
+@needs_shakespeare
+def test_flops_per_token_and_mfu_in_the_summary(shakespeare_run):
+    run_dir, _ = shakespeare_run
+    summary = json.loads((run_dir / "summary.json").read_text())
+    model, _ = load_model(run_dir / "checkpoints" / "best.ckpt")
+    assert summary["flops_per_token"] == round(3 * model.forward_flops(32) / 32)  # every batch is 16 x 32
+    # peak_flops=1e9 stands in for a GPU's peak: MFU is achieved FLOP/s over it
+    achieved = summary["tokens_per_sec"] * summary["flops_per_token"]
+    assert summary["mfu"] == pytest.approx(achieved / 1e9, rel=1e-3)
+    assert len(logged(run_dir, "throughput/mfu")) == len(logged(run_dir, "throughput/tokens_per_sec")) > 0
 
 
 @needs_shakespeare

@@ -247,6 +247,8 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
                 output_dir / "summary.json",
                 status=status,
                 tokens_per_sec=throughput.tokens_per_sec if throughput else None,
+                flops_per_token=round(throughput.flops_per_token) if throughput and throughput.flops_per_token else None,
+                mfu=throughput.mfu if throughput else None,
                 wall_time_s=round(time.time() - start_time, 3),
                 peak_mem_mb=round(peak_memory_mb(), 1),
                 n_params=sum(p.numel() for p in model.parameters()),  # a tied weight counts once

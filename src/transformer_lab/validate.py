@@ -7,7 +7,7 @@ schemas in config.py while Hydra composed the config.
 from __future__ import annotations
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.data.modular import OPS, is_prime
 from transformer_lab.data.span_corruption import num_noise_spans, raw_and_target_length
@@ -166,6 +166,10 @@ def validate(cfg: DictConfig) -> None:
              "instead; use hardware=bf16 there")
     _require(not precision.startswith("bf16") or not on_gpu or torch.cuda.is_bf16_supported(), "hardware",
              f"bf16 (trainer.precision={precision}) is not supported by this GPU ({_gpu_name()}); use hardware=fp16")
+
+    peak = OmegaConf.select(cfg, "callbacks.throughput.peak_flops")
+    _require(peak is None or (isinstance(peak, (int, float)) and peak > 0), "callbacks.throughput.peak_flops",
+             f"must be a positive number of FLOP/s (e.g. 989e12) or null, got {peak!r}")
 
     # decoding
     decode = cfg.decode

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from transformer_lab.models.encdec import EncoderLayer
+from transformer_lab.models.flops import attention_flops, linear_flops
 
 
 @dataclass
@@ -74,6 +75,12 @@ class Bert(nn.Module):
         for layer in self.encoder:
             x = layer(x, pad)
         return self.final_norm(x), pad
+
+    def forward_flops(self, T: int) -> int:
+        """Matmul FLOPs of one forward pass over a sequence of T tokens (see models/flops.py); the pooler and
+        the head see one vector per sequence."""
+        encoder = linear_flops(self.encoder, T) + self.config.n_layer * attention_flops(self.config.n_embd, T, T)
+        return encoder + linear_flops(self.head, 1) + (linear_flops(self.pooler, 1) if self.pooler else 0)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         # idx: (B, T) -> logits (B, n_classes)

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_lab.models.attention import MultiHeadAttention
+from transformer_lab.models.flops import attention_flops, linear_flops
 
 
 @dataclass
@@ -175,6 +176,18 @@ class EncDec(nn.Module):
         for i, layer in enumerate(self.decoder):
             x = layer(x, memory, memory_pad, cache[i] if cache is not None else None)
         return self.lm_head(self.decoder_norm(x))
+
+    def forward_flops(self, S: int, T: int) -> int:
+        """Matmul FLOPs of one forward pass over a source of S tokens and a target of T (see models/flops.py):
+        cross-attention projects the source into keys and values once per decoder layer."""
+        C = self.config.n_embd
+        flops = linear_flops(self.encoder, S) + len(self.encoder) * attention_flops(C, S, S)
+        for layer in self.decoder:
+            flops += linear_flops(layer.self_attn, T) + attention_flops(C, T, T) + linear_flops(layer.ff, T)
+            cross = layer.cross_attn
+            flops += linear_flops(cross.q_proj, T) + linear_flops(cross.kv_proj, S) + linear_flops(cross.out_proj, T)
+            flops += attention_flops(C, T, S)
+        return flops + linear_flops(self.lm_head, T)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         memory, pad = self.encode(src)

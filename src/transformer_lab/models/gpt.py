@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_lab.models.attention import RotaryEmbedding, SelfAttention
+from transformer_lab.models.flops import attention_flops, linear_flops
 
 
 @dataclass
@@ -133,6 +134,10 @@ class GPT(nn.Module):
         if non_embedding and self.wpe is not None:
             n -= self.wpe.weight.numel()
         return n
+
+    def forward_flops(self, T: int) -> int:
+        """Matmul FLOPs of one forward pass over a sequence of T tokens (see models/flops.py)."""
+        return linear_flops(self, T) + self.config.n_layer * attention_flops(self.config.n_embd, T, T)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         # idx: (B, T) token ids -> logits (B, T, vocab_size)

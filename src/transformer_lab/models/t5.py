@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from transformer_lab.models.flops import attention_flops, linear_flops
+
 
 @dataclass
 class T5Config:
@@ -193,6 +195,18 @@ class T5(nn.Module):
         if self.config.tie_weights:
             x = x * self.config.n_embd ** -0.5  # T5 rescales before a tied output projection
         return self.lm_head(x)
+
+    def forward_flops(self, S: int, T: int) -> int:
+        """Matmul FLOPs of one forward pass over a source of S tokens and a target of T (see models/flops.py):
+        cross-attention projects the source into keys and values once per decoder layer."""
+        C = self.config.n_embd
+        flops = linear_flops(self.encoder, S) + len(self.encoder) * attention_flops(C, S, S)
+        for block in self.decoder:
+            flops += linear_flops(block.self_attn, T) + attention_flops(C, T, T) + linear_flops(block.ff, T)
+            cross = block.cross_attn
+            flops += linear_flops(cross.q, T) + linear_flops(cross.k, S) + linear_flops(cross.v, S)
+            flops += linear_flops(cross.o, T) + attention_flops(C, T, S)
+        return flops + linear_flops(self.lm_head, T)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         memory, keep = self.encode(src)

@@ -59,6 +59,11 @@ class Task(L.LightningModule):
         """Token positions a training batch feeds the model (for throughput)."""
         return batch[0].numel()
 
+    def batch_flops(self, batch) -> int:
+        """Model FLOPs of a training step on this batch: forward and backward, 3 forward passes."""
+        B, T = batch[0].shape
+        return 3 * B * self.model.forward_flops(T)
+
     def logging_step(self) -> bool:
         """Whether this training step's metrics are written. Lightning writes step metrics only every
         log_every_n_steps, and each self.log costs ~0.8 ms on CPU: log just the steps that are written."""

@@ -30,6 +30,10 @@ class Seq2SeqTask(Task):
         src, tgt = batch[:2]
         return src.numel() + tgt.numel() - tgt.size(0)  # source, and the target minus its last token
 
+    def batch_flops(self, batch) -> int:
+        src, tgt = batch[:2]
+        return 3 * src.size(0) * self.model.forward_flops(src.size(1), tgt.size(1) - 1)
+
     def forward(self, src, tgt_in):
         return self.model(src, tgt_in)
 

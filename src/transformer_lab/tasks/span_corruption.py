@@ -25,6 +25,10 @@ class SpanCorruptionTask(Task):
     def batch_tokens(self, batch) -> int:
         return batch[0].numel() + batch[1].numel()
 
+    def batch_flops(self, batch) -> int:
+        inputs, targets = batch[:2]
+        return 3 * inputs.size(0) * self.model.forward_flops(inputs.size(1), targets.size(1))
+
     def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         # The decoder reads the target shifted right behind a start token (T5: the pad id).
         start = torch.full_like(targets[:, :1], self.pad_id)
