@@ -20,10 +20,10 @@ needs_shakespeare = pytest.mark.skipif(
 )
 
 
-def compose_cfg(overrides=(), output_dir="/tmp/transformer-lab-test"):
+def compose_cfg(overrides=(), output_dir="/tmp/transformer-lab-test", return_hydra_config=False):
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         return compose("train", overrides=[f"paths.root_dir={ROOT}", f"paths.output_dir={output_dir}",
-                                           *overrides])
+                                           *overrides], return_hydra_config=return_hydra_config)
 
 
 def run_train(*overrides, cwd=ROOT, env=None, timeout=300):

@@ -17,6 +17,7 @@ from typing import Any, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
+from transformer_lab.errors import ConfigError, exit_on_user_error
 from transformer_lab.models.bert import BertConfig
 from transformer_lab.models.encdec import EncDecConfig
 from transformer_lab.models.gpt import GPTConfig
@@ -165,8 +166,20 @@ def config_subdir(output_dir: str) -> str:
     return ".hydra"
 
 
+def tasks_per_node(devices) -> int:
+    """hydra/launcher=slurm's task count: one task per device, so trainer.devices must be a number. Resolved
+    while Hydra builds the launcher, where an exception would print a traceback: a mistake exits at once."""
+    if isinstance(devices, int) and devices >= 1:
+        return devices
+    with exit_on_user_error():
+        raise ConfigError("trainer.devices", "hydra/launcher=slurm and slurm_local start one task (one process) "
+                                             f"per device on each node, so they need a number, got {devices!r}: "
+                                             "add trainer.devices=N")
+
+
 def register() -> None:
     OmegaConf.register_new_resolver("config_subdir", config_subdir, replace=True)
+    OmegaConf.register_new_resolver("tasks_per_node", tasks_per_node, replace=True)
     cs = ConfigStore.instance()
     # Kept out of the data/ and model/ groups, so `--help` and error messages list only real options.
     cs.store(group="schema/data", name="shakespeare", node=ShakespeareData)

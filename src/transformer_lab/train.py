@@ -280,7 +280,7 @@ def output_dir_problem(argv: list[str]) -> str | None:
     return None
 
 
-DDP_ENVIRONMENT = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE")
+DDP_ENVIRONMENT = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE", "RANK", "LOCAL_WORLD_SIZE")
 
 
 @contextmanager
@@ -299,6 +299,17 @@ def distributed_job():
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def submitit_tasks_as_processes() -> None:
+    """Under hydra/launcher=slurm_local every task of a job runs the job, as srun's tasks do on a cluster.
+    There Lightning's SLURMEnvironment knows each task's rank; here submitit's variables become torch's
+    (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT), which Lightning takes as processes started for it."""
+    if int(os.environ.get("SUBMITIT_LOCAL_NTASKS", "1")) > 1 and "LOCAL_RANK" not in os.environ:
+        from submitit.helpers import TorchDistributedEnvironment
+
+        # Lightning picks each task's device from its local rank; variables left by whatever started us give way.
+        TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
 
 
 class TrialFailed(Exception):
@@ -321,6 +332,7 @@ def main(cfg: DictConfig, start_time: float | None = None) -> float | None:
     fails only its own job (the sweep goes on). Returns the objective for sweepers."""
     if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
         with distributed_job():
+            submitit_tasks_as_processes()
             try:  # wall_time_s from the job's start: the process's start was the first job's
                 summary = run(cfg, None)
                 return objective_value(cfg, summary) if summary else None
