@@ -3,11 +3,13 @@
 from types import SimpleNamespace
 
 import hydra
+import lightning as L
 import pytest
 import torch
 from omegaconf import OmegaConf
 
 from conftest import ROOT, compose_cfg
+from transformer_lab.callbacks import RichProgressBar
 from transformer_lab.errors import ConfigError
 from transformer_lab.train import build_model, make_datamodule
 from transformer_lab.validate import SUPPORTED, validate
@@ -58,6 +60,15 @@ def test_callbacks_instantiate(callbacks, tmp_path):
     cfg = compose_cfg([f"callbacks={callbacks}"], tmp_path)
     instances = [hydra.utils.instantiate(c) for c in (cfg.callbacks or {}).values()]
     assert len(instances) == {"default": 4, "none": 0, "grokfast": 1}[callbacks]
+
+
+@pytest.mark.parametrize("max_epochs, shown", [(-1, "Epoch 0"), (3, "Epoch 0/2")])
+def test_progress_bar_shows_no_epoch_total_when_epochs_are_unlimited(max_epochs, shown):
+    bar = RichProgressBar()  # Lightning 2.6's own shows "Epoch 0/-2" for max_epochs=-1
+    trainer = L.Trainer(accelerator="cpu", max_epochs=max_epochs, max_steps=10, callbacks=[bar], logger=False,
+                        enable_checkpointing=False)
+    bar.setup(trainer, None, "fit")
+    assert bar._get_train_description(0).strip() == shown
 
 
 @pytest.mark.parametrize("hardware", options("hardware"))

@@ -1,9 +1,11 @@
-"""Lightning callbacks: throughput, the summary.json writer, metric history, graceful interrupts, Grokfast."""
+"""Lightning callbacks: throughput, the summary.json writer, metric history, graceful interrupts, Grokfast,
+the progress bar."""
 
 from transformer_lab.callbacks.grokfast import GrokfastEMA
 from transformer_lab.callbacks.history import History
 from transformer_lab.callbacks.interrupt import GracefulInterrupt
+from transformer_lab.callbacks.progress import RichProgressBar
 from transformer_lab.callbacks.summary import Summary
 from transformer_lab.callbacks.throughput import Throughput
 
-__all__ = ["GracefulInterrupt", "GrokfastEMA", "History", "Summary", "Throughput"]
+__all__ = ["GracefulInterrupt", "GrokfastEMA", "History", "RichProgressBar", "Summary", "Throughput"]
