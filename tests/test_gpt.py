@@ -99,6 +99,37 @@ def test_generate_greedy_and_top_k():
         assert torch.equal(greedy[:, t], model(context)[:, -1].argmax(-1))
 
 
+@pytest.mark.parametrize("pos_encoding", ["learned", "rope"])
+def test_kv_cache_equals_recompute(pos_encoding):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=30, block_size=16, n_layer=2, n_head=2, n_embd=16,
+                          pos_encoding=pos_encoding)).eval()
+    seq = torch.randint(30, (2, 12))
+    full = model(seq)
+    cache = model.new_cache()
+    # a prompt, then one token at a time, then a chunk of three (causal within the chunk, over the cache)
+    pieces = [seq[:, :5], seq[:, 5:6], seq[:, 6:7], seq[:, 7:9], seq[:, 9:12]]
+    cached = torch.cat([model(piece, cache) for piece in pieces], dim=1)
+    torch.testing.assert_close(cached, full, atol=1e-5, rtol=1e-5)
+    assert cache[0]["k"].shape == (2, 2, 12, 8)
+    with pytest.raises(ValueError, match="block_size"):
+        model(seq[:, :5], cache)  # 12 cached + 5 new > 16
+
+
+@pytest.mark.parametrize("pos_encoding", ["learned", "rope"])
+def test_generate_with_the_cache_equals_generate_without(pos_encoding):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=30, block_size=8, n_layer=2, n_head=2, n_embd=16,
+                          pos_encoding=pos_encoding)).eval()
+    prompt = torch.randint(30, (3, 3))
+    # 15 new tokens: past block_size, where the window slides and the cache gives way to recomputation
+    assert torch.equal(model.generate(prompt, 15, temperature=0),
+                       model.generate(prompt, 15, temperature=0, use_cache=False))
+    sampled = [model.generate(prompt, 15, top_k=5, generator=torch.Generator().manual_seed(1), use_cache=c)
+               for c in (True, False)]
+    assert torch.equal(*sampled)
+
+
 def test_sampling_is_reproducible_with_a_generator():
     model = GPT(GPTConfig(vocab_size=30, block_size=8, n_layer=1, n_head=2, n_embd=16)).eval()
     prompt = torch.zeros(1, 1, dtype=torch.long)

@@ -19,12 +19,12 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # x: (B, nh, T, hd)
-        T = x.size(-2)
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        # x: (B, nh, T, hd) at positions offset .. offset + T - 1
+        cos, sin = (t[offset:offset + x.size(-2)].to(x.dtype) for t in (self.cos, self.sin))
         x1, x2 = x.chunk(2, dim=-1)
         rotated = torch.cat([-x2, x1], dim=-1)
-        return x * self.cos[:T].to(x.dtype) + rotated * self.sin[:T].to(x.dtype)
+        return x * cos + rotated * sin
 
 
 class SelfAttention(nn.Module):
@@ -42,16 +42,25 @@ class SelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(dropout)
         self.rotary = rotary
 
-    def forward(self, x: torch.Tensor, is_causal: bool = False,
-                attn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        # x: (B, T, C); attn_mask: bool, True = may attend, broadcastable to (B, nh, T, T)
+    def forward(self, x: torch.Tensor, is_causal: bool = False, attn_mask: torch.Tensor | None = None,
+                cache: dict | None = None) -> torch.Tensor:
+        # x: (B, T, C); attn_mask: bool, True = may attend, broadcastable to (B, nh, T, T);
+        # cache: a dict this layer owns across decoding steps, holding the keys and values so far.
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hd)
         k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        past = cache["k"].size(2) if cache else 0
         if self.rotary is not None:
-            q, k = self.rotary(q), self.rotary(k)
+            q, k = self.rotary(q, past), self.rotary(k, past)
+        if cache is not None:
+            if past:
+                k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)  # (B, nh, past+T, hd)
+            cache["k"], cache["v"] = k, v
+        if is_causal and past and attn_mask is None:
+            # The new queries sit at positions past .. past+T-1: each sees the cache and the new keys up to itself.
+            attn_mask = torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(diagonal=past)
         y = F.scaled_dot_product_attention(
             q, k, v, attn_mask=attn_mask, is_causal=is_causal and attn_mask is None,
             dropout_p=self.dropout if self.training else 0.0,

@@ -6,7 +6,7 @@ residual projections scaled by 1/sqrt(2 * n_layer). Runs on its own:
 
     model = GPT(GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128))
     logits = model(idx)                     # (B, T) -> (B, T, vocab_size)
-    out = model.generate(idx, 100, top_k=20)
+    out = model.generate(idx, 100, top_k=20)   # with a key/value cache: one token's work per new token
 """
 
 from __future__ import annotations
@@ -90,8 +90,8 @@ class Block(nn.Module):
         self.ln_2 = make_norm(config)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), is_causal=True)
+    def forward(self, x: torch.Tensor, cache: dict | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), is_causal=True, cache=cache)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -139,26 +139,39 @@ class GPT(nn.Module):
         """Matmul FLOPs of one forward pass over a sequence of T tokens (see models/flops.py)."""
         return linear_flops(self, T) + self.config.n_layer * attention_flops(self.config.n_embd, T, T)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        # idx: (B, T) token ids -> logits (B, T, vocab_size)
+    def new_cache(self) -> list[dict]:
+        """An empty key/value cache, one dict per block, for forward(idx, cache)."""
+        return [{} for _ in self.blocks]
+
+    def forward(self, idx: torch.Tensor, cache: list[dict] | None = None) -> torch.Tensor:
+        # idx: (B, T) token ids -> logits (B, T, vocab_size). With a cache (from new_cache()), idx holds only
+        # the tokens after those already seen, and the cache grows by them.
         B, T = idx.shape
-        if T > self.config.block_size:
-            raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}")
+        past = cache[0]["k"].size(2) if cache and cache[0] else 0
+        if past + T > self.config.block_size:
+            raise ValueError(f"sequence length {past + T} exceeds block_size {self.config.block_size}")
         x = self.wte(idx)  # (B, T, C)
         if self.wpe is not None:
-            x = x + self.wpe(torch.arange(T, device=idx.device))  # (T, C) broadcast over B
+            x = x + self.wpe(torch.arange(past, past + T, device=idx.device))  # (T, C) broadcast over B
         x = self.drop(x)
-        for block in self.blocks:
-            x = block(x)
+        for i, block in enumerate(self.blocks):
+            x = block(x, cache[i] if cache is not None else None)
         return self.lm_head(self.ln_f(x))  # (B, T, V)
 
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                 top_k: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
-        """Sample max_new_tokens continuations of idx (B, T); temperature 0 means greedy."""
-        for _ in range(max_new_tokens):
-            context = idx[:, -self.config.block_size:]
-            logits = self(context)[:, -1, :]  # (B, V)
+                 top_k: int | None = None, generator: torch.Generator | None = None,
+                 use_cache: bool = True) -> torch.Tensor:
+        """Sample max_new_tokens continuations of idx (B, T); temperature 0 means greedy.
+
+        The key/value cache serves while the sequence fits in block_size; past that the window slides and
+        every position moves, so the last block_size tokens are recomputed for each new one."""
+        cache = self.new_cache() if use_cache else None
+        for step in range(max_new_tokens):
+            if cache is not None and idx.size(1) <= self.config.block_size:
+                logits = self(idx if step == 0 else idx[:, -1:], cache)[:, -1, :]  # (B, V)
+            else:
+                logits = self(idx[:, -self.config.block_size:])[:, -1, :]
             if temperature == 0:
                 next_id = logits.argmax(dim=-1, keepdim=True)
             else:
