@@ -89,7 +89,10 @@ class Task(L.LightningModule):
         o = self.optim
         fused = o["fused"]
         if fused and "mixed" in str(self.trainer.precision) and self.trainer.gradient_clip_val:
-            fused = False  # Lightning refuses to clip a fused optimizer's gradients under mixed precision
+            # Lightning refuses to clip a fused optimizer's gradients under mixed precision. None, not
+            # False: torch then takes its multi-tensor (foreach) kernels on a GPU; an explicit False means
+            # a loop over the parameters, which made the optimizer half of a multi30k step on an H100.
+            fused = None
         optimizer = adamw(self.model, o["lr"], o["weight_decay"], tuple(o["betas"]), o["eps"], fused)
         decay_steps = o["decay_steps"] or max(self.trainer.max_steps, 1)
         schedule = partial(warmup_cosine, lr=o["lr"], min_lr=o["min_lr"], warmup_steps=o["warmup_steps"],
