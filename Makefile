@@ -9,7 +9,7 @@ TORCH ?= torch==2.13.0
 EXPERIMENT ?= shakespeare_char_cpu
 ARGS ?=
 
-.PHONY: install data train test clean
+.PHONY: install data train test bench-gpu clean
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -28,6 +28,11 @@ train: install data
 
 test: install data
 	$(PY) -m pytest $(ARGS)
+
+# Every GPU figure (the GPU presets on each precision): benchmarks/gpu.{json,md} and the presets' .md files.
+# ARGS="--smoke" runs the same matrix for 3 steps of a small model (on the CPU where there is no GPU).
+bench-gpu: install data
+	$(PY) benchmarks/gpu.py $(ARGS)
 
 clean:
 	rm -rf outputs multirun .pytest_cache
