@@ -169,7 +169,7 @@ def test_gpt_translates_as_a_prefix_lm(tmp_path):
                        f"hydra.run.dir={run}")
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((run / "summary.json").read_text())
-    for key in ("val/bleu", "test/bleu", "test/bleu_lowercase", "test/loss"):
+    for key in ("val/bleu", "test/bleu", "test/bleu_lowercase", "test/loss", "test/truncated"):
         assert key in summary
     assert summary["val/loss_best"] < 3.0  # from ln(120) = 4.8, on target tokens only
     assert "test translations at step 150" in result.stdout + result.stderr

@@ -2,12 +2,19 @@
 
     python -m transformer_lab.translate ckpt=outputs/DATE/TIME/checkpoints/best.ckpt \\
         text="Ein Mann fährt Fahrrad." [beam_size=4 length_penalty=0.6 max_extra_len=50]
-    python -m transformer_lab.translate ckpt=... < sentences.txt     # one sentence a line
+    python -m transformer_lab.translate ckpt=... < sentences.txt > translations.txt   # one sentence a line
+
+Every input line gets exactly one output line, written as soon as its batch is translated. An input the
+model cannot take as it is still gets its line, and a warning on stderr says why: an empty line, or one
+with no character the vocabulary knows, gives an empty line; a line longer than the model's length is
+cut to it; an output that reaches the model's length stops there.
 """
 
 from __future__ import annotations
 
+import itertools
 import sys
+from typing import Callable, Iterable, Iterator
 
 import torch
 from tokenizers import Tokenizer
@@ -22,7 +29,12 @@ DEFAULTS = {"ckpt": None, "text": None, "beam_size": 4, "length_penalty": 0.6, "
             "batch_size": 64, "device": "cpu"}
 
 
-def translate(args: dict, sentences: list[str]) -> list[str]:
+def warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def translate(args: dict, lines: Iterable[str], warn: Callable[[str], None] = warn) -> Iterator[str]:
+    """One translation per line of `lines`, in order, batch by batch."""
     unknown = set(args) - set(DEFAULTS)
     if unknown:
         raise UserError(f"unknown option(s) {sorted(unknown)}; options: {', '.join(DEFAULTS)}")
@@ -36,25 +48,60 @@ def translate(args: dict, sentences: list[str]) -> list[str]:
                         "model=encdec data=translation checkpoints")
     tokenizer = Tokenizer.from_str(meta["tokenizer"])
     source_tokenizer = Tokenizer.from_str(meta["source_tokenizer"]) if meta.get("source_tokenizer") else tokenizer
-    limit = meta["config"]["data"]["max_length"] - 2
-    outputs = []
-    for start in range(0, len(sentences), args["batch_size"]):
-        encoded = source_tokenizer.encode_batch(sentences[start:start + args["batch_size"]])
-        batch = [torch.tensor(e.ids[:limit] + [EOS]) for e in encoded]
-        src = torch.nn.utils.rnn.pad_sequence(batch, batch_first=True).to(args["device"])
-        for ids in decode(model, src, args["beam_size"], src.size(1) + args["max_extra_len"], BOS, EOS,
-                               args["length_penalty"]):
-            outputs.append(tokenizer.decode([i for i in ids if i >= UNK], skip_special_tokens=False))
-    return outputs
+    limit = meta["config"]["data"]["max_length"] - 2  # source tokens before <eos>, as in training
+    cut: list[tuple[int, int]] = []  # (line number, tokens) of the lines cut to the limit
+    truncated = 0
+
+    def run(batch: list[list[int]]):
+        src = torch.nn.utils.rnn.pad_sequence([torch.tensor(ids) for ids in batch], batch_first=True)
+        return decode(model, src.to(args["device"]), args["beam_size"], src.size(1) + args["max_extra_len"], BOS,
+                      EOS, args["length_penalty"])
+
+    numbered = enumerate(lines, start=1)
+    while chunk := list(itertools.islice(numbered, args["batch_size"])):
+        outputs = [""] * len(chunk)
+        todo: dict[int, list[int]] = {}  # position in the chunk -> source ids
+        for i, ((number, line), encoding) in enumerate(zip(chunk, source_tokenizer.encode_batch([text for _, text in chunk]))):
+            if not line.strip():
+                warn(f"line {number} is empty; its output line is empty")
+            elif not source_tokenizer.decode([t for t in encoding.ids if t != UNK]).strip():
+                warn(f"line {number} has no character the model's vocabulary knows; its output line is empty")
+            else:
+                if len(encoding.ids) > limit:
+                    cut.append((number, len(encoding.ids)))
+                todo[i] = encoding.ids[:limit] + [EOS]
+        # A batch that fails is tried line by line, so one bad line costs only its own output.
+        groups = [list(todo)] if todo else []
+        while groups:
+            group = groups.pop(0)
+            try:
+                decoded = run([todo[i] for i in group])
+            except Exception as e:  # noqa: BLE001  (whatever it was, the other lines are still translated)
+                if len(group) > 1:
+                    groups = [[i] for i in group] + groups
+                else:
+                    warn(f"line {chunk[group[0]][0]} could not be translated ({type(e).__name__}: {e}); "
+                         "its output line is empty")
+                continue
+            truncated += decoded.truncated
+            for i, ids in zip(group, decoded.outputs):
+                outputs[i] = tokenizer.decode([t for t in ids if t >= UNK], skip_special_tokens=False)
+        yield from outputs
+    if cut:
+        numbers = ", ".join(str(n) for n, _ in cut[:10]) + (", ..." if len(cut) > 10 else "")
+        warn(f"{len(cut)} line(s) longer than the model's {limit} source tokens were cut to them (the longest: "
+             f"{max(n for _, n in cut)} tokens; line {numbers})")
+    if truncated:
+        warn(f"{truncated} output(s) reached the model's length ({model.config.block_size} tokens) and stop there")
 
 
 def main(argv: list[str] | None = None) -> None:
     with exit_on_user_error():
         args = parse_args(argv if argv is not None else sys.argv[1:], text_keys=("ckpt", "text", "device"))
         text = args.pop("text", None)
-        sentences = [text] if text is not None else [line.rstrip("\n") for line in sys.stdin if line.strip()]
-        for line in translate(args, sentences):
-            print(line)
+        lines = [text] if text is not None else (line.rstrip("\r\n") for line in sys.stdin)
+        for line in translate(args, lines):
+            print(line, flush=True)
 
 
 if __name__ == "__main__":

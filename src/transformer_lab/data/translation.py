@@ -198,6 +198,7 @@ class TranslationDataModule(L.LightningDataModule):
         self.batch_size, self.val_batch_size, self.seed = batch_size, val_batch_size or batch_size, seed
         self.tokenizer: Tokenizer | None = None  # the target side's (and the source's, when shared)
         self.source_tokenizer: Tokenizer | None = None
+        self.cut_lengths: list[int] = []  # token counts of the sentences max_length cuts
 
     def load_pairs(self) -> dict[str, list[tuple[str, str]]]:
         if self.path is None:
@@ -228,6 +229,7 @@ class TranslationDataModule(L.LightningDataModule):
             self.source_tokenizer = cached_tokenizer(cache, [s for s, _ in self.pairs["train"]], self.bpe_vocab_size)
             self.tokenizer = cached_tokenizer(cache, [t for _, t in self.pairs["train"]], self.bpe_vocab_size)
         self.encoded = {split: self.encode_pairs(pairs) for split, pairs in self.pairs.items()}
+        self.warn_cut_sentences()
         if self.prefix_lm:
             self.prompt_lengths = {split: [len(s) + 1 for s in src] for split, (src, _) in self.encoded.items()}
             self.encoded = {split: tuple(map(list, zip(*map(prefix_lm, *pairs)))) for split, pairs in self.encoded.items()}
@@ -249,11 +251,20 @@ class TranslationDataModule(L.LightningDataModule):
         return None if self.shared_vocab else self.source_tokenizer.get_vocab_size()
 
     def encode_pairs(self, pairs: list[tuple[str, str]]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Sentences longer than max_length - 2 tokens are cut to it (warn_cut_sentences says so)."""
         limit = self.max_length - 2
         src = self.source_tokenizer.encode_batch([s for s, _ in pairs])
         tgt = self.tokenizer.encode_batch([t for _, t in pairs])
+        self.cut_lengths += [len(e.ids) for e in (*src, *tgt) if len(e.ids) > limit]
         return ([torch.tensor(e.ids[:limit] + [EOS]) for e in src],
                 [torch.tensor([BOS] + e.ids[:limit] + [EOS]) for e in tgt])
+
+    def warn_cut_sentences(self) -> None:
+        """One line for the whole run: how many sentences data.max_length cut, and the longest."""
+        if self.cut_lengths:
+            log.warning("translation: %d sentences (of all splits, either side) are longer than data.max_length=%d "
+                        "allows (%d tokens) and are cut to it; the longest has %d tokens", len(self.cut_lengths),
+                        self.max_length, self.max_length - 2, max(self.cut_lengths))
 
     def decode(self, ids) -> str:
         """Text of token ids, without <pad>/<bos>/<eos>/<sep> (<unk> is the last special and stays)."""

@@ -26,13 +26,20 @@ class Task(L.LightningModule):
         self.skipped_steps = 0
         self.example_tables: dict[str, list[list]] = defaultdict(list)
         self.hypotheses: dict[int, str] = {}  # row of the evaluation split -> decoded output
+        self.truncated_outputs = 0  # of this evaluation's outputs, those stopped at the model's length limit
 
     def report_bleu(self, split: str) -> None:
         """sacreBLEU of this evaluation's decoded outputs against the split's references (detokenized,
-        cased; the test split also lowercased), and a few examples."""
+        cased; the test split also lowercased), the number of outputs the model's length cut short
+        (`split/truncated`), and a few examples."""
+        truncated, self.truncated_outputs = self.truncated_outputs, 0
         if self.trainer.sanity_checking or not self.hypotheses:
             self.hypotheses = {}
             return
+        self.log(f"{split}/truncated", float(truncated))
+        if truncated and self.trainer.is_global_zero:
+            log.warning("%s: %d of %d outputs reached the model's length limit (%d positions) before their end; "
+                        "they are cut there", split, truncated, len(self.hypotheses), self.model.config.block_size)
         datamodule = self.trainer.datamodule
         rows = sorted(self.hypotheses)
         hypotheses = [self.hypotheses[r] for r in rows]

@@ -1,9 +1,23 @@
-"""Greedy and beam-search decoding for an encoder-decoder with a key/value cache."""
+"""Greedy and beam-search decoding for an encoder-decoder with a key/value cache.
+
+The model embeds at most `config.block_size` positions on either side: longer sources are cut to it,
+and outputs stop at it (counted in `Decoded.truncated`) instead of asking for a position it has none for.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
+
+
+@dataclass
+class Decoded:
+    outputs: list[list[int]]  # each source's output ids, without <bos> and <eos>
+    truncated: int = 0  # outputs stopped at the model's length limit before their <eos>
+    sources_truncated: int = 0  # sources cut to the model's length limit
+    longest_source: int = 0  # tokens in the longest source, before cutting
 
 
 def _reorder(cache: list[dict], index: torch.Tensor) -> None:
@@ -15,7 +29,9 @@ def _reorder(cache: list[dict], index: torch.Tensor) -> None:
 
 @torch.no_grad()
 def greedy(model, src: torch.Tensor, max_len: int, bos: int, eos: int) -> list[list[int]]:
-    """The most likely token at each step, for a batch of sources (B, S); outputs stop at <eos>."""
+    """The most likely token at each step, for a batch of sources (B, S); outputs stop at <eos>, or after
+    max_len tokens (at most the model's block_size)."""
+    max_len = min(max_len, model.config.block_size)
     memory, pad = model.encode(src)
     cache = model.new_cache()
     tokens = torch.full((src.size(0), 1), bos, dtype=torch.long, device=src.device)
@@ -42,7 +58,9 @@ def length_normalised(score: float, length: int, alpha: float) -> float:
 def beam_search(model, src: torch.Tensor, beam_size: int, max_len: int, bos: int, eos: int,
                 length_penalty: float = 0.6) -> list[list[int]]:
     """Keeps the beam_size best partial outputs per source; a finished output is ranked by its
-    length-normalised log-probability. beam_size 1 is greedy decoding."""
+    length-normalised log-probability. beam_size 1 is greedy decoding. Outputs have at most max_len
+    tokens (at most the model's block_size)."""
+    max_len = min(max_len, model.config.block_size)
     B, K = src.size(0), beam_size
     memory, pad = model.encode(src)
     memory, pad = memory.repeat_interleave(K, 0), pad.repeat_interleave(K, 0)  # (B*K, S, C)
@@ -91,9 +109,30 @@ def beam_search(model, src: torch.Tensor, beam_size: int, max_len: int, bos: int
     return [max(f, key=lambda item: item[0])[1] for f in finished]
 
 
+def fit_sources(src: torch.Tensor, limit: int, pad: int, eos: int) -> tuple[torch.Tensor, int, int]:
+    """Sources (B, S) cut to `limit` positions, a cut one ending in <eos> as the model saw in training;
+    with how many were cut and the longest length before."""
+    lengths = (src != pad).sum(1)
+    longest = int(lengths.max()) if len(src) else 0
+    if src.size(1) <= limit:
+        return src, 0, longest
+    cut = lengths > limit
+    src = src[:, :limit].clone()
+    src[cut, -1] = eos
+    return src, int(cut.sum()), longest
+
+
 def decode(model, src: torch.Tensor, beam_size: int, max_len: int, bos: int, eos: int,
-           length_penalty: float = 0.6) -> list[list[int]]:
-    """Beam search, or for beam_size 1 the batched greedy loop that gives the same outputs faster."""
+           length_penalty: float = 0.6) -> Decoded:
+    """Beam search, or for beam_size 1 the batched greedy loop that gives the same outputs faster.
+    Never asks the model for a position past its block_size: see the module's docstring."""
+    limit = model.config.block_size
+    src, sources_truncated, longest = fit_sources(src, limit, model.config.pad_id, eos)
     if beam_size == 1:
-        return greedy(model, src, max_len, bos, eos)
-    return beam_search(model, src, beam_size, max_len, bos, eos, length_penalty)
+        outputs = greedy(model, src, max_len, bos, eos)
+    else:
+        outputs = beam_search(model, src, beam_size, max_len, bos, eos, length_penalty)
+    # An output of `limit` tokens never produced <eos> (one that did is shorter); when the caller allowed
+    # more, the model's length is what stopped it.
+    truncated = sum(len(ids) >= limit for ids in outputs) if max_len > limit else 0
+    return Decoded(outputs, truncated, sources_truncated, longest)

@@ -53,12 +53,15 @@ class LanguageModelTask(Task):
             self._translate(x, batch[2])
 
     def _translate(self, x: torch.Tensor, rows: torch.Tensor) -> None:
-        """Greedy continuation of `<bos> source <sep>` (one prompt length per batch) up to <eos>."""
+        """Greedy continuation of `<bos> source <sep>` (one prompt length per batch) up to <eos>, within
+        the model's block_size: an output that reaches it first is cut there (counted as truncated)."""
         prompt_len = int((x[0] == SEP).nonzero()[0]) + 1
         room = self.model.config.block_size - prompt_len
-        out = self.model.generate(x[:, :prompt_len], min(room, prompt_len + self.max_extra_len), temperature=0)
+        wanted = prompt_len + self.max_extra_len
+        out = self.model.generate(x[:, :prompt_len], min(room, wanted), temperature=0)
         for row, ids in zip(rows.tolist(), out[:, prompt_len:].tolist()):
             self.hypotheses[row] = self.decode(ids[:ids.index(EOS)] if EOS in ids else ids)
+            self.truncated_outputs += room < wanted and EOS not in ids
 
     def on_validation_epoch_end(self):
         self._eval_end("val")

@@ -46,7 +46,7 @@ class Seq2SeqTask(Task):
         src, tgt = batch
         return self.guarded(self.loss(src, tgt, self.optim["label_smoothing"]))
 
-    def translate(self, src: torch.Tensor, beam_size: int) -> list[list[int]]:
+    def translate(self, src: torch.Tensor, beam_size: int) -> decoding.Decoded:
         d = self.decode_cfg
         return decoding.decode(self.model, src, beam_size, src.size(1) + d["max_extra_len"], BOS, EOS, d["length_penalty"])
 
@@ -62,7 +62,9 @@ class Seq2SeqTask(Task):
                                    for i in range(min(4, len(src)))}
         elif not self.trainer.sanity_checking:
             beam_size = self.decode_cfg["beam_size" if self.trainer.testing else "val_beam_size"]
-            for row, ids in zip(batch[2].tolist(), self.translate(src, beam_size)):
+            decoded = self.translate(src, beam_size)
+            self.truncated_outputs += decoded.truncated
+            for row, ids in zip(batch[2].tolist(), decoded.outputs):
                 self.hypotheses[row] = self.detokenize(ids)
 
     def _eval_end(self, split: str):
