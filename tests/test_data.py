@@ -133,7 +133,7 @@ def test_modular_classification_layout_for_bert(op):
     dm = ModularDataModule(p=7, op=op, terms=3, train_fraction=0.5, batch_size=1000, layout="classify")
     dm.setup()
     x, y = next(iter(dm.train_dataloader()))
-    assert x.shape[1] == dm.block_size == 7 and (x[:, 0] == BOS).all() and y.dim() == 1 and dm.n_classes == 7
+    assert x.shape[1] == dm.sequence_length == 7 and (x[:, 0] == BOS).all() and y.dim() == 1 and dm.n_classes == 7
     for row, answer in zip(x.tolist(), y.tolist()):
         a, sym1, b, sym2, c, eq = dm.decode(row).split()
         assert (sym1, sym2, eq) == (op, op, "=")

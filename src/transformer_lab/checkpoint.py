@@ -9,13 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from transformer_lab.atomic import atomic_write
 from transformer_lab.errors import ConfigError, UserError
-from transformer_lab.models import GPT, T5, Bert, BertConfig, EncDec, EncDecConfig, GPTConfig, T5Config
-from transformer_lab.validate import sequence_length
 
 # Model keys a resumed run may change; every other one decides the architecture.
 CHANGEABLE_KEYS = ("dropout", "compile")
@@ -62,26 +59,14 @@ def check_compatible(checkpoint: dict, model_cfg: dict, data_name: str, path: st
 
 
 def load_model(path: str | Path, map_location: str = "cpu") -> tuple[torch.nn.Module, dict]:
-    """The model in eval mode, and the checkpoint's metadata: {"config", "vocab" or "tokenizer"}."""
+    """The model in eval mode, and the checkpoint's metadata: {"config", "model_args", "vocab" or "tokenizer"}."""
+    from transformer_lab.factory import model_from_checkpoint
+
     checkpoint = read_checkpoint(path)
     meta = checkpoint["transformer_lab"]
-    config = meta["config"]
-    settings = dict(config["model"])
-    name = settings.pop("name")
-    settings.pop("compile", None)
     state = {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
-    vocab_size = state["embed.weight" if name in ("encdec", "t5") else "wte.weight"].shape[0]  # gpt, bert: wte
-    if name == "t5":
-        model = T5(T5Config(vocab_size=vocab_size, **settings))
-        model.load_state_dict(state)
-        return model.to(map_location).eval(), meta
-    settings["block_size"] = settings["block_size"] or sequence_length(DictConfig(config["data"]), name)
-    if name == "bert":
-        model = Bert(BertConfig(vocab_size=vocab_size, n_classes=state["head.weight"].shape[0], **settings))
-    elif name == "encdec":
-        src_vocab_size = state["src_embed.weight"].shape[0] if "src_embed.weight" in state else None
-        model = EncDec(EncDecConfig(vocab_size=vocab_size, src_vocab_size=src_vocab_size, **settings))
-    else:
-        model = GPT(GPTConfig(vocab_size=vocab_size, **settings))
-    model.load_state_dict(state)
+    try:
+        model = model_from_checkpoint(meta, state)
+    except ConfigError as e:
+        raise UserError(f"{path}: {str(e).split(': ', 1)[1]}") from None
     return model.to(map_location).eval(), meta

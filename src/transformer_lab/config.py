@@ -17,11 +17,12 @@ from typing import Any, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
+from transformer_lab.data.base import DATA_DECIDED
 from transformer_lab.errors import ConfigError, exit_on_user_error
-from transformer_lab.models.bert import BertConfig
-from transformer_lab.models.encdec import EncDecConfig
-from transformer_lab.models.gpt import GPTConfig
-from transformer_lab.models.t5 import T5Config
+from transformer_lab.models.bert import Bert
+from transformer_lab.models.encdec import EncDec
+from transformer_lab.models.gpt import GPT
+from transformer_lab.models.t5 import T5
 
 
 @dataclass
@@ -71,24 +72,27 @@ class TranslationData:
     seed: int = "${seed}"  # type: ignore[assignment]
 
 
-def _model_schema(name: str, config_cls: type, data_keys: tuple[str, ...]) -> type:
+def _model_schema(name: str, model_cls: type) -> type:
     """A model group schema from the model's own config dataclass, less what the data decides
-    (vocab_size; block_size, where the model has one, becomes an optional maximum), plus the option's name."""
+    (vocab_size, ...; block_size, where the model has one, becomes an optional maximum), plus the class
+    it builds (`_target_`) and the option's name."""
+    config_cls = model_cls.config_class
     hints = typing.get_type_hints(config_cls)
-    fields = [("name", str, field(default=name))]
+    fields = [("_target_", str, field(default=f"{model_cls.__module__}.{model_cls.__qualname__}")),
+              ("name", str, field(default=name))]
     if "block_size" in hints:
         fields.append(("block_size", Optional[int], field(default=None)))  # None: the data's sequence length
     for f in dataclasses.fields(config_cls):
-        if f.name not in data_keys:
+        if f.name not in DATA_DECIDED:
             fields.append((f.name, hints[f.name], field(default=f.default)))
     fields.append(("compile", bool, field(default=False)))  # torch.compile the model (in place)
     return dataclasses.make_dataclass(f"{config_cls.__name__}Schema", fields)
 
 
-GPTModel = _model_schema("gpt", GPTConfig, ("vocab_size", "block_size"))
-EncDecModel = _model_schema("encdec", EncDecConfig, ("vocab_size", "src_vocab_size", "block_size", "pad_id"))
-BertModel = _model_schema("bert", BertConfig, ("vocab_size", "n_classes", "block_size", "pad_id"))
-T5Model = _model_schema("t5", T5Config, ("vocab_size", "pad_id"))
+GPTModel = _model_schema("gpt", GPT)
+EncDecModel = _model_schema("encdec", EncDec)
+BertModel = _model_schema("bert", Bert)
+T5Model = _model_schema("t5", T5)
 
 
 @dataclass

@@ -27,7 +27,7 @@ def sample(args: dict) -> list[str]:
     if not args["ckpt"]:
         raise UserError("ckpt=PATH is required (a .ckpt file written by train.py)")
     model, meta = load_model(args["ckpt"], map_location=args["device"])
-    if meta["config"]["model"]["name"] != "gpt":
+    if model.layout != "lm":
         raise UserError(f"{args['ckpt']} holds a model={meta['config']['model']['name']} checkpoint; this command "
                         "samples from model=gpt (python -m transformer_lab.translate for encdec)")
     if not meta.get("vocab"):

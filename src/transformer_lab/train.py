@@ -24,13 +24,8 @@ from omegaconf import DictConfig, OmegaConf
 from transformer_lab.callbacks import GracefulInterrupt, History, Summary, Throughput
 from transformer_lab.checkpoint import AtomicCheckpointIO, check_compatible, read_checkpoint
 from transformer_lab.errors import ConfigError, UserError, exit_on_user_error
-from transformer_lab.data.span_corruption import SpanCorruptionDataModule
-from transformer_lab.models import GPT, T5, Bert, BertConfig, EncDec, EncDecConfig, GPTConfig, T5Config
-from transformer_lab.tasks.classify import ClassificationTask
-from transformer_lab.tasks.lm import LanguageModelTask
-from transformer_lab.tasks.seq2seq import Seq2SeqTask
-from transformer_lab.tasks.span_corruption import SpanCorruptionTask
-from transformer_lab.validate import sequence_length, validate
+from transformer_lab.factory import build
+from transformer_lab.validate import validate
 
 log = logging.getLogger(__name__)
 
@@ -60,79 +55,6 @@ def ddp_process_command(local_rank: int) -> tuple[list[str], str]:
 
 fabric_launcher._hydra_subprocess_cmd = ddp_process_command
 pytorch_launcher._hydra_subprocess_cmd = ddp_process_command
-
-
-def make_datamodule(cfg: DictConfig) -> L.LightningDataModule:
-    settings = OmegaConf.to_container(cfg.data, resolve=True)
-    settings.pop("name")  # selects the option; not an argument of the data module
-    if cfg.data.name == "modular" and cfg.model.name in ("encdec", "bert"):
-        settings["layout"] = "seq2seq" if cfg.model.name == "encdec" else "classify"
-    if cfg.data.name == "translation" and cfg.model.name == "gpt":
-        settings["prefix_lm"] = True  # one sequence: <bos> source <sep> target <eos>
-    datamodule = hydra.utils.instantiate(settings)
-    if cfg.model.name == "t5":  # the text's token streams, corrupted
-        return SpanCorruptionDataModule(datamodule, **cfg.span, batch_size=cfg.data.batch_size,
-                                        val_batch_size=cfg.data.val_batch_size, seed=cfg.seed)
-    return datamodule
-
-
-def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
-    datamodule = make_datamodule(cfg)
-    datamodule.prepare_data()
-    datamodule.setup("fit")
-    return datamodule
-
-
-def build_model(cfg: DictConfig, datamodule) -> torch.nn.Module:
-    model = make_model(cfg, datamodule)
-    if cfg.model.compile:
-        model.compile()  # in place: the state dict keeps its keys, so checkpoints are the same either way
-    return model
-
-
-def make_model(cfg: DictConfig, datamodule) -> torch.nn.Module:
-    settings = OmegaConf.to_container(cfg.model, resolve=True)
-    settings.pop("compile")
-    name = settings.pop("name")
-    vocab_size = datamodule.vocab_size
-    if name == "t5":
-        return T5(T5Config(vocab_size=vocab_size, pad_id=datamodule.pad_id, **settings))
-    settings["block_size"] = settings["block_size"] or sequence_length(cfg.data, name)
-    if name == "bert":
-        return Bert(BertConfig(vocab_size=vocab_size, n_classes=datamodule.n_classes, **settings))
-    if name == "encdec":
-        src_vocab_size = getattr(datamodule, "source_vocab_size", None)
-        return EncDec(EncDecConfig(vocab_size=vocab_size, src_vocab_size=src_vocab_size, **settings))
-    return GPT(GPTConfig(vocab_size=vocab_size, **settings))
-
-
-def build_task(cfg: DictConfig, datamodule, model):
-    meta = {"config": OmegaConf.to_container(cfg, resolve=True), "vocab": None}
-    optim = OmegaConf.to_container(cfg.optim, resolve=True)
-    if cfg.data.name == "translation" and cfg.model.name != "t5":
-        meta["tokenizer"] = datamodule.tokenizer.to_str()
-        meta["source_tokenizer"] = datamodule.source_tokenizer.to_str() if not cfg.data.shared_vocab else None
-    if cfg.model.name == "t5":
-        return SpanCorruptionTask(model, optim, datamodule, checkpoint_meta=meta)
-    if cfg.model.name == "bert":
-        return ClassificationTask(model, optim, decode=datamodule.decode, checkpoint_meta=meta)
-    if cfg.model.name == "encdec":
-        return Seq2SeqTask(model, optim, decode=OmegaConf.to_container(cfg.decode, resolve=True), datamodule=datamodule,
-                           checkpoint_meta=meta)
-    if cfg.data.name == "shakespeare":
-        tokenizer = datamodule.tokenizer
-        decode, meta["vocab"] = tokenizer.decode, tokenizer.chars
-        try:
-            prompt_ids = tokenizer.encode(cfg.data.sample_prompt)
-        except ValueError as e:
-            raise ConfigError("data.sample_prompt", str(e)) from None
-    else:
-        decode, prompt_ids = datamodule.decode, None
-    return LanguageModelTask(
-        model, optim=optim, sample=OmegaConf.to_container(cfg.sample, resolve=True), decode=decode,
-        answer_only=datamodule.answer_only, prompt_ids=prompt_ids, checkpoint_meta=meta, kind=datamodule.kind,
-        max_extra_len=cfg.decode.max_extra_len,
-    )
 
 
 def has_wandb_credentials() -> bool:
@@ -214,9 +136,7 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
     if torch.cuda.is_available():
         torch.set_float32_matmul_precision("high")
 
-    datamodule = build_datamodule(cfg)
-    model = build_model(cfg, datamodule)
-    task = build_task(cfg, datamodule, model)
+    datamodule, model, task = build(cfg)
     summary = Summary()
     interrupt = GracefulInterrupt(output_dir / "checkpoints" / "last.ckpt")
     callbacks = [hydra.utils.instantiate(c) for c in (cfg.callbacks or {}).values()]
@@ -233,7 +153,7 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
     status = "failed"
     try:
         trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
-        if getattr(datamodule, "has_test_split", False):  # evaluated once, with the best weights
+        if datamodule.has_test_split:  # evaluated once, with the best weights
             best = next((c.best_model_path for c in trainer.checkpoint_callbacks if c.best_model_path), None)
             trainer.test(task, datamodule=datamodule, ckpt_path=best, weights_only=True)
         status = "completed"
@@ -254,7 +174,7 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
                 n_params=sum(p.numel() for p in model.parameters()),  # a tied weight counts once
                 global_step=trainer.global_step,
                 **({"padding_fraction": round(datamodule.padding_fraction, 4)}
-                   if hasattr(datamodule, "padding_fraction") else {}),
+                   if datamodule.padding_fraction is not None else {}),
             )
             log.info("summary: %s", output_dir / "summary.json")
         if type(logger).__name__ == "WandbLogger" and trainer.is_global_zero:

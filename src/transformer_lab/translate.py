@@ -42,7 +42,7 @@ def translate(args: dict, lines: Iterable[str], warn: Callable[[str], None] = wa
     if not args["ckpt"]:
         raise UserError("ckpt=PATH is required (a .ckpt file written by train.py with model=encdec)")
     model, meta = load_model(args["ckpt"], map_location=args["device"])
-    if "tokenizer" not in meta or meta["config"]["model"]["name"] != "encdec":
+    if model.layout != "seq2seq" or not meta.get("tokenizer"):
         raise UserError(f"{args['ckpt']} holds a model={meta['config']['model']['name']} "
                         f"data={meta['config']['data']['name']} checkpoint; this command translates with "
                         "model=encdec data=translation checkpoints")

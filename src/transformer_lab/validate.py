@@ -14,15 +14,6 @@ from transformer_lab.data.span_corruption import num_noise_spans, raw_and_target
 from transformer_lab.data.translation import LANGUAGES
 from transformer_lab.errors import ConfigError
 
-# model -> data it trains on (DESIGN.md's matrix, as far as it is built).
-SUPPORTED = {
-    "gpt": ("shakespeare", "modular", "translation"),
-    "encdec": ("translation", "modular"),
-    "bert": ("modular",),
-    "t5": ("shakespeare", "translation"),
-}
-
-
 def _gpu_name() -> str:
     return torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
 
@@ -37,24 +28,25 @@ def _positive(cfg: DictConfig, section: str, key: str) -> None:
     _require(isinstance(value, int) and value >= 1, f"{section}.{key}", f"must be a positive integer, got {value!r}")
 
 
-def sequence_length(data: DictConfig, model: str) -> int:
-    """The longest sequence the data will feed the model."""
-    if data.name == "modular":
-        # the equation (after [CLS] for a classifier); an encoder-decoder's target, <bos> c <eos>, is shorter
-        return 2 * data.terms + (model == "bert")
-    if data.name == "translation":
-        return 2 * data.max_length if model == "gpt" else data.max_length  # gpt sees source and target
-    return data.block_size
+def check_pair(cfg: DictConfig, datamodule) -> None:
+    """Checks that need the data module (built, not set up) beside the config: its sequences fit the
+    model's block_size, and an endless stream of training windows has a step limit."""
+    trainer, block_size = cfg.trainer, cfg.model.get("block_size")
+    if block_size is not None and datamodule.sequence_length is not None:
+        _require(datamodule.sequence_length <= block_size, f"data.{datamodule.length_key}",
+                 f"sequences of {datamodule.sequence_length} tokens exceed the model's maximum, "
+                 f"model.block_size={block_size}")
+    if datamodule.endless:  # random windows without end: only steps end it
+        what = f"model={cfg.model.name}" if datamodule.layout == "spans" else f"data={cfg.data.name}"
+        _require(trainer.max_steps >= 1, "trainer.max_steps", f"must be set: {what} draws random windows without end")
+        _require(isinstance(trainer.val_check_interval, int), "trainer.val_check_interval",
+                 f"must be a number of steps with {what}, got {trainer.val_check_interval!r}")
+    elif trainer.max_steps == -1:
+        _require(trainer.max_epochs >= 1, "trainer.max_epochs", "set trainer.max_steps or trainer.max_epochs")
 
 
 def validate(cfg: DictConfig) -> None:
     data, model, trainer, optim, sample = cfg.data, cfg.model, cfg.trainer, cfg.optim, cfg.sample
-
-    allowed = SUPPORTED.get(model.name, ())
-    if data.name not in allowed:
-        pairs = ", ".join(f"model={m} data={d}" for m, ds in SUPPORTED.items() for d in ds)
-        raise ConfigError("data", f"model={model.name} does not train on data={data.name}; combinations that "
-                                  f"work: {pairs}")
 
     # data
     _positive(cfg, "data", "batch_size")
@@ -83,12 +75,15 @@ def validate(cfg: DictConfig) -> None:
                  "model=gpt reads source and target as one sequence, so it needs one vocabulary (true)")
         _require(data.max_length >= 4, "data.max_length", f"must be at least 4, got {data.max_length}")
 
-    # model
+    # model: the keys every transformer here has, where a model (a user's own, say) has them
     for key in ("n_layer", "n_head", "n_embd"):
-        _positive(cfg, "model", key)
-    _require(model.n_embd % model.n_head == 0, "model.n_embd",
-             f"{model.n_embd} is not divisible by model.n_head={model.n_head}")
-    _require(0 <= model.dropout < 1, "model.dropout", f"must be in [0, 1), got {model.dropout}")
+        if key in model:
+            _positive(cfg, "model", key)
+    if "n_embd" in model and "n_head" in model:
+        _require(model.n_embd % model.n_head == 0, "model.n_embd",
+                 f"{model.n_embd} is not divisible by model.n_head={model.n_head}")
+    if "dropout" in model:
+        _require(0 <= model.dropout < 1, "model.dropout", f"must be in [0, 1), got {model.dropout}")
     if model.name == "gpt":
         _require(model.pos_encoding in ("learned", "rope"), "model.pos_encoding",
                  f"must be learned or rope, got {model.pos_encoding!r}")
@@ -125,11 +120,6 @@ def validate(cfg: DictConfig) -> None:
         spans = num_noise_spans(raw, span.noise_density, span.mean_noise_span_length)
         _require(span.extra_ids >= spans, "span.extra_ids",
                  f"windows of {raw} tokens have {spans} noise spans, each needing a sentinel; got {span.extra_ids}")
-    if model.get("block_size") is not None:
-        length = sequence_length(data, model.name)
-        key = {"shakespeare": "data.block_size", "modular": "data.terms", "translation": "data.max_length"}[data.name]
-        _require(length <= model.block_size, key,
-                 f"sequences of {length} tokens exceed the model's maximum, model.block_size={model.block_size}")
 
     # optimisation
     _require(optim.lr > 0, "optim.lr", f"must be positive, got {optim.lr}")
@@ -144,13 +134,6 @@ def validate(cfg: DictConfig) -> None:
     # trainer
     _require(trainer.max_steps == -1 or trainer.max_steps >= 1, "trainer.max_steps",
              f"must be -1 (no limit) or positive, got {trainer.max_steps}")
-    if data.name == "shakespeare" or model.name == "t5":  # an endless stream of random windows: only steps end it
-        what = "model=t5" if model.name == "t5" else "data=shakespeare"
-        _require(trainer.max_steps >= 1, "trainer.max_steps", f"must be set: {what} draws random windows without end")
-        _require(isinstance(trainer.val_check_interval, int), "trainer.val_check_interval",
-                 f"must be a number of steps with {what}, got {trainer.val_check_interval!r}")
-    elif trainer.max_steps == -1:
-        _require(trainer.max_epochs >= 1, "trainer.max_epochs", "set trainer.max_steps or trainer.max_epochs")
     vci = trainer.val_check_interval
     _require(isinstance(vci, (int, float)) and vci > 0, "trainer.val_check_interval",
              f"must be a positive number of steps (int) or fraction of an epoch (float), got {vci!r}")

@@ -12,11 +12,11 @@ from __future__ import annotations
 import itertools
 import math
 
-import lightning as L
 import torch
 
+from transformer_lab.data.base import DataModule
 from transformer_lab.data.batches import Batches, ShuffledBatches, for_this_rank
-from transformer_lab.data.translation import BOS, EOS, SPECIALS
+from transformer_lab.data.tokens import BOS, EOS, PAD, SPECIALS
 
 OPS = ["+", "-", "*", "/"]
 
@@ -58,16 +58,17 @@ def make_equations(p: int, op: str, terms: int = 2, max_examples: int = 1_000_00
     return operands, answer
 
 
-class ModularDataModule(L.LightningDataModule):
+class ModularDataModule(DataModule):
+    layouts = ("lm", "seq2seq", "classify")
     kind = "equation"
     answer_only = True  # loss and accuracy on the answer token only
+    length_key = "terms"
 
     def __init__(self, p: int = 97, op: str = "+", terms: int = 2, train_fraction: float = 0.5,
                  split_seed: int = 0, batch_size: int = 512, val_batch_size: int | None = None,
                  max_examples: int = 1_000_000, seed: int = 1337, layout: str = "lm"):
-        super().__init__()
-        assert layout in ("lm", "seq2seq", "classify"), layout
-        self.layout = layout
+        super().__init__(layout)
+        assert layout in self.layouts, layout
         self.offset = 0 if layout == "lm" else len(SPECIALS)
         self.p, self.op, self.terms = p, op, terms
         self.train_fraction, self.split_seed = train_fraction, split_seed
@@ -82,11 +83,15 @@ class ModularDataModule(L.LightningDataModule):
         return self.offset + self.p + len(OPS) + 1
 
     @property
-    def n_classes(self) -> int:
-        return self.p
+    def n_classes(self) -> int | None:
+        return self.p if self.layout == "classify" else None
 
     @property
-    def block_size(self) -> int:
+    def pad_id(self) -> int | None:
+        return None if self.layout == "lm" else PAD
+
+    @property
+    def sequence_length(self) -> int:
         return 2 * self.terms + (self.layout == "classify")  # ([CLS]) a op b ... =
 
     def decode(self, ids) -> str:

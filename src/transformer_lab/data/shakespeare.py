@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import lightning as L
 import torch
 
+from transformer_lab.data.base import DataModule
 from transformer_lab.data.batches import Batches, RandomWindows, for_this_rank
 from transformer_lab.data.download import ensure_file
-from transformer_lab.data.span_corruption import TokenStreams
+from transformer_lab.data.tokens import TokenStreams
 
 URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
@@ -34,18 +34,20 @@ class CharTokenizer:
         return "".join(self.chars[int(i)] for i in ids)
 
 
-class ShakespeareDataModule(L.LightningDataModule):
+class ShakespeareDataModule(DataModule):
     """Training: endless random windows of block_size (+1 for the shifted targets) from the first 90%.
     Validation: a fixed set, the non-overlapping windows of the last 10% in a fixed shuffled order, so
     `trainer.limit_val_batches` takes the same spread-out sample every time."""
 
+    layouts = ("lm", "spans")
     kind = "text"
-    answer_only = False
+    endless = True
+    length_key = "block_size"
 
     def __init__(self, data_dir: str = "data", block_size: int = 256, batch_size: int = 64,
                  val_batch_size: int | None = None, val_fraction: float = 0.1, seed: int = 1337,
-                 sample_prompt: str = "\n"):
-        super().__init__()
+                 sample_prompt: str = "\n", layout: str = "lm"):
+        super().__init__(layout)
         self.path = Path(data_dir) / "shakespeare" / "input.txt"
         self.block_size, self.batch_size = block_size, batch_size
         self.val_batch_size = val_batch_size or batch_size
@@ -68,6 +70,19 @@ class ShakespeareDataModule(L.LightningDataModule):
     @property
     def vocab_size(self) -> int:
         return self.tokenizer.vocab_size
+
+    @property
+    def sequence_length(self) -> int:
+        return self.block_size
+
+    def decode(self, ids) -> str:
+        return self.tokenizer.decode(ids)
+
+    def sample_prompt_ids(self) -> list[int]:
+        return self.tokenizer.encode(self.sample_prompt)
+
+    def checkpoint_meta(self) -> dict:
+        return {"vocab": self.tokenizer.chars}
 
     def train_dataloader(self):
         # Batch i depends only on (seed, i), so a run resumed from a checkpoint continues the stream

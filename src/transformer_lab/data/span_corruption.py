@@ -11,14 +11,14 @@ fits `input_length` (T5's `random_spans_helper`: 512 <- 568 with targets of 114)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
-import lightning as L
 import torch
 import torch.nn.functional as F
 
+from transformer_lab.data.base import DataModule
 from transformer_lab.data.batches import Batches, for_this_rank
+from transformer_lab.data.tokens import TokenStreams
 
 
 def lengths_after_corruption(raw_length: int, noise_density: float, mean_noise_span_length: float) -> tuple[int, int]:
@@ -94,17 +94,6 @@ def fill_spans(inputs: list[int], targets: list[int], first_sentinel: int, eos_i
     return out
 
 
-@dataclass
-class TokenStreams:
-    """What span corruption needs from a text dataset: its splits as token streams, and the vocabulary."""
-    train: torch.Tensor  # (N,) token ids
-    val: torch.Tensor
-    vocab_size: int  # before sentinels
-    pad_id: int
-    eos_id: int
-    decode: Callable[[list[int]], str]
-
-
 class SpanCorruptionBatches:
     """Batches of corrupted windows: batch i (random windows of the stream, and their noise masks) comes
     from a generator seeded with (seed, i), so the stream is reproducible and resumable at any batch.
@@ -127,17 +116,18 @@ class SpanCorruptionBatches:
             i += 1
 
 
-class SpanCorruptionDataModule(L.LightningDataModule):
+class SpanCorruptionDataModule(DataModule):
     """Span corruption over a text dataset's token streams (tiny Shakespeare's characters, or translation
     text). Validation: the validation stream's consecutive windows, each corrupted with its own fixed seed."""
 
+    layouts = ("spans",)
     kind = "span_corruption"
-    answer_only = False
+    endless = True
 
-    def __init__(self, base: L.LightningDataModule, input_length: int = 128, noise_density: float = 0.15,
+    def __init__(self, base: DataModule, input_length: int = 128, noise_density: float = 0.15,
                  mean_noise_span_length: float = 3.0, extra_ids: int = 100, batch_size: int = 64,
                  val_batch_size: int | None = None, seed: int = 1337):
-        super().__init__()
+        super().__init__("spans")
         self.base = base
         self.input_length, self.noise_density, self.mean_noise_span_length = input_length, noise_density, mean_noise_span_length
         self.extra_ids, self.batch_size = extra_ids, batch_size
@@ -178,6 +168,9 @@ class SpanCorruptionDataModule(L.LightningDataModule):
     def corrupt_window(self, window: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         mask = random_spans_noise_mask(len(window), self.noise_density, self.mean_noise_span_length, generator)
         return corrupt(window, mask, self.vocab_size, self.eos_id)
+
+    def checkpoint_meta(self) -> dict:
+        return self.base.checkpoint_meta()
 
     def decode(self, ids) -> str:
         """Text with each sentinel shown as <X0>, <X1>, ... (X0 = the top id)."""

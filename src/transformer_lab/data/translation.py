@@ -10,14 +10,14 @@ import math
 from pathlib import Path
 from typing import Callable
 
-import lightning as L
 import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from transformer_lab.atomic import atomic_write
+from transformer_lab.data.base import DataModule
 from transformer_lab.data.batches import for_this_rank
 from transformer_lab.data.download import ensure_file
-from transformer_lab.data.span_corruption import TokenStreams
+from transformer_lab.data.tokens import BOS, EOS, PAD, SEP, SPECIALS, UNK, TokenStreams  # noqa: F401 (re-exported)
 from transformer_lab.errors import DataUnavailableError
 
 log = logging.getLogger(__name__)
@@ -36,8 +36,6 @@ SHA256 = {
 }
 SPLIT_FILES = {"train": "train", "val": "val", "test": "test_2016_flickr"}
 LANGUAGES = ("de", "en", "fr")
-SPECIALS = ["<pad>", "<bos>", "<eos>", "<sep>", "<unk>"]
-PAD, BOS, EOS, SEP, UNK = range(len(SPECIALS))
 
 
 def read_multi30k(data_dir: str | Path, split: str, language: str) -> list[str]:
@@ -177,21 +175,23 @@ class EvalBatches:
                    pad_batch([self.tgt[i] for i in rows], self.pad_values[1]), torch.tensor(rows))
 
 
-class TranslationDataModule(L.LightningDataModule):
-    """Batches are (source ids + <eos>, <bos> + target ids + <eos>), padded with <pad> = 0."""
+class TranslationDataModule(DataModule):
+    """Batches are (source ids + <eos>, <bos> + target ids + <eos>), padded with <pad> = 0; in the "lm"
+    layout, one sequence `<bos> source <sep> target <eos>` for a decoder-only model (a prefix LM)."""
 
+    layouts = ("lm", "seq2seq", "spans")
     kind = "translation"
-    answer_only = False
     has_test_split = True
+    length_key = "max_length"
 
     def __init__(self, data_dir: str = "data", source: str = "de", target: str = "en", path: str | None = None,
                  val_fraction: float = 0.05, test_fraction: float = 0.05, split_seed: int = 0,
                  vocab_size: int = 8000, max_length: int = 128, batch_size: int = 128,
                  val_batch_size: int | None = None, seed: int = 1337, shared_vocab: bool = True,
-                 prefix_lm: bool = False):
-        super().__init__()
+                 layout: str = "seq2seq"):
+        super().__init__(layout)
         self.shared_vocab = shared_vocab
-        self.prefix_lm = prefix_lm  # batches for a decoder-only model: `<bos> src <sep> tgt <eos>`
+        self.prefix_lm = layout == "lm"  # batches for a decoder-only model: `<bos> src <sep> tgt <eos>`
         self.data_dir, self.source, self.target, self.path = Path(data_dir), source, target, path
         self.val_fraction, self.test_fraction, self.split_seed = val_fraction, test_fraction, split_seed
         self.bpe_vocab_size, self.max_length = vocab_size, max_length
@@ -249,6 +249,18 @@ class TranslationDataModule(L.LightningDataModule):
     @property
     def source_vocab_size(self) -> int | None:
         return None if self.shared_vocab else self.source_tokenizer.get_vocab_size()
+
+    @property
+    def pad_id(self) -> int:
+        return PAD
+
+    @property
+    def sequence_length(self) -> int:
+        return 2 * self.max_length if self.prefix_lm else self.max_length  # a prefix LM sees both sides
+
+    def checkpoint_meta(self) -> dict:
+        return {"tokenizer": self.tokenizer.to_str(),
+                "source_tokenizer": None if self.shared_vocab else self.source_tokenizer.to_str()}
 
     def encode_pairs(self, pairs: list[tuple[str, str]]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Sentences longer than max_length - 2 tokens are cut to it (warn_cut_sentences says so)."""

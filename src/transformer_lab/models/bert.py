@@ -37,6 +37,9 @@ class BertConfig:
 
 
 class Bert(nn.Module):
+    layout = "classify"  # what it reads: token sequences and a class each (data/base.py)
+    config_class = BertConfig
+
     def __init__(self, config: BertConfig):
         super().__init__()
         self.config = config

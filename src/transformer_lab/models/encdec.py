@@ -111,6 +111,9 @@ class DecoderLayer(nn.Module):
 
 
 class EncDec(nn.Module):
+    layout = "seq2seq"  # what it reads: (source, target) pairs (data/base.py)
+    config_class = EncDecConfig
+
     def __init__(self, config: EncDecConfig):
         super().__init__()
         self.config = config

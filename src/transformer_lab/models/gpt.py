@@ -96,6 +96,9 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
+    layout = "lm"  # what it reads: token sequences, predicting each next token (data/base.py)
+    config_class = GPTConfig
+
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config

@@ -136,6 +136,9 @@ def key_mask(keep: torch.Tensor) -> torch.Tensor:
 
 
 class T5(nn.Module):
+    layout = "spans"  # what it reads: span-corrupted token streams (T5's objective) (data/base.py)
+    config_class = T5Config
+
     def __init__(self, config: T5Config):
         super().__init__()
         self.config = config

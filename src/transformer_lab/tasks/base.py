@@ -11,6 +11,7 @@ from functools import partial
 import lightning as L
 import sacrebleu
 import torch
+from omegaconf import OmegaConf
 
 from transformer_lab.errors import NonFiniteLossError
 from transformer_lab.tasks.optim import adamw, warmup_cosine
@@ -27,6 +28,11 @@ class Task(L.LightningModule):
         self.example_tables: dict[str, list[list]] = defaultdict(list)
         self.hypotheses: dict[int, str] = {}  # row of the evaluation split -> decoded output
         self.truncated_outputs = 0  # of this evaluation's outputs, those stopped at the model's length limit
+
+    @classmethod
+    def build(cls, cfg, model: torch.nn.Module, datamodule, checkpoint_meta: dict) -> "Task":
+        """The task for a run's config, model and data module (the factory's one call)."""
+        return cls(model, OmegaConf.to_container(cfg.optim, resolve=True), checkpoint_meta=checkpoint_meta)
 
     def report_bleu(self, split: str) -> None:
         """sacreBLEU of this evaluation's decoded outputs against the split's references (detokenized,

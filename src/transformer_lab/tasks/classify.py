@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
+from omegaconf import OmegaConf
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
@@ -20,6 +21,11 @@ class ClassificationTask(Task):
         n_classes = model.config.n_classes
         self.val_loss = MeanMetric()
         self.val_acc = MulticlassAccuracy(n_classes, average="micro")
+
+    @classmethod
+    def build(cls, cfg, model, datamodule, checkpoint_meta):
+        return cls(model, OmegaConf.to_container(cfg.optim, resolve=True), decode=datamodule.decode,
+                   checkpoint_meta=checkpoint_meta)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.model(idx)

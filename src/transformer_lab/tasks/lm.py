@@ -7,10 +7,12 @@ from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
+from omegaconf import OmegaConf
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
-from transformer_lab.data.translation import EOS, SEP
+from transformer_lab.data.tokens import EOS, SEP
+from transformer_lab.errors import ConfigError
 from transformer_lab.tasks.base import Task
 
 
@@ -25,6 +27,17 @@ class LanguageModelTask(Task):
         vocab_size = model.config.vocab_size
         self.val_loss = MeanMetric()
         self.val_acc = MulticlassAccuracy(vocab_size, average="micro", ignore_index=-100) if answer_only else None
+
+    @classmethod
+    def build(cls, cfg, model, datamodule, checkpoint_meta):
+        try:  # text samples at each validation start from the data's prompt, where it has one
+            prompt_ids = datamodule.sample_prompt_ids()
+        except ValueError as e:
+            raise ConfigError("data.sample_prompt", str(e)) from None
+        return cls(model, optim=OmegaConf.to_container(cfg.optim, resolve=True),
+                   sample=OmegaConf.to_container(cfg.sample, resolve=True), decode=datamodule.decode,
+                   answer_only=datamodule.answer_only, prompt_ids=prompt_ids, checkpoint_meta=checkpoint_meta,
+                   kind=datamodule.kind, max_extra_len=cfg.decode.max_extra_len)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.model(idx)

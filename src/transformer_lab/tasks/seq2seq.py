@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from omegaconf import OmegaConf
 from torchmetrics import MeanMetric
 
-from transformer_lab.data.translation import BOS, EOS, PAD
+from transformer_lab.data.tokens import BOS, EOS, PAD
 from transformer_lab.tasks.base import Task
 from transformer_lab.tasks import decoding
 
@@ -25,6 +26,12 @@ class Seq2SeqTask(Task):
         self.answer_only = datamodule.answer_only  # equations: accuracy of the answer instead of BLEU
         self.eval_loss = MeanMetric()
         self.eval_acc = MeanMetric()
+
+    @classmethod
+    def build(cls, cfg, model, datamodule, checkpoint_meta):
+        return cls(model, OmegaConf.to_container(cfg.optim, resolve=True),
+                   decode=OmegaConf.to_container(cfg.decode, resolve=True), datamodule=datamodule,
+                   checkpoint_meta=checkpoint_meta)
 
     def batch_tokens(self, batch) -> int:
         src, tgt = batch[:2]

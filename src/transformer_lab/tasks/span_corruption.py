@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from omegaconf import OmegaConf
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
@@ -21,6 +22,10 @@ class SpanCorruptionTask(Task):
         self.n_examples = n_examples
         self.val_loss = MeanMetric()
         self.val_acc = MulticlassAccuracy(model.config.vocab_size, average="micro", ignore_index=self.pad_id)
+
+    @classmethod
+    def build(cls, cfg, model, datamodule, checkpoint_meta):
+        return cls(model, OmegaConf.to_container(cfg.optim, resolve=True), datamodule, checkpoint_meta=checkpoint_meta)
 
     def batch_tokens(self, batch) -> int:
         return batch[0].numel() + batch[1].numel()

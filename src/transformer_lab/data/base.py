@@ -1,0 +1,79 @@
+"""What a data module promises the factory and the tasks: every attribute they read is named here.
+
+A dataset of your own subclasses `DataModule`, declares the `layouts` it can produce, and builds the
+one it is given as `layout`. The layouts, by what a batch holds:
+
+- "lm": token sequences and their next tokens (-100 where nothing is predicted), for a decoder-only model;
+- "seq2seq": (source, target) ids padded with `pad_id`, the target starting with <bos> and ending with
+  <eos>; evaluation batches carry the rows' indices third, to match `references(split)`;
+- "classify": token sequences and one class id each;
+- "spans": T5's span corruption, made by the factory from the module's `token_streams()`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+
+
+# Model settings the data decides: a model config's fields of these names are filled from the data
+# module's attributes of the same names (`block_size` from `sequence_length`, where the user sets none).
+DATA_DECIDED = ("vocab_size", "src_vocab_size", "n_classes", "pad_id", "block_size")
+
+
+class DataModule(L.LightningDataModule):
+    layouts: tuple[str, ...] = ()  # the batch layouts this data can be made into (above)
+    kind: str = "text"  # what evaluation shows: "text" (samples), "equation" (accuracy), "translation" (BLEU)
+    answer_only: bool = False  # loss and accuracy on the answer token only
+    has_test_split: bool = False  # a test split, evaluated once with the best weights after training
+    endless: bool = False  # training draws random windows without end: only trainer.max_steps stops it
+    length_key: str | None = None  # the data.* key that sets `sequence_length` (named in messages)
+    padding_fraction: float | None = None  # share of padding in training batches, once set up (summary.json)
+
+    def __init__(self, layout: str):
+        super().__init__()
+        self.layout = layout
+
+    # Sizes the model is built with; available after setup(). None where a layout has no such thing.
+    @property
+    def vocab_size(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def source_vocab_size(self) -> int | None:
+        """The source side's vocabulary where it is not the target's."""
+        return None
+
+    @property
+    def n_classes(self) -> int | None:
+        return None
+
+    @property
+    def pad_id(self) -> int | None:
+        return None
+
+    @property
+    def sequence_length(self) -> int | None:
+        """The longest sequence a model will be fed in this layout; known before setup()."""
+        return None
+
+    def decode(self, ids) -> str:
+        """Text of token ids (special tokens left out)."""
+        raise NotImplementedError
+
+    def references(self, split: str) -> list[str]:
+        """Reference texts of a split's rows ("seq2seq" and translation "lm"), for BLEU."""
+        raise NotImplementedError
+
+    def token_streams(self):
+        """The splits as token streams (a `TokenStreams`), for the "spans" layout."""
+        raise NotImplementedError
+
+    def sample_prompt_ids(self) -> list[int] | None:
+        """Where text samples start ("lm" on text), or None for no samples. A ValueError names what is wrong."""
+        return None
+
+    def checkpoint_meta(self) -> dict[str, Any]:
+        """What a checkpoint must carry to turn ids back into text (a vocabulary, a tokenizer)."""
+        return {}

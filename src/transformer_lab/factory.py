@@ -1,0 +1,163 @@
+"""Builds a run's data, model and task from its config, from what each side declares; nothing here
+names a model or a dataset.
+
+- A model YAML's `_target_` is a plain nn.Module class declaring `layout`, the batches it reads, and
+  `config_class`, the dataclass of its settings: the YAML's keys, plus the sizes the data decides
+  (`DATA_DECIDED`, for those of them the dataclass has).
+- A data YAML's `_target_` is a `data.base.DataModule` declaring the `layouts` it can produce; it is
+  built with the model's layout.
+- The layout decides the task (`TASKS`). "spans" is made from the data's token streams.
+
+So a model or dataset of your own is one Python file and one YAML (README: "Your own model or dataset").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import lru_cache
+
+import hydra
+import torch
+from hydra.utils import get_class
+from omegaconf import DictConfig, OmegaConf
+
+from transformer_lab.data.base import DATA_DECIDED, DataModule
+from transformer_lab.data.span_corruption import SpanCorruptionDataModule
+from transformer_lab.errors import ConfigError
+from transformer_lab.tasks.classify import ClassificationTask
+from transformer_lab.tasks.lm import LanguageModelTask
+from transformer_lab.tasks.seq2seq import Seq2SeqTask
+from transformer_lab.tasks.span_corruption import SpanCorruptionTask
+from transformer_lab.validate import check_pair
+
+# A model's layout -> the task that trains it.
+TASKS = {"lm": LanguageModelTask, "seq2seq": Seq2SeqTask, "classify": ClassificationTask, "spans": SpanCorruptionTask}
+# Config keys that select and describe, not settings of the model's dataclass.
+NOT_SETTINGS = ("_target_", "name", "compile")
+
+
+def target_class(section: DictConfig | dict, key: str) -> type:
+    target = section.get("_target_")
+    try:
+        return get_class(target)
+    except Exception as e:  # noqa: BLE001  (Hydra wraps import errors of every kind)
+        raise ConfigError(f"{key}._target_", f"cannot import {target!r}: {e.__cause__ or e}") from None
+
+
+def model_class(cfg: DictConfig) -> type:
+    cls = target_class(cfg.model, "model")
+    for attribute in ("layout", "config_class"):
+        if not hasattr(cls, attribute):
+            raise ConfigError("model._target_", f"{cls.__qualname__} declares no `{attribute}` (see factory.py)")
+    if cls.layout not in TASKS:
+        raise ConfigError("model._target_", f"{cls.__qualname__}.layout is {cls.layout!r}; layouts: {', '.join(TASKS)}")
+    return cls
+
+
+@lru_cache(maxsize=None)
+def _option_targets(group: str, searchpath: tuple[str, ...]) -> dict[str, str]:
+    """Each option of a config group (this repository's and the search path's) -> its `_target_`."""
+    from hydra import compose
+    from hydra.core.global_hydra import GlobalHydra
+
+    overrides = [f"hydra.searchpath=[{','.join(searchpath)}]"] if searchpath else []
+    loader = GlobalHydra.instance().config_loader()
+    targets = {}
+    for option in loader.get_group_options(group, config_name="train", overrides=overrides):
+        try:
+            section = compose("train", overrides=[*overrides, f"{group}={option}"])[group]
+            targets[option] = section["_target_"]
+        except Exception:  # noqa: BLE001  (an option that does not compose cannot be suggested)
+            continue
+    return targets
+
+
+def working_pairs(cfg: DictConfig) -> str:
+    """`model=M data=D` for every pair whose declarations fit, among the config groups' options."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    if not GlobalHydra.instance().is_initialized():
+        return "(not listed: no Hydra context)"
+    searchpath = tuple(OmegaConf.select(cfg, "hydra.searchpath", default=None) or ())
+    if not searchpath:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.initialized():
+            searchpath = tuple(HydraConfig.get().searchpath or ())
+    pairs = []
+    models, datas = _option_targets("model", searchpath), _option_targets("data", searchpath)
+    for model, model_target in models.items():
+        for data, data_target in datas.items():
+            try:
+                if get_class(model_target).layout in get_class(data_target).layouts:
+                    pairs.append(f"model={model} data={data}")
+            except Exception:  # noqa: BLE001
+                continue
+    return ", ".join(pairs)
+
+
+def make_datamodule(cfg: DictConfig) -> DataModule:
+    """The data module for this model, built but not yet set up (no file is read): its declared
+    layouts are checked against the model's, and its constructor checks its own arguments."""
+    layout = model_class(cfg).layout
+    data_cls = target_class(cfg.data, "data")
+    if layout not in getattr(data_cls, "layouts", ()):
+        raise ConfigError("data", f"model={cfg.model.name} does not train on data={cfg.data.name}; combinations "
+                                  f"that work: {working_pairs(cfg)}")
+    settings = OmegaConf.to_container(cfg.data, resolve=True)
+    settings.pop("name", None)  # selects the option; not an argument of the data module
+    datamodule = hydra.utils.instantiate({**settings, "layout": layout})
+    if layout == "spans":  # the text's token streams, corrupted
+        datamodule = SpanCorruptionDataModule(datamodule, **cfg.span, batch_size=cfg.data.batch_size,
+                                              val_batch_size=cfg.data.val_batch_size, seed=cfg.seed)
+    check_pair(cfg, datamodule)
+    return datamodule
+
+
+def data_decided(config_class: type, datamodule: DataModule, settings: dict) -> dict:
+    """The sizes the data gives the model: those of DATA_DECIDED its config has and the user left unset."""
+    fields = {f.name for f in dataclasses.fields(config_class)}
+    values = {"vocab_size": datamodule.vocab_size, "src_vocab_size": datamodule.source_vocab_size,
+              "n_classes": datamodule.n_classes, "pad_id": datamodule.pad_id,
+              "block_size": datamodule.sequence_length}
+    assert set(values) == set(DATA_DECIDED)
+    return {key: value for key, value in values.items()
+            if key in fields and value is not None and settings.get(key) is None}
+
+
+def build_model(cfg: DictConfig, datamodule: DataModule) -> tuple[torch.nn.Module, dict]:
+    """The model, and the sizes the data decided (kept in checkpoints, to rebuild it from one alone)."""
+    cls = model_class(cfg)
+    settings = {k: v for k, v in OmegaConf.to_container(cfg.model, resolve=True).items() if k not in NOT_SETTINGS}
+    from_data = data_decided(cls.config_class, datamodule, settings)
+    settings = {k: v for k, v in settings.items() if k not in from_data}
+    model = cls(cls.config_class(**settings, **from_data))
+    if cfg.model.compile:
+        model.compile()  # in place: the state dict keeps its keys, so checkpoints are the same either way
+    return model, from_data
+
+
+def build(cfg: DictConfig):
+    """Data module (set up), model and task of a run."""
+    datamodule = make_datamodule(cfg)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    model, from_data = build_model(cfg, datamodule)
+    meta = {"config": OmegaConf.to_container(cfg, resolve=True), "model_args": from_data, "vocab": None,
+            **datamodule.checkpoint_meta()}
+    task = TASKS[model_class(cfg).layout].build(cfg, model, datamodule, meta)
+    return datamodule, model, task
+
+
+def model_from_checkpoint(meta: dict, state: dict) -> torch.nn.Module:
+    """The model a checkpoint's metadata describes, with its weights."""
+    model_cfg = meta["config"]["model"]
+    if "_target_" not in model_cfg or "model_args" not in meta:
+        raise ConfigError("ckpt", "this checkpoint was written by an older transformer-lab, before checkpoints "
+                                  "named their model class; train it again, or load it with that version")
+    cls = model_class(DictConfig({"model": model_cfg}))
+    settings = {k: v for k, v in model_cfg.items() if k not in NOT_SETTINGS}
+    settings = {k: v for k, v in settings.items() if k not in meta["model_args"]}
+    model = cls(cls.config_class(**settings, **meta["model_args"]))
+    model.load_state_dict(state)
+    return model

@@ -1,0 +1,213 @@
+"""A user's own model and dataset, each one Python file and one YAML outside the repository (README: "Your
+own model or dataset"), trained through train.py with no edit to src/."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import ROOT, needs_shakespeare, run_train
+
+MODEL = '''
+"""A GRU language model: no attention, nothing from transformer_lab."""
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass
+class TinyGRUConfig:
+    vocab_size: int = 0  # the data decides these two
+    block_size: int = 0
+    n_embd: int = 32
+
+
+class TinyGRU(nn.Module):
+    layout = "lm"  # reads token sequences, predicts each next token
+    config_class = TinyGRUConfig
+
+    def __init__(self, config: TinyGRUConfig):
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.n_embd)
+        self.gru = nn.GRU(config.n_embd, config.n_embd, batch_first=True)
+        self.head = nn.Linear(config.n_embd, config.vocab_size)
+
+    def forward(self, idx):
+        return self.head(self.gru(self.embed(idx))[0])  # (B, T, V)
+
+    def forward_flops(self, T: int) -> int:
+        return 2 * T * sum(p.numel() for p in self.parameters())
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+        for _ in range(max_new_tokens):
+            logits = self(idx[:, -self.config.block_size:])[:, -1] / max(temperature, 1e-6)
+            if top_k is not None:
+                kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            idx = torch.cat([idx, torch.multinomial(logits.softmax(-1), 1, generator=generator)], 1)
+        return idx
+'''
+
+MODEL_YAML = '''
+_target_: mine.TinyGRU
+name: mine
+n_embd: 48
+block_size: null  # the data's
+compile: false
+'''
+
+DATA = '''
+"""Any plain text file as a character stream."""
+from pathlib import Path
+
+import torch
+
+from transformer_lab.data.base import DataModule
+from transformer_lab.data.batches import Batches, RandomWindows, for_this_rank
+from transformer_lab.data.tokens import TokenStreams
+
+
+class TextFileDataModule(DataModule):
+    layouts = ("lm", "spans")
+    endless = True
+    length_key = "block_size"
+
+    def __init__(self, path, block_size=32, batch_size=16, val_batch_size=None, seed=0, layout="lm"):
+        super().__init__(layout)
+        self.path, self.block_size, self.batch_size = Path(path), block_size, batch_size
+        self.val_batch_size, self.seed = val_batch_size or batch_size, seed
+
+    def setup(self, stage=None):
+        text = self.path.read_text()
+        self.chars = sorted(set(text))
+        tokens = torch.tensor([self.chars.index(c) for c in text])
+        n = int(len(tokens) * 0.9)
+        self.train_tokens, self.val_tokens = tokens[:n], tokens[n:]
+
+    @property
+    def vocab_size(self):
+        return len(self.chars)
+
+    @property
+    def sequence_length(self):
+        return self.block_size
+
+    def decode(self, ids):
+        return "".join(self.chars[int(i)] for i in ids)
+
+    def sample_prompt_ids(self):
+        return [0]
+
+    def checkpoint_meta(self):
+        return {"vocab": self.chars}
+
+    def token_streams(self):
+        return TokenStreams(self.train_tokens + 2, self.val_tokens + 2, self.vocab_size + 2, pad_id=0, eos_id=1,
+                            decode=lambda ids: self.decode(i - 2 for i in ids if i >= 2))
+
+    def train_dataloader(self):
+        start = self.trainer.global_step if self.trainer else 0
+        return for_this_rank(RandomWindows(self.train_tokens, self.block_size, self.batch_size, self.seed, start),
+                             self.trainer)
+
+    def val_dataloader(self):
+        n = (len(self.val_tokens) - 1) // self.block_size
+        w = self.val_tokens[:n * self.block_size + 1]
+        x = w[:-1].view(n, self.block_size)
+        y = w[1:].view(n, self.block_size)
+        return Batches(x, y, self.val_batch_size)
+'''
+
+DATA_YAML = '''
+_target_: textfile.TextFileDataModule
+name: textfile
+path: {path}
+block_size: 32
+batch_size: 16
+val_batch_size: null
+seed: ${{seed}}
+'''
+
+TEXT = "the quick brown fox jumps over the lazy dog. " * 400
+FAST = ["trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", "logger=csv",
+        "optim.lr=3e-3", "optim.warmup_steps=5",
+        "trainer.val_check_interval=20", "trainer.limit_val_batches=4", "trainer.log_every_n_steps=5"]
+
+
+@pytest.fixture(scope="module")
+def user_files(tmp_path_factory):
+    """The user's two Python files (a package dir on PYTHONPATH) and two YAMLs (a config dir), nothing in src/."""
+    tmp = tmp_path_factory.mktemp("user")
+    (tmp / "code").mkdir()
+    (tmp / "code" / "mine.py").write_text(textwrap.dedent(MODEL))
+    (tmp / "code" / "textfile.py").write_text(textwrap.dedent(DATA))
+    text = tmp / "poem.txt"
+    text.write_text(TEXT)
+    for group, name, content in [("model", "mine", MODEL_YAML), ("data", "textfile", DATA_YAML.format(path=text))]:
+        (tmp / "conf" / group).mkdir(parents=True, exist_ok=True)
+        (tmp / "conf" / group / f"{name}.yaml").write_text(textwrap.dedent(content))
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp / "code"), os.environ.get("PYTHONPATH", "")])}
+    return tmp, [f"hydra.searchpath=[file://{tmp / 'conf'}]"], env
+
+
+def read_summary(run):
+    return json.loads((run / "summary.json").read_text())
+
+
+@needs_shakespeare
+def test_own_model_trains_resumes_and_samples(user_files, tmp_path):
+    user, searchpath, env = user_files
+    run = tmp_path / "run"
+    result = run_train("model=mine", "data=shakespeare", "data.block_size=32", "data.batch_size=16",
+                       "trainer.max_steps=40", *FAST, *searchpath, f"hydra.run.dir={run}", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = read_summary(run)
+    assert summary["status"] == "completed" and summary["global_step"] == 40
+    assert summary["val/loss_best"] < math.log(65) - 0.5  # from chance, ln(65) = 4.17: it learns
+    assert summary["n_params"] == 2 * 3 * 48 * 48 + 2 * 3 * 48 + 65 * 48 + 48 * 65 + 65  # GRU, embedding, head
+    assert (run / "checkpoints" / "best.ckpt").exists() and (run / "checkpoints" / "last.ckpt").exists()
+
+    resumed = run_train("model=mine", "data=shakespeare", "data.block_size=32", "data.batch_size=16",
+                        "trainer.max_steps=60", *FAST, *searchpath, f"hydra.run.dir={run}", "ckpt_path=last", env=env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert read_summary(run)["global_step"] == 60
+
+    sample = subprocess.run([sys.executable, "-m", "transformer_lab.sample", f"ckpt={run / 'checkpoints' / 'last.ckpt'}",
+                             "prompt=ROMEO:", "max_new_tokens=20"], capture_output=True, text=True, cwd=ROOT,
+                            env={**os.environ, **env})
+    assert sample.returncode == 0, sample.stderr[-3000:]
+    assert sample.stdout.startswith("ROMEO:") and len(sample.stdout.rstrip("\n")) == len("ROMEO:") + 20
+
+
+@pytest.mark.parametrize("model", ["gpt", "t5"])
+def test_own_dataset_trains_gpt_and_t5(user_files, tmp_path, model):
+    user, searchpath, env = user_files
+    run = tmp_path / "run"
+    size = ["model.n_layer=1", "model.n_head=2", "model.n_embd=32"]
+    extra = ["span.input_length=24", "model.d_ff=64"] if model == "t5" else []
+    result = run_train(f"model={model}", "data=textfile", *size, *extra, "trainer.max_steps=30", *FAST, *searchpath,
+                       f"hydra.run.dir={run}", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = read_summary(run)
+    assert summary["status"] == "completed" and summary["global_step"] == 30
+    vocab = len(set(TEXT)) + (2 + 100 if model == "t5" else 0)  # t5: <pad>, <eos> and 100 sentinels
+    assert summary["val/loss_best"] < math.log(vocab) - 0.8  # from chance: it learns
+
+
+def test_a_pair_that_cannot_work_lists_those_that_can(user_files, tmp_path):
+    user, searchpath, env = user_files
+    result = run_train("model=bert", "data=textfile", *searchpath, f"hydra.run.dir={tmp_path}", env=env)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    message = result.stderr.strip().splitlines()[-1]
+    assert message.startswith("error: data: model=bert does not train on data=textfile; combinations that work:")
+    for pair in ("model=mine data=shakespeare", "model=mine data=textfile", "model=gpt data=textfile",
+                 "model=t5 data=textfile", "model=bert data=modular", "model=encdec data=translation"):
+        assert pair in message
+    assert "model=bert data=shakespeare" not in message and "model=mine data=translation" in message
