@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.atomic import atomic_write
 from transformer_lab.errors import ConfigError, UserError
@@ -70,3 +71,24 @@ def load_model(path: str | Path, map_location: str = "cpu") -> tuple[torch.nn.Mo
     except ConfigError as e:
         raise UserError(f"{path}: {str(e).split(': ', 1)[1]}") from None
     return model.to(map_location).eval(), meta
+
+
+def resolve_ckpt_path(cfg: DictConfig) -> str | None:
+    """The checkpoint to resume from, checked now: readable, and of this run's model and data. (Lightning
+    reads the file again to restore it; checking first is what keeps a bad file's error one line.)"""
+    if cfg.ckpt_path is None:
+        return None
+    path = Path(cfg.ckpt_path)
+    if cfg.ckpt_path == "last":
+        path = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
+        if not path.exists():
+            raise ConfigError("ckpt_path", f"`last` means {path}, which does not exist; point hydra.run.dir at "
+                                           "the directory of the run to resume")
+    elif not path.is_file():
+        raise ConfigError("ckpt_path", f"no checkpoint file at {path}")
+    try:
+        checkpoint = read_checkpoint(path)
+    except UserError as e:
+        raise ConfigError("ckpt_path", str(e)) from None
+    check_compatible(checkpoint, OmegaConf.to_container(cfg.model, resolve=True), cfg.data.name, str(path))
+    return str(path)

@@ -5,26 +5,24 @@ from __future__ import annotations
 import logging
 import os
 import resource
-import sys
 import time
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
 
 import hydra
 import lightning as L
 import torch
-from lightning.fabric.strategies.launchers import subprocess_script as fabric_launcher
 from lightning.pytorch.callbacks import ProgressBar
-from lightning.pytorch.strategies.launchers import subprocess_script as pytorch_launcher
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.callbacks import GracefulInterrupt, History, Summary, Throughput
-from transformer_lab.checkpoint import AtomicCheckpointIO, check_compatible, read_checkpoint
-from transformer_lab.errors import ConfigError, UserError, exit_on_user_error
+from transformer_lab.checkpoint import AtomicCheckpointIO, resolve_ckpt_path
+from transformer_lab.errors import UserError, exit_on_user_error
 from transformer_lab.factory import build
+from transformer_lab.launch import distributed_job, submitit_tasks_as_processes
+from transformer_lab.loggers import build_logger
 from transformer_lab.validate import validate
 
 log = logging.getLogger(__name__)
@@ -40,84 +38,6 @@ class _NoAdverts(logging.Filter):
 logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_NoAdverts())
 # Lightning 2.6 calls a torch pytree API that torch 2.13 deprecates; nothing for a user to act on.
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
-
-
-def ddp_process_command(local_rank: int) -> tuple[list[str], str]:
-    """How Lightning's DDP launcher starts the other processes of this job under Hydra: this job alone, as
-    a single run, in this job's directory. (Lightning's own command repeats the whole command line, so in
-    a multirun every process would start the entire sweep again: pytorch-lightning #11300, hydra #2070.)"""
-    hydra_cfg = HydraConfig.get()
-    command = [sys.executable, os.path.abspath(sys.argv[0]), *hydra_cfg.overrides.task,
-               f'hydra.run.dir="{hydra_cfg.runtime.output_dir}"', f"hydra.job.name=ddp_process_{local_rank}",
-               "hydra.output_subdir=null"]  # the job's .hydra/ record is rank zero's to write
-    return command, hydra_cfg.runtime.cwd
-
-
-fabric_launcher._hydra_subprocess_cmd = ddp_process_command
-pytorch_launcher._hydra_subprocess_cmd = ddp_process_command
-
-
-def has_wandb_credentials() -> bool:
-    if os.environ.get("WANDB_API_KEY"):
-        return True
-    try:
-        import netrc
-
-        return netrc.netrc().authenticators("api.wandb.ai") is not None
-    except (OSError, netrc.NetrcParseError):
-        return False
-
-
-def wandb_identity(cfg: DictConfig) -> dict:
-    """A W&B run's name (its overrides), group (its sweep, in a multirun) and tags (model, data, hardware),
-    wherever the logger config leaves them unset."""
-    name, group, hardware = None, None, None
-    if HydraConfig.initialized():
-        hydra_cfg = HydraConfig.get()
-        overrides = [o for o in hydra_cfg.overrides.task if not o.startswith(("hydra.", "logger."))]
-        name = ",".join(overrides) or None
-        if hydra_cfg.mode == RunMode.MULTIRUN:
-            group = str(Path(hydra_cfg.sweep.dir))
-        hardware = hydra_cfg.runtime.choices.get("hardware")
-    tags = [f"model={cfg.model.name}", f"data={cfg.data.name}"] + ([f"hardware={hardware}"] if hardware else [])
-    return {"name": cfg.logger.name or name, "group": cfg.logger.group or group,
-            "tags": list(cfg.logger.tags or []) + [t for t in tags if t not in (cfg.logger.tags or [])]}
-
-
-def build_logger(cfg: DictConfig) -> tuple:
-    """The logger and the settings it was built with (W&B: name, group, tags and offline filled in)."""
-    if not cfg.logger:
-        return False, None
-    logger_cfg = cfg.logger
-    if logger_cfg._target_.endswith("WandbLogger"):
-        logger_cfg = OmegaConf.merge(logger_cfg, wandb_identity(cfg))
-        mode = os.environ.get("WANDB_MODE")
-        if not logger_cfg.offline and mode not in ("online", "offline", "disabled") and not has_wandb_credentials():
-            logger_cfg = OmegaConf.merge(logger_cfg, {"offline": True})
-            log.info("W&B: no credentials found (WANDB_API_KEY or `wandb login`), logging offline. "
-                     "Sync afterwards with: wandb sync %s/wandb/offline-run-*", cfg.paths.output_dir)
-    return hydra.utils.instantiate(logger_cfg), OmegaConf.to_container(logger_cfg, resolve=True)
-
-
-def resolve_ckpt_path(cfg: DictConfig) -> str | None:
-    """The checkpoint to resume from, checked now: readable, and of this run's model and data. (Lightning
-    reads the file again to restore it; checking first is what keeps a bad file's error one line.)"""
-    if cfg.ckpt_path is None:
-        return None
-    path = Path(cfg.ckpt_path)
-    if cfg.ckpt_path == "last":
-        path = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
-        if not path.exists():
-            raise ConfigError("ckpt_path", f"`last` means {path}, which does not exist; point hydra.run.dir at "
-                                           "the directory of the run to resume")
-    elif not path.is_file():
-        raise ConfigError("ckpt_path", f"no checkpoint file at {path}")
-    try:
-        checkpoint = read_checkpoint(path)
-    except UserError as e:
-        raise ConfigError("ckpt_path", str(e)) from None
-    check_compatible(checkpoint, OmegaConf.to_container(cfg.model, resolve=True), cfg.data.name, str(path))
-    return str(path)
 
 
 def peak_memory_mb() -> float:
@@ -198,38 +118,6 @@ def output_dir_problem(argv: list[str]) -> str | None:
         if not os.access(existing, os.W_OK | os.X_OK):
             return f"{key}={value}: cannot create the run directory, {existing} is not writable"
     return None
-
-
-DDP_ENVIRONMENT = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE", "RANK", "LOCAL_WORLD_SIZE")
-
-
-@contextmanager
-def distributed_job():
-    """One multirun job's DDP leaves nothing for the next: Lightning's launcher sets these variables in the
-    launching process (the next job would then take itself for a child and start no processes) and keeps
-    its process group open."""
-    saved = {key: os.environ.get(key) for key in DDP_ENVIRONMENT}
-    try:
-        yield
-    finally:
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-def submitit_tasks_as_processes() -> None:
-    """Under hydra/launcher=slurm_local every task of a job runs the job, as srun's tasks do on a cluster.
-    There Lightning's SLURMEnvironment knows each task's rank; here submitit's variables become torch's
-    (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT), which Lightning takes as processes started for it."""
-    if int(os.environ.get("SUBMITIT_LOCAL_NTASKS", "1")) > 1 and "LOCAL_RANK" not in os.environ:
-        from submitit.helpers import TorchDistributedEnvironment
-
-        # Lightning picks each task's device from its local rank; variables left by whatever started us give way.
-        TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
 
 
 class TrialFailed(Exception):
