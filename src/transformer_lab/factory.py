@@ -125,13 +125,18 @@ def data_decided(config_class: type, datamodule: DataModule, settings: dict) -> 
             if key in fields and value is not None and settings.get(key) is None}
 
 
+def instantiate(cls: type, model_cfg: dict, from_data: dict) -> torch.nn.Module:
+    """The model from its config section (less the keys that only select) and the data's sizes."""
+    settings = {k: v for k, v in model_cfg.items() if k not in NOT_SETTINGS and k not in from_data}
+    return cls(cls.config_class(**settings, **from_data))
+
+
 def build_model(cfg: DictConfig, datamodule: DataModule) -> tuple[torch.nn.Module, dict]:
     """The model, and the sizes the data decided (kept in checkpoints, to rebuild it from one alone)."""
     cls = model_class(cfg)
-    settings = {k: v for k, v in OmegaConf.to_container(cfg.model, resolve=True).items() if k not in NOT_SETTINGS}
-    from_data = data_decided(cls.config_class, datamodule, settings)
-    settings = {k: v for k, v in settings.items() if k not in from_data}
-    model = cls(cls.config_class(**settings, **from_data))
+    model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
+    from_data = data_decided(cls.config_class, datamodule, model_cfg)
+    model = instantiate(cls, model_cfg, from_data)
     if cfg.model.compile:
         model.compile()  # in place: the state dict keeps its keys, so checkpoints are the same either way
     return model, from_data
@@ -155,9 +160,6 @@ def model_from_checkpoint(meta: dict, state: dict) -> torch.nn.Module:
     if "_target_" not in model_cfg or "model_args" not in meta:
         raise ConfigError("ckpt", "this checkpoint was written by an older transformer-lab, before checkpoints "
                                   "named their model class; train it again, or load it with that version")
-    cls = model_class(DictConfig({"model": model_cfg}))
-    settings = {k: v for k, v in model_cfg.items() if k not in NOT_SETTINGS}
-    settings = {k: v for k, v in settings.items() if k not in meta["model_args"]}
-    model = cls(cls.config_class(**settings, **meta["model_args"]))
+    model = instantiate(model_class(DictConfig({"model": model_cfg})), model_cfg, meta["model_args"])
     model.load_state_dict(state)
     return model
