@@ -32,7 +32,13 @@ class Task(L.LightningModule):
     @classmethod
     def build(cls, cfg, model: torch.nn.Module, datamodule, checkpoint_meta: dict) -> "Task":
         """The task for a run's config, model and data module (the factory's one call)."""
-        return cls(model, OmegaConf.to_container(cfg.optim, resolve=True), checkpoint_meta=checkpoint_meta)
+        return cls(model, OmegaConf.to_container(cfg.optim, resolve=True), checkpoint_meta=checkpoint_meta,
+                   **cls.settings(cfg, datamodule))
+
+    @classmethod
+    def settings(cls, cfg, datamodule) -> dict:
+        """What this task takes from the config and the data beyond the model, optim and checkpoint meta."""
+        return {}
 
     def report_bleu(self, split: str) -> None:
         """sacreBLEU of this evaluation's decoded outputs against the split's references (detokenized,

@@ -6,7 +6,6 @@ from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
-from omegaconf import OmegaConf
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
@@ -23,9 +22,8 @@ class ClassificationTask(Task):
         self.val_acc = MulticlassAccuracy(n_classes, average="micro")
 
     @classmethod
-    def build(cls, cfg, model, datamodule, checkpoint_meta):
-        return cls(model, OmegaConf.to_container(cfg.optim, resolve=True), decode=datamodule.decode,
-                   checkpoint_meta=checkpoint_meta)
+    def settings(cls, cfg, datamodule) -> dict:
+        return {"decode": datamodule.decode}
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.model(idx)

@@ -29,15 +29,14 @@ class LanguageModelTask(Task):
         self.val_acc = MulticlassAccuracy(vocab_size, average="micro", ignore_index=-100) if answer_only else None
 
     @classmethod
-    def build(cls, cfg, model, datamodule, checkpoint_meta):
+    def settings(cls, cfg, datamodule) -> dict:
         try:  # text samples at each validation start from the data's prompt, where it has one
             prompt_ids = datamodule.sample_prompt_ids()
         except ValueError as e:
             raise ConfigError("data.sample_prompt", str(e)) from None
-        return cls(model, optim=OmegaConf.to_container(cfg.optim, resolve=True),
-                   sample=OmegaConf.to_container(cfg.sample, resolve=True), decode=datamodule.decode,
-                   answer_only=datamodule.answer_only, prompt_ids=prompt_ids, checkpoint_meta=checkpoint_meta,
-                   kind=datamodule.kind, max_extra_len=cfg.decode.max_extra_len)
+        return {"sample": OmegaConf.to_container(cfg.sample, resolve=True), "decode": datamodule.decode,
+                "answer_only": datamodule.answer_only, "prompt_ids": prompt_ids, "kind": datamodule.kind,
+                "max_extra_len": cfg.decode.max_extra_len}
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.model(idx)

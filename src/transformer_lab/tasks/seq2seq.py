@@ -28,10 +28,8 @@ class Seq2SeqTask(Task):
         self.eval_acc = MeanMetric()
 
     @classmethod
-    def build(cls, cfg, model, datamodule, checkpoint_meta):
-        return cls(model, OmegaConf.to_container(cfg.optim, resolve=True),
-                   decode=OmegaConf.to_container(cfg.decode, resolve=True), datamodule=datamodule,
-                   checkpoint_meta=checkpoint_meta)
+    def settings(cls, cfg, datamodule) -> dict:
+        return {"decode": OmegaConf.to_container(cfg.decode, resolve=True), "datamodule": datamodule}
 
     def batch_tokens(self, batch) -> int:
         src, tgt = batch[:2]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from omegaconf import OmegaConf
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
@@ -24,8 +23,8 @@ class SpanCorruptionTask(Task):
         self.val_acc = MulticlassAccuracy(model.config.vocab_size, average="micro", ignore_index=self.pad_id)
 
     @classmethod
-    def build(cls, cfg, model, datamodule, checkpoint_meta):
-        return cls(model, OmegaConf.to_container(cfg.optim, resolve=True), datamodule, checkpoint_meta=checkpoint_meta)
+    def settings(cls, cfg, datamodule) -> dict:
+        return {"datamodule": datamodule}
 
     def batch_tokens(self, batch) -> int:
         return batch[0].numel() + batch[1].numel()
