@@ -8,17 +8,17 @@ C, H, FF = 32, 4, 64
 
 
 def copy_attention(ours, theirs):
-    theirs.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.kv_proj.weight]))
-    theirs.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.kv_proj.bias]))
+    theirs.in_proj_weight.copy_(ours.in_proj.weight)
+    theirs.in_proj_bias.copy_(ours.in_proj.bias)
     theirs.out_proj.weight.copy_(ours.out_proj.weight)
     theirs.out_proj.bias.copy_(ours.out_proj.bias)
 
 
 def copy_common(ours, theirs, norms):
-    theirs.linear1.weight.copy_(ours.ff.linear1.weight)
-    theirs.linear1.bias.copy_(ours.ff.linear1.bias)
-    theirs.linear2.weight.copy_(ours.ff.linear2.weight)
-    theirs.linear2.bias.copy_(ours.ff.linear2.bias)
+    theirs.linear1.weight.copy_(ours.ff.up.weight)
+    theirs.linear1.bias.copy_(ours.ff.up.bias)
+    theirs.linear2.weight.copy_(ours.ff.down.weight)
+    theirs.linear2.bias.copy_(ours.ff.down.bias)
     for name in norms:
         getattr(theirs, name).weight.copy_(getattr(ours, name).weight)
         getattr(theirs, name).bias.copy_(getattr(ours, name).bias)

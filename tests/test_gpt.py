@@ -6,26 +6,26 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_lab.models import GPT, GPTConfig
-from transformer_lab.models.attention import SelfAttention
+from transformer_lab.models.layers import Attention
 from transformer_lab.models.gpt import Block
 
 
 def test_attention_matches_multihead_attention_with_causal_mask():
     torch.manual_seed(0)
     B, T, C, H = 3, 11, 64, 4
-    ours = SelfAttention(C, H, bias=True).eval()
+    ours = Attention(C, H, bias=True).eval()
     reference = nn.MultiheadAttention(C, H, bias=True, batch_first=True).eval()
     with torch.no_grad():
-        reference.in_proj_weight.copy_(ours.c_attn.weight)
+        reference.in_proj_weight.copy_(ours.in_proj.weight)
         reference.in_proj_bias.copy_(torch.randn(3 * C))  # non-zero biases, so they are checked too
-        ours.c_attn.bias.copy_(reference.in_proj_bias)
-        reference.out_proj.weight.copy_(ours.c_proj.weight)
+        ours.in_proj.bias.copy_(reference.in_proj_bias)
+        reference.out_proj.weight.copy_(ours.out_proj.weight)
         reference.out_proj.bias.copy_(torch.randn(C))
-        ours.c_proj.bias.copy_(reference.out_proj.bias)
+        ours.out_proj.bias.copy_(reference.out_proj.bias)
     x = torch.randn(B, T, C)
     future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)  # True = masked out
     expected, _ = reference(x, x, x, attn_mask=future, need_weights=False)
-    torch.testing.assert_close(ours(x, is_causal=True), expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ours(x, causal=True), expected, atol=1e-5, rtol=1e-5)
 
 
 def test_block_matches_transformer_encoder_layer_pre_ln():
@@ -37,14 +37,14 @@ def test_block_matches_transformer_encoder_layer_pre_ln():
     with torch.no_grad():
         for param in ours.parameters():
             param.normal_(0, 0.1)  # LayerNorm gains and biases away from their trivial init
-        reference.self_attn.in_proj_weight.copy_(ours.attn.c_attn.weight)
-        reference.self_attn.in_proj_bias.copy_(ours.attn.c_attn.bias)
-        reference.self_attn.out_proj.weight.copy_(ours.attn.c_proj.weight)
-        reference.self_attn.out_proj.bias.copy_(ours.attn.c_proj.bias)
-        reference.linear1.weight.copy_(ours.mlp.c_fc.weight)
-        reference.linear1.bias.copy_(ours.mlp.c_fc.bias)
-        reference.linear2.weight.copy_(ours.mlp.c_proj.weight)
-        reference.linear2.bias.copy_(ours.mlp.c_proj.bias)
+        reference.self_attn.in_proj_weight.copy_(ours.attn.in_proj.weight)
+        reference.self_attn.in_proj_bias.copy_(ours.attn.in_proj.bias)
+        reference.self_attn.out_proj.weight.copy_(ours.attn.out_proj.weight)
+        reference.self_attn.out_proj.bias.copy_(ours.attn.out_proj.bias)
+        reference.linear1.weight.copy_(ours.mlp.up.weight)
+        reference.linear1.bias.copy_(ours.mlp.up.bias)
+        reference.linear2.weight.copy_(ours.mlp.down.weight)
+        reference.linear2.bias.copy_(ours.mlp.down.bias)
         for mine, theirs in ((ours.ln_1, reference.norm1), (ours.ln_2, reference.norm2)):
             theirs.weight.copy_(mine.weight)
             theirs.bias.copy_(mine.bias)
@@ -72,9 +72,9 @@ def test_gpt2_init_and_weight_tying():
     config = GPTConfig(vocab_size=100, block_size=32, n_layer=8, n_head=4, n_embd=256)
     model = GPT(config)
     assert model.lm_head.weight is model.wte.weight
-    residual = torch.cat([b.attn.c_proj.weight.flatten() for b in model.blocks])
+    residual = torch.cat([w.flatten() for b in model.blocks for w in (b.attn.out_proj.weight, b.mlp.down.weight)])
     assert residual.std().item() == pytest.approx(0.02 / math.sqrt(2 * config.n_layer), rel=0.05)
-    assert model.blocks[0].mlp.c_fc.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    assert model.blocks[0].mlp.up.weight.std().item() == pytest.approx(0.02, rel=0.05)
     untied = GPT(GPTConfig(vocab_size=100, block_size=32, n_layer=1, n_head=4, n_embd=64, tie_weights=False))
     assert untied.lm_head.weight is not untied.wte.weight
 

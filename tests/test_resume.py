@@ -157,6 +157,26 @@ def test_checkpoints_load_with_weights_only_and_carry_the_config(tmp_path):
     assert config["model"]["n_embd"] == 32 and config["data"]["name"] == "modular"
     assert "${" not in json.dumps(config)  # resolved: no interpolation left to resolve elsewhere
 
+    # A checkpoint from before the shared layers (GPT's c_attn, c_fc, ...) still loads for sampling, and a
+    # run refuses to resume from it with one line rather than failing inside the optimizer's state.
+    from transformer_lab.checkpoint import load_model
+
+    old_names = {"attn.in_proj": "attn.c_attn", "attn.out_proj": "attn.c_proj", "mlp.up": "mlp.c_fc",
+                 "mlp.down": "mlp.c_proj"}
+    renamed = {}
+    for key, value in checkpoint["state_dict"].items():
+        for new, old in old_names.items():
+            key = key.replace(f".{new}.", f".{old}.")
+        renamed[key] = value
+    old = run / "checkpoints" / "old.ckpt"
+    torch.save({**checkpoint, "state_dict": renamed}, old)
+    idx = torch.randint(0, 10, (2, 4))
+    torch.testing.assert_close(load_model(old)[0](idx), load_model(run / "checkpoints" / "last.ckpt")[0](idx))
+    result = run_train(*DATA["modular"], *TINY, "trainer.max_steps=10", "logger=none", f"ckpt_path={old}",
+                       f"hydra.run.dir={tmp_path / 'resumed'}")
+    assert result.returncode == 2 and "names its parameters differently" in result.stderr
+    assert "attn.c_attn" in result.stderr and "Traceback" not in result.stderr
+
 
 def test_a_checkpoint_with_arbitrary_objects_is_refused(tmp_path):
     import torch

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import TINY, needs_shakespeare, run_train
-from transformer_lab.models.t5 import T5, Attention, T5Config, relative_position_bucket
+from transformer_lab.models.t5 import T5, T5Config, relative_position_bucket
 
 
 def model(**overrides):
@@ -36,15 +36,17 @@ def test_relative_position_buckets():
 
 def test_attention_is_unscaled_softmax_with_the_bias():
     torch.manual_seed(0)
-    attention = Attention(T5Config(n_embd=32, n_head=4, dropout=0.0))
+    attention = model().decoder[0].cross_attn
     x, memory = torch.randn(2, 5, 32), torch.randn(2, 7, 32)
     bias = torch.randn(1, 4, 5, 7)
-    bias[..., 6] = float("-inf")  # a masked key
-    q, k, v = attention.q(x), attention.k(memory), attention.v(memory)
+    pad = torch.zeros(2, 7, dtype=torch.bool)
+    pad[:, 6] = True  # a masked key
+    q, k, v = (F.linear(t, w) for t, w in zip((x, memory, memory), attention.in_proj.weight.split(32)))
     heads = lambda t: t.view(2, -1, 4, 8).transpose(1, 2)  # noqa: E731
-    weights = torch.softmax(heads(q) @ heads(k).transpose(-1, -2) + bias, dim=-1)  # no 1/sqrt(d)
-    expected = attention.o((weights @ heads(v)).transpose(1, 2).reshape(2, 5, 32))
-    torch.testing.assert_close(attention(x, memory, bias), expected, atol=1e-5, rtol=1e-5)
+    weights = torch.softmax(heads(q) @ heads(k).transpose(-1, -2) + bias.masked_fill(pad[:, None, None], float("-inf")),
+                            dim=-1)  # no 1/sqrt(d)
+    expected = attention.out_proj((weights @ heads(v)).transpose(1, 2).reshape(2, 5, 32))
+    torch.testing.assert_close(attention(x, memory, pad, bias=bias), expected, atol=1e-5, rtol=1e-5)
 
 
 def test_one_position_table_per_stack_no_biases_rmsnorm():

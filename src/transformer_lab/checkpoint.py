@@ -59,6 +59,18 @@ def check_compatible(checkpoint: dict, model_cfg: dict, data_name: str, path: st
                                            f"this run has model.{key}={model_cfg.get(key)}")
 
 
+def check_same_parameters(path: str, task: torch.nn.Module) -> None:
+    """Resuming restores the optimizer's state parameter by parameter: the checkpoint must name exactly
+    this code's parameters. (Checkpoints from before the models' shared layers name theirs differently:
+    load_model still reads their weights, but a run cannot resume from them.)"""
+    saved, ours = set(read_checkpoint(path)["state_dict"]), set(task.state_dict())
+    if saved != ours:
+        theirs = ", ".join(sorted(saved - ours)[:3])
+        raise ConfigError("ckpt_path", f"{path} names its parameters differently from this code ({theirs}, ...): "
+                                       "it was written by an older transformer-lab. Its weights still load for "
+                                       "sampling and translation, but training cannot resume from it")
+
+
 def load_model(path: str | Path, map_location: str = "cpu") -> tuple[torch.nn.Module, dict]:
     """The model in eval mode, and the checkpoint's metadata: {"config", "model_args", "vocab" or "tokenizer"}."""
     from transformer_lab.factory import model_from_checkpoint

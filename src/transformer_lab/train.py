@@ -18,7 +18,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.callbacks import GracefulInterrupt, History, Summary, Throughput
-from transformer_lab.checkpoint import AtomicCheckpointIO, resolve_ckpt_path
+from transformer_lab.checkpoint import AtomicCheckpointIO, check_same_parameters, resolve_ckpt_path
 from transformer_lab.errors import UserError, exit_on_user_error
 from transformer_lab.factory import build
 from transformer_lab.launch import distributed_job, submitit_tasks_as_processes
@@ -57,6 +57,8 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
         torch.set_float32_matmul_precision("high")
 
     datamodule, model, task = build(cfg)
+    if ckpt_path:
+        check_same_parameters(ckpt_path, task)
     summary = Summary()
     interrupt = GracefulInterrupt(output_dir / "checkpoints" / "last.ckpt")
     callbacks = [hydra.utils.instantiate(c) for c in (cfg.callbacks or {}).values()]

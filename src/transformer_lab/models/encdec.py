@@ -16,11 +16,10 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from transformer_lab.models.attention import MultiHeadAttention
 from transformer_lab.models.flops import attention_flops, linear_flops
+from transformer_lab.models.layers import Attention, FeedForward
 
 
 @dataclass
@@ -51,18 +50,6 @@ def sinusoids(length: int, dim: int) -> torch.Tensor:
     return table
 
 
-class FeedForward(nn.Module):
-    def __init__(self, n_embd: int, d_ff: int, dropout: float, bias: bool, activation: str = "relu"):
-        super().__init__()
-        self.linear1 = nn.Linear(n_embd, d_ff, bias=bias)
-        self.linear2 = nn.Linear(d_ff, n_embd, bias=bias)
-        self.dropout = nn.Dropout(dropout)
-        self.activation = F.gelu if activation == "gelu" else F.relu
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear2(self.dropout(self.activation(self.linear1(x))))
-
-
 class EncoderLayer(nn.Module):
     """nn.TransformerEncoderLayer's computation (and parameter layout), on SDPA. Also BERT's layer."""
 
@@ -70,8 +57,8 @@ class EncoderLayer(nn.Module):
                  activation: str = "relu"):
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(n_embd, n_head, bias, dropout)
-        self.ff = FeedForward(n_embd, d_ff, dropout, bias, activation)
+        self.self_attn = Attention(n_embd, n_head, bias, dropout)
+        self.ff = FeedForward(n_embd, d_ff, activation, bias, dropout)
         self.norm1 = nn.LayerNorm(n_embd, bias=bias)
         self.norm2 = nn.LayerNorm(n_embd, bias=bias)
         self.dropout = nn.Dropout(dropout)
@@ -79,22 +66,23 @@ class EncoderLayer(nn.Module):
     def forward(self, x: torch.Tensor, pad: torch.Tensor | None) -> torch.Tensor:
         # x: (B, S, C); pad: (B, S) True at padding
         if self.norm_first:
-            x = x + self.dropout(self.self_attn(self.norm1(x), key_padding_mask=pad))
+            x = x + self.dropout(self.self_attn(self.norm1(x), pad=pad))
             return x + self.dropout(self.ff(self.norm2(x)))
-        x = self.norm1(x + self.dropout(self.self_attn(x, key_padding_mask=pad)))
+        x = self.norm1(x + self.dropout(self.self_attn(x, pad=pad)))
         return self.norm2(x + self.dropout(self.ff(x)))
 
 
 class DecoderLayer(nn.Module):
     def __init__(self, config: EncDecConfig):
         super().__init__()
+        C = config.n_embd
         self.norm_first = config.norm_first
-        self.self_attn = MultiHeadAttention(config.n_embd, config.n_head, config.bias, config.dropout)
-        self.cross_attn = MultiHeadAttention(config.n_embd, config.n_head, config.bias, config.dropout)
-        self.ff = FeedForward(config.n_embd, config.d_ff or 4 * config.n_embd, config.dropout, config.bias)
-        self.norm1 = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.norm2 = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.norm3 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.self_attn = Attention(C, config.n_head, config.bias, config.dropout)
+        self.cross_attn = Attention(C, config.n_head, config.bias, config.dropout)
+        self.ff = FeedForward(C, config.d_ff or 4 * C, "relu", config.bias, config.dropout)
+        self.norm1 = nn.LayerNorm(C, bias=config.bias)
+        self.norm2 = nn.LayerNorm(C, bias=config.bias)
+        self.norm3 = nn.LayerNorm(C, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, memory_pad: torch.Tensor | None,
@@ -102,10 +90,10 @@ class DecoderLayer(nn.Module):
         # x: (B, T, C) target so far; memory: (B, S, C) encoder output; cache: {"self": {}, "cross": {}}
         self_cache, cross_cache = (cache["self"], cache["cross"]) if cache is not None else (None, None)
         if self.norm_first:
-            x = x + self.dropout(self.self_attn(self.norm1(x), is_causal=True, cache=self_cache))
+            x = x + self.dropout(self.self_attn(self.norm1(x), causal=True, cache=self_cache))
             x = x + self.dropout(self.cross_attn(self.norm2(x), memory, memory_pad, cache=cross_cache))
             return x + self.dropout(self.ff(self.norm3(x)))
-        x = self.norm1(x + self.dropout(self.self_attn(x, is_causal=True, cache=self_cache)))
+        x = self.norm1(x + self.dropout(self.self_attn(x, causal=True, cache=self_cache)))
         x = self.norm2(x + self.dropout(self.cross_attn(x, memory, memory_pad, cache=cross_cache)))
         return self.norm3(x + self.dropout(self.ff(x)))
 
@@ -134,20 +122,26 @@ class EncDec(nn.Module):
         self.encoder_norm = nn.LayerNorm(C, bias=config.bias) if config.norm_first else nn.Identity()
         self.decoder_norm = nn.LayerNorm(C, bias=config.bias) if config.norm_first else nn.Identity()
         self.lm_head = nn.Linear(C, config.vocab_size, bias=False)
-        self.apply(self._init_weights)
+        self._init_weights()
         if config.tie_weights:
             self.lm_head.weight = self.embed.weight
 
-    def _init_weights(self, module: nn.Module) -> None:
-        if isinstance(module, nn.Linear):
-            nn.init.xavier_uniform_(module.weight)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=self.config.n_embd ** -0.5)
-            if module.padding_idx is not None:
-                with torch.no_grad():
-                    module.weight[module.padding_idx].zero_()
+    def _init_weights(self) -> None:
+        # Xavier-uniform matrices, zero biases, N(0, 1/C) embeddings with a zero padding row. An attention's
+        # query rows and key/value rows take their Xavier bounds apart, as the two matrices they once were.
+        C = self.config.n_embd
+        in_projs = {module.in_proj for module in self.modules() if isinstance(module, Attention)}
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                for rows in ((module.weight[:C], module.weight[C:]) if module in in_projs else (module.weight,)):
+                    nn.init.xavier_uniform_(rows)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, mean=0.0, std=C ** -0.5)
+                if module.padding_idx is not None:
+                    with torch.no_grad():
+                        module.weight[module.padding_idx].zero_()
 
     def embed_tokens(self, idx: torch.Tensor, offset: int = 0, embed: nn.Embedding | None = None) -> torch.Tensor:
         # idx: (B, T) -> (B, T, C); scaled by sqrt(C) as in the paper, positions offset..offset+T-1
@@ -187,9 +181,8 @@ class EncDec(nn.Module):
         flops = linear_flops(self.encoder, S) + len(self.encoder) * attention_flops(C, S, S)
         for layer in self.decoder:
             flops += linear_flops(layer.self_attn, T) + attention_flops(C, T, T) + linear_flops(layer.ff, T)
-            cross = layer.cross_attn
-            flops += linear_flops(cross.q_proj, T) + linear_flops(cross.kv_proj, S) + linear_flops(cross.out_proj, T)
-            flops += attention_flops(C, T, S)
+            # queries (C x C) and output on the target, keys and values (2C x C) on the source
+            flops += 2 * C * C * (2 * T + 2 * S) + attention_flops(C, T, S)
         return flops + linear_flops(self.lm_head, T)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:

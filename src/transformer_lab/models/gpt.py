@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_lab.models.attention import RotaryEmbedding, SelfAttention
 from transformer_lab.models.flops import attention_flops, linear_flops
+from transformer_lab.models.layers import Attention, FeedForward, RotaryEmbedding, make_norm
 
 
 @dataclass
@@ -35,64 +35,30 @@ class GPTConfig:
     pos_encoding: str = "learned"  # "learned" | "rope"
     rope_base: float = 10000.0
     mlp: str = "gelu"  # "gelu" | "relu" | "swiglu"
-    norm: str = "layernorm"  # "layernorm" | "none" (no normalisation, as in Nanda et al.'s grokking model)
+    norm: str = "layernorm"  # "layernorm" | "rmsnorm" | "none" (none: as in Nanda et al.'s grokking model)
     mlp_ratio: float = 4.0
     tie_weights: bool = True  # share the token embedding with the output projection
     init_std: float | None = 0.02  # std of every weight's normal init; None: 1/sqrt(n_embd)
     scale_residual_init: bool = True  # GPT-2: residual projections' std divided by sqrt(2 * n_layer)
 
 
-class LayerNorm(nn.Module):
-    """LayerNorm with an optional bias (nn.LayerNorm has no bias=False before torch 2.1)."""
-
-    def __init__(self, ndim: int, bias: bool):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(ndim))
-        self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
-
-
-def make_norm(config: GPTConfig) -> nn.Module:
-    return LayerNorm(config.n_embd, bias=config.bias) if config.norm == "layernorm" else nn.Identity()
-
-
-class MLP(nn.Module):
-    def __init__(self, config: GPTConfig):
-        super().__init__()
-        hidden = int(config.mlp_ratio * config.n_embd)
-        self.gated = config.mlp == "swiglu"
-        self.activation = F.relu if config.mlp == "relu" else F.gelu
-        if self.gated:
-            # Keep the parameter count of the plain MLP: 3 matrices of 2/3 the width (Shazeer 2020).
-            hidden = int(2 * hidden / 3)
-            self.c_gate = nn.Linear(config.n_embd, hidden, bias=config.bias)
-        self.c_fc = nn.Linear(config.n_embd, hidden, bias=config.bias)
-        self.c_proj = nn.Linear(hidden, config.n_embd, bias=config.bias)
-        self.dropout = nn.Dropout(config.dropout)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gated:
-            h = F.silu(self.c_gate(x)) * self.c_fc(x)
-        else:
-            h = self.activation(self.c_fc(x))
-        return self.dropout(self.c_proj(h))
-
-
 class Block(nn.Module):
-    """Pre-LN transformer block: x + attn(ln(x)), then x + mlp(ln(x))."""
+    """Pre-LN transformer block: x + attn(ln(x)), then x + mlp(ln(x)), with dropout on each branch."""
 
     def __init__(self, config: GPTConfig, rotary: RotaryEmbedding | None):
         super().__init__()
-        self.ln_1 = make_norm(config)
-        self.attn = SelfAttention(config.n_embd, config.n_head, config.bias, config.dropout, rotary)
-        self.ln_2 = make_norm(config)
-        self.mlp = MLP(config)
+        C, hidden = config.n_embd, int(config.mlp_ratio * config.n_embd)
+        if config.mlp == "swiglu":
+            hidden = int(2 * hidden / 3)  # 3 matrices of 2/3 the width keep the plain MLP's parameter count
+        self.ln_1 = make_norm(config.norm, C, config.bias)
+        self.attn = Attention(C, config.n_head, config.bias, config.dropout, rotary)
+        self.ln_2 = make_norm(config.norm, C, config.bias)
+        self.mlp = FeedForward(C, hidden, config.mlp, config.bias)
+        self.drop = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor, cache: dict | None = None) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), is_causal=True, cache=cache)
-        return x + self.mlp(self.ln_2(x))
+        x = x + self.drop(self.attn(self.ln_1(x), causal=True, cache=cache))
+        return x + self.drop(self.mlp(self.ln_2(x)))
 
 
 class GPT(nn.Module):
@@ -109,7 +75,7 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(config.block_size, config.n_embd) if config.pos_encoding == "learned" else None
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config, rotary) for _ in range(config.n_layer))
-        self.ln_f = make_norm(config)
+        self.ln_f = make_norm(config.norm, config.n_embd, config.bias)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         if config.tie_weights:
             self.lm_head.weight = self.wte.weight
@@ -119,7 +85,7 @@ class GPT(nn.Module):
         if config.scale_residual_init:
             # GPT-2: residual projections scaled down so the residual stream's variance stays put with depth.
             for name, p in self.named_parameters():
-                if name.endswith("c_proj.weight"):
+                if name.endswith(("attn.out_proj.weight", "mlp.down.weight")):
                     nn.init.normal_(p, mean=0.0, std=std / math.sqrt(2 * config.n_layer))
 
     @staticmethod

@@ -17,10 +17,10 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from transformer_lab.models.flops import attention_flops, linear_flops
+from transformer_lab.models.layers import Attention, FeedForward
 
 
 @dataclass
@@ -66,48 +66,10 @@ class RelativePositionBias(nn.Module):
         self.table = nn.Embedding(config.num_buckets, config.n_head)
 
     def forward(self, T: int, S: int, device: torch.device) -> torch.Tensor:
-        relative = torch.arange(S, device=device)[None, :] - torch.arange(T, device=device)[:, None]  # (T, S)
+        # T queries at the last T of S key positions (S > T when a cache holds the earlier ones)
+        relative = torch.arange(S, device=device)[None, :] - torch.arange(S - T, S, device=device)[:, None]  # (T, S)
         buckets = relative_position_bucket(relative, self.bidirectional, self.num_buckets, self.max_distance)
         return self.table(buckets).permute(2, 0, 1).unsqueeze(0)  # (1, nh, T, S)
-
-
-class Attention(nn.Module):
-    def __init__(self, config: T5Config):
-        super().__init__()
-        C = config.n_embd
-        self.n_head, self.dropout = config.n_head, config.dropout
-        self.q = nn.Linear(C, C, bias=False)
-        self.k = nn.Linear(C, C, bias=False)
-        self.v = nn.Linear(C, C, bias=False)
-        self.o = nn.Linear(C, C, bias=False)
-
-    def forward(self, x: torch.Tensor, memory: torch.Tensor | None, bias: torch.Tensor) -> torch.Tensor:
-        # x: (B, T, C); memory: (B, S, C) or None (self-attention); bias: additive, broadcastable to (B, nh, T, S),
-        # holding the position bias and -inf where a key is masked
-        B, T, C = x.shape
-        kv = x if memory is None else memory
-        heads = lambda t: t.view(B, -1, self.n_head, C // self.n_head).transpose(1, 2)  # noqa: E731  (B, nh, L, hd)
-        q, k, v = heads(self.q(x)), heads(self.k(kv)), heads(self.v(kv))
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), scale=1.0,
-                                           dropout_p=self.dropout if self.training else 0.0)
-        return self.o(y.transpose(1, 2).contiguous().view(B, T, C))
-
-
-class FeedForward(nn.Module):
-    def __init__(self, config: T5Config):
-        super().__init__()
-        self.gated = config.feed_forward == "gated-gelu"
-        self.wi = nn.Linear(config.n_embd, config.d_ff, bias=False)
-        self.wi_gate = nn.Linear(config.n_embd, config.d_ff, bias=False) if self.gated else None
-        self.wo = nn.Linear(config.d_ff, config.n_embd, bias=False)
-        self.dropout = nn.Dropout(config.dropout)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gated:  # T5.1.1: gelu(x W_gate) * (x W_in)
-            h = F.gelu(self.wi_gate(x), approximate="tanh") * self.wi(x)
-        else:
-            h = F.relu(self.wi(x))
-        return self.wo(self.dropout(h))
 
 
 class Block(nn.Module):
@@ -115,24 +77,23 @@ class Block(nn.Module):
 
     def __init__(self, config: T5Config, cross: bool):
         super().__init__()
-        C = config.n_embd
-        self.self_norm, self.self_attn = nn.RMSNorm(C, eps=1e-6), Attention(config)
+        C, nh, dropout = config.n_embd, config.n_head, config.dropout
+        self.self_norm, self.self_attn = nn.RMSNorm(C, eps=1e-6), Attention(C, nh, False, dropout, scale=1.0)
         self.cross_norm = nn.RMSNorm(C, eps=1e-6) if cross else None
-        self.cross_attn = Attention(config) if cross else None
-        self.ff_norm, self.ff = nn.RMSNorm(C, eps=1e-6), FeedForward(config)
+        self.cross_attn = Attention(C, nh, False, dropout, scale=1.0) if cross else None
+        self.ff_norm, self.ff = nn.RMSNorm(C, eps=1e-6), FeedForward(C, config.d_ff, config.feed_forward, False, dropout)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x: torch.Tensor, self_bias: torch.Tensor, memory: torch.Tensor | None = None,
-                cross_bias: torch.Tensor | None = None) -> torch.Tensor:
-        x = x + self.dropout(self.self_attn(self.self_norm(x), None, self_bias))
-        if self.cross_attn is not None:
-            x = x + self.dropout(self.cross_attn(self.cross_norm(x), memory, cross_bias))
+    def forward(self, x: torch.Tensor, position_bias: torch.Tensor, pad: torch.Tensor | None = None,
+                memory: torch.Tensor | None = None, memory_pad: torch.Tensor | None = None,
+                causal: bool = False, cache: dict | None = None) -> torch.Tensor:
+        # x: (B, T, C); position_bias: (1, nh, T, T + cached); pad: (B, T) and memory_pad: (B, S), True at padding
+        self_cache, cross_cache = (cache["self"], cache["cross"]) if cache is not None else (None, None)
+        x = x + self.dropout(self.self_attn(self.self_norm(x), pad=pad, causal=causal, bias=position_bias,
+                                            cache=self_cache))
+        if self.cross_attn is not None:  # no position bias across the two sequences
+            x = x + self.dropout(self.cross_attn(self.cross_norm(x), memory, memory_pad, cache=cross_cache))
         return x + self.dropout(self.ff(self.ff_norm(x)))
-
-
-def key_mask(keep: torch.Tensor) -> torch.Tensor:
-    """(B, S) bool, True = may attend -> additive (B, 1, 1, S): 0 or -inf."""
-    return torch.zeros(keep.shape, device=keep.device).masked_fill(~keep, float("-inf"))[:, None, None, :]
 
 
 class T5(nn.Module):
@@ -162,38 +123,44 @@ class T5(nn.Module):
         nn.init.normal_(self.embed.weight, std=1.0)
         for module in self.modules():
             if isinstance(module, Attention):
-                nn.init.normal_(module.q.weight, std=(C * d_head) ** -0.5)
-                for linear in (module.k, module.v, module.o):
-                    nn.init.normal_(linear.weight, std=C ** -0.5)
+                w = module.in_proj.weight  # rows [q; k; v]
+                nn.init.normal_(w[:C], std=(C * d_head) ** -0.5)
+                nn.init.normal_(w[C:2 * C], std=C ** -0.5)
+                nn.init.normal_(w[2 * C:], std=C ** -0.5)
+                nn.init.normal_(module.out_proj.weight, std=C ** -0.5)
             elif isinstance(module, FeedForward):
-                for linear in (module.wi, module.wi_gate):
+                for linear in (module.up, module.gate):
                     if linear is not None:
                         nn.init.normal_(linear.weight, std=C ** -0.5)
-                nn.init.normal_(module.wo.weight, std=self.config.d_ff ** -0.5)
+                nn.init.normal_(module.down.weight, std=self.config.d_ff ** -0.5)
             elif isinstance(module, RelativePositionBias):
                 nn.init.normal_(module.table.weight, std=C ** -0.5)
         if not self.config.tie_weights:
             nn.init.normal_(self.lm_head.weight, std=C ** -0.5)
 
     def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """src: (B, S) -> memory (B, S, C) and the keep mask (B, S), True at real tokens."""
-        keep = src != self.config.pad_id
+        """src: (B, S) -> memory (B, S, C) and the padding mask (B, S), True at padding."""
+        pad = src == self.config.pad_id
         S = src.size(1)
-        bias = self.encoder_bias(S, S, src.device) + key_mask(keep)  # (B, nh, S, S), shared by every layer
+        position_bias = self.encoder_bias(S, S, src.device)  # (1, nh, S, S), shared by every layer
         x = self.drop(self.embed(src))
         for block in self.encoder:
-            x = block(x, bias)
-        return self.drop(self.encoder_norm(x)), keep
+            x = block(x, position_bias, pad=pad)
+        return self.drop(self.encoder_norm(x)), pad
 
-    def decode(self, tgt: torch.Tensor, memory: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-        """tgt: (B, T) decoder input (starting with pad_id) -> logits (B, T, V)."""
-        T = tgt.size(1)
-        causal = torch.full((T, T), float("-inf"), device=tgt.device).triu(1)
-        self_bias = self.decoder_bias(T, T, tgt.device) + causal  # (1, nh, T, T), shared by every layer
-        cross_bias = key_mask(keep)  # no position bias across the two sequences
+    def new_cache(self) -> list[dict]:
+        return [{"self": {}, "cross": {}} for _ in self.decoder]
+
+    def decode(self, tgt: torch.Tensor, memory: torch.Tensor, memory_pad: torch.Tensor,
+               cache: list[dict] | None = None) -> torch.Tensor:
+        """tgt: (B, T) decoder input (starting with pad_id) -> logits (B, T, V). With a cache (from
+        new_cache()), tgt holds only the tokens after those already decoded, and the cache grows by them."""
+        past = cache[0]["self"]["k"].size(2) if cache is not None and "k" in cache[0]["self"] else 0
+        position_bias = self.decoder_bias(tgt.size(1), past + tgt.size(1), tgt.device)  # (1, nh, T, past+T)
         x = self.drop(self.embed(tgt))
-        for block in self.decoder:
-            x = block(x, self_bias, memory, cross_bias)
+        for i, block in enumerate(self.decoder):
+            x = block(x, position_bias, memory=memory, memory_pad=memory_pad, causal=True,
+                      cache=cache[i] if cache is not None else None)
         x = self.drop(self.decoder_norm(x))
         if self.config.tie_weights:
             x = x * self.config.n_embd ** -0.5  # T5 rescales before a tied output projection
@@ -206,11 +173,10 @@ class T5(nn.Module):
         flops = linear_flops(self.encoder, S) + len(self.encoder) * attention_flops(C, S, S)
         for block in self.decoder:
             flops += linear_flops(block.self_attn, T) + attention_flops(C, T, T) + linear_flops(block.ff, T)
-            cross = block.cross_attn
-            flops += linear_flops(cross.q, T) + linear_flops(cross.k, S) + linear_flops(cross.v, S)
-            flops += linear_flops(cross.o, T) + attention_flops(C, T, S)
+            # queries (C x C) and output on the target, keys and values (2C x C) on the source
+            flops += 2 * C * C * (2 * T + 2 * S) + attention_flops(C, T, S)
         return flops + linear_flops(self.lm_head, T)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
-        memory, keep = self.encode(src)
-        return self.decode(tgt, memory, keep)
+        memory, pad = self.encode(src)
+        return self.decode(tgt, memory, pad)

@@ -63,10 +63,11 @@ class SpanCorruptionTask(Task):
     @torch.no_grad()
     def fill(self, inputs: torch.Tensor, max_len: int) -> list[list[int]]:
         """Greedy decoding of the targets (the spans' contents) for a batch of corrupted inputs."""
-        memory, keep = self.model.encode(inputs)
+        memory, pad = self.model.encode(inputs)
+        cache = self.model.new_cache()
         out = torch.full((len(inputs), 1), self.pad_id, device=inputs.device)
         for _ in range(max_len):
-            next_id = self.model.decode(out, memory, keep)[:, -1].argmax(-1, keepdim=True)
+            next_id = self.model.decode(out[:, -1:], memory, pad, cache)[:, -1].argmax(-1, keepdim=True)
             out = torch.cat([out, next_id], 1)
             if (out == self.eos_id).any(1).all():
                 break

@@ -1,0 +1,139 @@
+"""The building blocks every model here is assembled from: attention on F.scaled_dot_product_attention,
+rotary positions, the feed-forward variants and the norms.
+
+One convention throughout: a padding mask is (B, S) bool, True at padding (nn.MultiheadAttention's
+key_padding_mask); an attention cache is a dict one layer owns while decoding.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def make_norm(kind: str, dim: int, bias: bool = True, eps: float = 1e-5) -> nn.Module:
+    """"layernorm" (nn.LayerNorm, optionally without bias) | "rmsnorm" (nn.RMSNorm) | "none"."""
+    if kind == "layernorm":
+        return nn.LayerNorm(dim, eps=eps, bias=bias)
+    if kind == "rmsnorm":
+        return nn.RMSNorm(dim, eps=eps)
+    return nn.Identity()
+
+
+def _upgrade_names(module: nn.Module, state_dict: dict, prefix: str, *_) -> None:
+    """Checkpoints written before these shared layers named their projections per model (GPT's c_attn,
+    encdec's q_proj + kv_proj, T5's q, k, v, ...): concatenate those into today's names, so they still load.
+    (A load_state_dict pre-hook; module.LEGACY maps each name to its old spellings.)"""
+    for new, spellings in module.LEGACY.items():
+        for old in spellings:
+            for part in ("weight", "bias"):
+                keys = [f"{prefix}{name}.{part}" for name in old]
+                if all(key in state_dict for key in keys):
+                    state_dict[f"{prefix}{new}.{part}"] = torch.cat([state_dict.pop(key) for key in keys])
+
+
+class RotaryEmbedding(nn.Module):
+    """RoPE (Su et al. 2021), "rotate half" layout: channel i pairs with channel i + head_dim/2."""
+
+    def __init__(self, head_dim: int, max_len: int, base: float = 10000.0):
+        super().__init__()
+        assert head_dim % 2 == 0, "RoPE needs an even head dimension"
+        inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2).float() / head_dim))  # (hd/2,)
+        angles = torch.outer(torch.arange(max_len).float(), inv_freq)  # (L, hd/2)
+        angles = torch.cat([angles, angles], dim=-1)  # (L, hd)
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        # x: (B, nh, T, hd) at positions offset .. offset + T - 1
+        cos, sin = (t[offset:offset + x.size(-2)].to(x.dtype) for t in (self.cos, self.sin))
+        x1, x2 = x.chunk(2, dim=-1)
+        rotated = torch.cat([-x2, x1], dim=-1)
+        return x * cos + rotated * sin
+
+
+class Attention(nn.Module):
+    """Multi-head attention of queries from `x` over keys and values from `x` (self) or `memory` (cross).
+
+    The projection keeps nn.MultiheadAttention's layout: in_proj rows [q; k; v] (one matmul for
+    self-attention, q and [k; v] apart for cross-attention), then out_proj, so weights copy one to one.
+    Options: rotary positions, an additive logit bias (T5's relative positions), the logit scale
+    (None: 1/sqrt(head_dim); T5 uses 1).
+    """
+
+    LEGACY = {"in_proj": (("c_attn",), ("q_proj", "kv_proj"), ("q", "k", "v")), "out_proj": (("c_proj",), ("o",))}
+
+    def __init__(self, n_embd: int, n_head: int, bias: bool = True, dropout: float = 0.0,
+                 rotary: RotaryEmbedding | None = None, scale: float | None = None):
+        super().__init__()
+        assert n_embd % n_head == 0, "n_embd must be divisible by n_head"
+        self.n_head, self.dropout, self.rotary, self.scale = n_head, dropout, rotary, scale
+        self.in_proj = nn.Linear(n_embd, 3 * n_embd, bias=bias)
+        self.out_proj = nn.Linear(n_embd, n_embd, bias=bias)
+        self.register_load_state_dict_pre_hook(_upgrade_names)
+
+    def _heads(self, t: torch.Tensor) -> torch.Tensor:
+        B, L, C = t.shape
+        return t.view(B, L, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, L, hd)
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None, pad: torch.Tensor | None = None,
+                causal: bool = False, bias: torch.Tensor | None = None, cache: dict | None = None) -> torch.Tensor:
+        # x: (B, T, C) queries; memory: (B, S, C), None for self-attention; pad: (B, S) True at padded keys;
+        # causal: each query sees the keys up to its own position; bias: added to the logits, (1|B, nh, T, S).
+        # cache: self-attention appends each call's keys and values to it, so a call may bring a chunk of
+        # new positions (causal over the cache and among themselves); cross-attention keeps the memory's.
+        B, T, C = x.shape
+        if memory is None:
+            q, k, v = (self._heads(t) for t in self.in_proj(x).split(C, dim=2))
+        else:
+            w, b = self.in_proj.weight, self.in_proj.bias
+            q = self._heads(F.linear(x, w[:C], None if b is None else b[:C]))
+            if cache is not None and "k" in cache:
+                k, v = cache["k"], cache["v"]  # the memory's keys and values never change
+            else:
+                k, v = (self._heads(t) for t in F.linear(memory, w[C:], None if b is None else b[C:]).split(C, dim=2))
+        past = cache["k"].size(2) if cache and memory is None else 0
+        if self.rotary is not None:
+            q, k = self.rotary(q, past), self.rotary(k, past)
+        if cache is not None:
+            if past:
+                k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)  # (B, nh, past+T, hd)
+            cache["k"], cache["v"] = k, v
+        S = k.size(2)
+        mask = None if pad is None else ~pad[:, None, None, :]  # (B, 1, 1, S), True = may attend
+        if causal and (S != T or mask is not None or bias is not None):
+            # The queries sit at positions S-T .. S-1: each sees the keys up to itself.
+            chunk = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(diagonal=S - T)
+            mask, causal = chunk if mask is None else mask & chunk, False
+        if bias is not None:
+            bias = bias.to(q.dtype)
+            mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=self.scale,
+                                           dropout_p=self.dropout if self.training else 0.0)  # (B, nh, T, hd)
+        return self.out_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward: down(dropout(act(up(x)))), or gated, down(dropout(act(gate(x)) * up(x))).
+
+    activation: "relu" | "gelu" (exact) | "swiglu" (SiLU gate, Shazeer 2020) | "gated-gelu" (tanh-GELU
+    gate, T5.1.1)."""
+
+    LEGACY = {"gate": (("c_gate",), ("wi_gate",)), "up": (("c_fc",), ("linear1",), ("wi",)),
+              "down": (("c_proj",), ("linear2",), ("wo",))}
+    ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swiglu": F.silu,
+                   "gated-gelu": lambda h: F.gelu(h, approximate="tanh")}
+
+    def __init__(self, n_embd: int, hidden: int, activation: str = "relu", bias: bool = True, dropout: float = 0.0):
+        super().__init__()
+        self.activation = self.ACTIVATIONS[activation]
+        self.gate = nn.Linear(n_embd, hidden, bias=bias) if activation in ("swiglu", "gated-gelu") else None
+        self.up = nn.Linear(n_embd, hidden, bias=bias)
+        self.down = nn.Linear(hidden, n_embd, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+        self.register_load_state_dict_pre_hook(_upgrade_names)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.activation(self.up(x)) if self.gate is None else self.activation(self.gate(x)) * self.up(x)
+        return self.down(self.dropout(h))
