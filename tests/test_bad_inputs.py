@@ -24,9 +24,11 @@ CASES = [
      "data.block_size: sequences of 512 tokens exceed the model's maximum, model.block_size=256"),
     ("batch-size", ["data.batch_size=0"], "data.batch_size: must be a positive integer, got 0"),
     ("dropout", ["model.dropout=1.5"], "model.dropout: must be in [0, 1), got 1.5"),
-    ("positions", ["model.pos_encoding=alibi"], "model.pos_encoding: must be learned or rope"),
+    ("positions", ["model.pos_encoding=alibi"], "Invalid value 'alibi', expected one of [learned, rope]"),
+    ("rope-head", ["model.pos_encoding=rope", "model.n_embd=36", "model.n_head=4"],
+     "model.n_embd: rope needs an even head size, n_embd/n_head = 9"),
     ("not-prime", ["data=modular", "data.p=100"], "data.p: must be a prime"),
-    ("operator", ["data=modular", "data.op=pow"], "data.op: must be one of + - * /"),
+    ("operator", ["data=modular", "data.op=pow"], "Invalid value 'pow', expected one of [+, -, *, /]"),
     ("train-fraction", ["data=modular", "data.train_fraction=1.5"], "data.train_fraction: must be in (0, 1)"),
     ("min-lr", ["optim.min_lr=1"], "optim.min_lr: must be in [0, optim.lr=0.001]"),
     ("betas", ["optim.betas=[0.9,1.5]"], "optim.betas: must be two numbers in [0, 1)"),
@@ -52,7 +54,7 @@ CASES = [
     ("empty-tsv", ["model=encdec", "data=translation", "data.path={ws}/empty.tsv"], "empty.tsv holds no sentence pairs"),
     ("language", ["model=encdec", "data=translation", "data.target=es"], "data.target: Multi30k has de, en, fr"),
     ("gpt-two-vocabularies", ["model=gpt", "data=translation", "data.shared_vocab=false"],
-     "data.shared_vocab: model=gpt reads source and target as one sequence"),
+     "data.shared_vocab: a decoder-only model reads source and target as one sequence"),
 ]
 
 

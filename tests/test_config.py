@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from conftest import ROOT, compose_cfg
 from transformer_lab.callbacks import RichProgressBar
 from transformer_lab.errors import ConfigError
-from transformer_lab.factory import build_model, make_datamodule
+from transformer_lab.factory import build_model, check_model_settings, make_datamodule
 from transformer_lab.validate import validate
 
 # DESIGN.md's model x data matrix; the code computes it from what models and data modules declare.
@@ -127,9 +127,12 @@ BAD_VALUES = [
     (["model.block_size=128", "data.block_size=256"], "data.block_size", "model.block_size=128"),
     (["data.batch_size=0"], "data.batch_size", "positive integer"),
     (["data=modular", "data.p=100"], "data.p", "prime"),
-    (["data=modular", "data.op=pow"], "data.op", "+ - * /"),
+    (["data=modular", "data.terms=1"], "data.terms", "at least 2"),
+    (["model=encdec", "data=translation", "data.vocab_size=50"], "data.vocab_size", "at least 100"),
     (["model.dropout=1.5"], "model.dropout", "[0, 1)"),
-    (["model.pos_encoding=alibi"], "model.pos_encoding", "learned or rope"),
+    (["model.pos_encoding=rope", "model.n_embd=36", "model.n_head=4"], "model.n_embd", "even head size"),
+    (["model=t5", "model.num_buckets=2"], "model.num_buckets", "num_buckets >= 4"),
+    (["model=t5", "span.extra_ids=5"], "span.extra_ids", "noise spans"),
     (["optim.min_lr=1"], "optim.min_lr", "[0, optim.lr"),
     (["trainer.max_steps=-1"], "trainer.max_steps", "must be set"),
     (["callbacks.throughput.peak_flops=-5"], "callbacks.throughput.peak_flops", "positive number of FLOP/s"),
@@ -142,6 +145,7 @@ def test_bad_values_name_the_key(overrides, key, fragment, tmp_path):
     with pytest.raises(ConfigError) as info:
         validate(cfg)
         make_datamodule(cfg)  # checks of the data beside the model (no file read)
+        check_model_settings(cfg)
     assert info.value.key == key and fragment in str(info.value)
 
 
@@ -150,3 +154,38 @@ def test_resolved_config_is_plain_data(tmp_path):
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert resolved["data"]["data_dir"] == f"{ROOT}/data" and resolved["data"]["seed"] == 1337
 
+
+
+CHOICES = [
+    (["model.mlp=geglu"], "gelu, relu, swiglu"),
+    (["model.norm=batchnorm"], "layernorm, rmsnorm, none"),
+    (["model=encdec", "model.pos_encoding=rope"], "sinusoidal, learned"),
+    (["model=bert", "data=modular", "model.pooling=max"], "cls, mean"),
+    (["model=t5", "model.feed_forward=swiglu"], "relu, gated-gelu"),
+    (["data=modular", "data.op=pow"], "+, -, *, /"),
+]
+
+
+@pytest.mark.parametrize("overrides,choices", CHOICES, ids=[c[0][-1].split("=")[0] for c in CHOICES])
+def test_a_wrong_choice_fails_while_composing_and_lists_the_choices(overrides, choices, tmp_path):
+    wrong = overrides[-1].split("=")[1]
+    with pytest.raises(Exception) as info:
+        compose_cfg(overrides, tmp_path)
+    assert f"Invalid value '{wrong}', expected one of [{choices}]" in str(info.value.__cause__)  # as train.py prints it
+    key, value = overrides[-1].split("=")[0], choices.split(", ")[-1]
+    cfg = compose_cfg([*overrides[:-1], f"{key}={value}"], tmp_path)
+    assert OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)[key.split(".")[0]][key.split(".")[1]] == value
+
+
+def test_data_schemas_are_the_data_modules_signatures(tmp_path):
+    import inspect
+
+    from transformer_lab.config import DATA
+
+    for name, data_cls in DATA.items():
+        section = compose_cfg([f"data={name}"], tmp_path).data
+        parameters = inspect.signature(data_cls.__init__).parameters
+        assert set(section) == {"_target_", "name"} | set(parameters) - {"self", "layout"}
+        for key, parameter in parameters.items():
+            if key not in ("self", "layout", "data_dir", "seed"):  # those two come from paths.data_dir and seed
+                assert section[key] == parameter.default, (name, key)

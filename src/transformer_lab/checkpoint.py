@@ -102,5 +102,6 @@ def resolve_ckpt_path(cfg: DictConfig) -> str | None:
         checkpoint = read_checkpoint(path)
     except UserError as e:
         raise ConfigError("ckpt_path", str(e)) from None
-    check_compatible(checkpoint, OmegaConf.to_container(cfg.model, resolve=True), cfg.data.name, str(path))
+    check_compatible(checkpoint, OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True), cfg.data.name,
+                     str(path))
     return str(path)

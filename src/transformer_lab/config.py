@@ -8,6 +8,7 @@ that need more than a type (n_embd divisible by n_head, ...) are in `validate.py
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import typing
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -18,6 +19,9 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from transformer_lab.data.base import DATA_DECIDED
+from transformer_lab.data.modular import ModularDataModule
+from transformer_lab.data.shakespeare import ShakespeareDataModule
+from transformer_lab.data.translation import TranslationDataModule
 from transformer_lab.errors import ConfigError, exit_on_user_error
 from transformer_lab.models.bert import Bert
 from transformer_lab.models.encdec import EncDec
@@ -25,51 +29,16 @@ from transformer_lab.models.gpt import GPT
 from transformer_lab.models.t5 import T5
 
 
-@dataclass
-class ShakespeareData:
-    _target_: str = "transformer_lab.data.shakespeare.ShakespeareDataModule"
-    name: str = "shakespeare"
-    data_dir: str = "${paths.data_dir}"
-    block_size: int = 256  # context length of each training window
-    batch_size: int = 64
-    val_batch_size: Optional[int] = None  # default: batch_size
-    val_fraction: float = 0.1  # the last 10% of the text is held out
-    seed: int = "${seed}"  # type: ignore[assignment]
-    sample_prompt: str = "\n"  # where text samples at each validation start
-
-
-@dataclass
-class ModularData:
-    _target_: str = "transformer_lab.data.modular.ModularDataModule"
-    name: str = "modular"
-    p: int = 97  # a prime modulus
-    op: str = "+"  # one of + - * /
-    terms: int = 2  # operands per equation: (a op b op c ...) mod p
-    train_fraction: float = 0.5
-    split_seed: int = 0  # which equations go to training
-    batch_size: int = 512
-    val_batch_size: Optional[int] = None
-    max_examples: int = 1_000_000  # with many terms, sample this many equations instead of all
-    seed: int = "${seed}"  # type: ignore[assignment]
-
-
-@dataclass
-class TranslationData:
-    _target_: str = "transformer_lab.data.translation.TranslationDataModule"
-    name: str = "translation"
-    data_dir: str = "${paths.data_dir}"
-    source: str = "de"  # Multi30k languages: de, en, fr
-    target: str = "en"
-    path: Optional[str] = None  # a file of `source<TAB>target` lines to use instead of Multi30k
-    val_fraction: float = 0.05  # with data.path: the shares held out for validation and test
-    test_fraction: float = 0.05
-    split_seed: int = 0
-    vocab_size: int = 8000  # BPE vocabulary size, trained on the training split only
-    shared_vocab: bool = True  # one vocabulary for both languages (false: one each, gpt needs true)
-    max_length: int = 128  # tokens per sentence, longer ones are cut
-    batch_size: int = 128  # sentence pairs, grouped by length
-    val_batch_size: Optional[int] = None
-    seed: int = "${seed}"  # type: ignore[assignment]
+def _data_schema(name: str, data_cls: type) -> type:
+    """A data group schema from the data module's constructor: its arguments, types and defaults (less
+    `layout`, which the model decides), plus the class it builds (`_target_`) and the option's name."""
+    hints = typing.get_type_hints(data_cls.__init__)
+    fields = [("_target_", str, field(default=f"{data_cls.__module__}.{data_cls.__qualname__}")),
+              ("name", str, field(default=name))]
+    for parameter in list(inspect.signature(data_cls.__init__).parameters.values())[1:]:
+        if parameter.name != "layout":
+            fields.append((parameter.name, hints[parameter.name], field(default=parameter.default)))
+    return dataclasses.make_dataclass(f"{data_cls.__name__}Schema", fields)
 
 
 def _model_schema(name: str, model_cls: type) -> type:
@@ -89,10 +58,10 @@ def _model_schema(name: str, model_cls: type) -> type:
     return dataclasses.make_dataclass(f"{config_cls.__name__}Schema", fields)
 
 
-GPTModel = _model_schema("gpt", GPT)
-EncDecModel = _model_schema("encdec", EncDec)
-BertModel = _model_schema("bert", Bert)
-T5Model = _model_schema("t5", T5)
+# The options of the model and data groups this repository ships, and the classes they build: the one
+# place that maps their names to code. (A user's own option names its class in its YAML alone.)
+MODELS = {"gpt": GPT, "encdec": EncDec, "bert": Bert, "t5": T5}
+DATA = {"shakespeare": ShakespeareDataModule, "modular": ModularDataModule, "translation": TranslationDataModule}
 
 
 @dataclass
@@ -186,13 +155,10 @@ def register() -> None:
     OmegaConf.register_new_resolver("tasks_per_node", tasks_per_node, replace=True)
     cs = ConfigStore.instance()
     # Kept out of the data/ and model/ groups, so `--help` and error messages list only real options.
-    cs.store(group="schema/data", name="shakespeare", node=ShakespeareData)
-    cs.store(group="schema/data", name="modular", node=ModularData)
-    cs.store(group="schema/data", name="translation", node=TranslationData)
-    cs.store(group="schema/model", name="gpt", node=GPTModel)
-    cs.store(group="schema/model", name="encdec", node=EncDecModel)
-    cs.store(group="schema/model", name="bert", node=BertModel)
-    cs.store(group="schema/model", name="t5", node=T5Model)
+    for name, data_cls in DATA.items():
+        cs.store(group="schema/data", name=name, node=_data_schema(name, data_cls))
+    for name, model_cls in MODELS.items():
+        cs.store(group="schema/model", name=name, node=_model_schema(name, model_cls))
     cs.store(name="trainer_schema", node=TrainerConfig, package="trainer")
     cs.store(name="optim_schema", node=OptimConfig, package="optim")
     cs.store(name="sample_schema", node=SampleConfig, package="sample")

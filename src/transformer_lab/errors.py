@@ -8,10 +8,18 @@ class UserError(Exception):
     """A mistake in the configuration, the inputs or the environment, with a message that says how to fix it."""
 
 
-class ConfigError(UserError):
+class ConfigError(UserError, ValueError):
+    """A setting's value is wrong: `key` names it (as on the command line), `message` says what is valid."""
+
     def __init__(self, key: str, message: str):
-        self.key = key
+        self.key, self.message = key, message
         super().__init__(f"{key}: {message}")
+
+
+def require(ok: bool, key: str, message: str) -> None:
+    """A ConfigError naming `key` unless `ok`."""
+    if not ok:
+        raise ConfigError(key, message)
 
 
 class DataUnavailableError(UserError):

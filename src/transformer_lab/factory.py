@@ -33,7 +33,7 @@ from transformer_lab.validate import check_pair
 # A model's layout -> the task that trains it.
 TASKS = {"lm": LanguageModelTask, "seq2seq": Seq2SeqTask, "classify": ClassificationTask, "spans": SpanCorruptionTask}
 # Config keys that select and describe, not settings of the model's dataclass.
-NOT_SETTINGS = ("_target_", "name", "compile")
+NOT_SETTINGS = ("_target_", "name", "compile")  # (and a data section's `_target_` and `name`)
 
 
 def target_class(section: DictConfig | dict, key: str) -> type:
@@ -104,14 +104,27 @@ def make_datamodule(cfg: DictConfig) -> DataModule:
     if layout not in getattr(data_cls, "layouts", ()):
         raise ConfigError("data", f"model={cfg.model.name} does not train on data={cfg.data.name}; combinations "
                                   f"that work: {working_pairs(cfg)}")
-    settings = OmegaConf.to_container(cfg.data, resolve=True)
-    settings.pop("name", None)  # selects the option; not an argument of the data module
-    datamodule = hydra.utils.instantiate({**settings, "layout": layout})
+    settings = {k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True, enum_to_str=True).items()
+                if k not in NOT_SETTINGS}
+    datamodule = data_cls(**settings, layout=layout)  # checks its own arguments (a ConfigError naming the key)
     if layout == "spans":  # the text's token streams, corrupted
         datamodule = SpanCorruptionDataModule(datamodule, **cfg.span, batch_size=cfg.data.batch_size,
                                               val_batch_size=cfg.data.val_batch_size, seed=cfg.seed)
     check_pair(cfg, datamodule)
     return datamodule
+
+
+def check_model_settings(cfg: DictConfig) -> None:
+    """The model's own checks of its settings (its config dataclass's __post_init__), before the data is
+    read; the sizes the data decides keep their defaults here."""
+    cls = model_class(cfg)
+    fields = {f.name for f in dataclasses.fields(cls.config_class)}
+    settings = {k: v for k, v in OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True).items()
+                if k in fields and not (k in DATA_DECIDED and v is None)}
+    try:
+        cls.config_class(**settings)
+    except ConfigError as e:
+        raise ConfigError(f"model.{e.key}", e.message) from None
 
 
 def data_decided(config_class: type, datamodule: DataModule, settings: dict) -> dict:
@@ -134,7 +147,7 @@ def instantiate(cls: type, model_cfg: dict, from_data: dict) -> torch.nn.Module:
 def build_model(cfg: DictConfig, datamodule: DataModule) -> tuple[torch.nn.Module, dict]:
     """The model, and the sizes the data decided (kept in checkpoints, to rebuild it from one alone)."""
     cls = model_class(cfg)
-    model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
+    model_cfg = OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True)
     from_data = data_decided(cls.config_class, datamodule, model_cfg)
     model = instantiate(cls, model_cfg, from_data)
     if cfg.model.compile:
@@ -145,10 +158,11 @@ def build_model(cfg: DictConfig, datamodule: DataModule) -> tuple[torch.nn.Modul
 def build(cfg: DictConfig):
     """Data module (set up), model and task of a run."""
     datamodule = make_datamodule(cfg)
+    check_model_settings(cfg)
     datamodule.prepare_data()
     datamodule.setup("fit")
     model, from_data = build_model(cfg, datamodule)
-    meta = {"config": OmegaConf.to_container(cfg, resolve=True), "model_args": from_data, "vocab": None,
+    meta = {"config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "model_args": from_data, "vocab": None,
             **datamodule.checkpoint_meta()}
     task = TASKS[model_class(cfg).layout].build(cfg, model, datamodule, meta)
     return datamodule, model, task

@@ -70,7 +70,8 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
     trainer = L.Trainer(**OmegaConf.to_container(cfg.trainer), logger=logger, callbacks=callbacks,
                         plugins=[AtomicCheckpointIO()], default_root_dir=str(output_dir))
     if trainer.logger and trainer.is_global_zero:
-        trainer.logger.log_hyperparams({**OmegaConf.to_container(cfg, resolve=True), "logger": logger_settings})
+        trainer.logger.log_hyperparams({**OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
+                                        "logger": logger_settings})
 
     status = "failed"
     try:

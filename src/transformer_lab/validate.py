@@ -1,7 +1,9 @@
-"""Checks of a composed config that need more than a type. Each failure names the key and what is valid.
+"""Checks of a composed config that need more than a type, across keys and sections. Each failure names
+the key and what is valid.
 
-Runs before any data is read or any model built. Types and unknown keys were already checked by the
-schemas in config.py while Hydra composed the config.
+Runs before any data is read or any model built. Types, choices and unknown keys were already checked by
+the schemas in config.py while Hydra composed the config; a data module checks its own arguments when
+the factory builds it, a model its settings in its config's __post_init__ (both before any file is read).
 """
 
 from __future__ import annotations
@@ -9,18 +11,11 @@ from __future__ import annotations
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from transformer_lab.data.modular import OPS, is_prime
-from transformer_lab.data.span_corruption import num_noise_spans, raw_and_target_length
-from transformer_lab.data.translation import LANGUAGES
-from transformer_lab.errors import ConfigError
+from transformer_lab.errors import require as _require
+
 
 def _gpu_name() -> str:
     return torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
-
-
-def _require(ok: bool, key: str, message: str) -> None:
-    if not ok:
-        raise ConfigError(key, message)
 
 
 def _positive(cfg: DictConfig, section: str, key: str) -> None:
@@ -48,34 +43,11 @@ def check_pair(cfg: DictConfig, datamodule) -> None:
 def validate(cfg: DictConfig) -> None:
     data, model, trainer, optim, sample = cfg.data, cfg.model, cfg.trainer, cfg.optim, cfg.sample
 
-    # data
+    # the keys most data modules and models have (a data module or model checks its own in its constructor,
+    # data/*.py, or its config's __post_init__, models/*.py; choices are enums the schemas check)
     _positive(cfg, "data", "batch_size")
-    _require(data.val_batch_size is None or data.val_batch_size >= 1, "data.val_batch_size",
+    _require(data.get("val_batch_size") is None or data.val_batch_size >= 1, "data.val_batch_size",
              f"must be a positive integer or null, got {data.val_batch_size!r}")
-    if data.name == "shakespeare":
-        _positive(cfg, "data", "block_size")
-        _require(0 < data.val_fraction < 1, "data.val_fraction", f"must be in (0, 1), got {data.val_fraction}")
-    if data.name == "modular":
-        _require(is_prime(data.p), "data.p", f"must be a prime (division needs inverses), got {data.p}")
-        _require(data.op in OPS, "data.op", f"must be one of {' '.join(OPS)}, got {data.op!r}")
-        _require(data.terms >= 2, "data.terms", f"must be at least 2, got {data.terms}")
-        _require(0 < data.train_fraction < 1, "data.train_fraction",
-                 f"must be in (0, 1), got {data.train_fraction}")
-
-    if data.name == "translation":
-        if data.path is None:
-            for key in ("source", "target"):
-                _require(data[key] in LANGUAGES, f"data.{key}",
-                         f"Multi30k has {', '.join(LANGUAGES)}; got {data[key]!r} (or give data.path=FILE)")
-            _require(data.source != data.target, "data.target", f"is the same language as data.source ({data.source})")
-        for key in ("val_fraction", "test_fraction"):
-            _require(0 < data[key] < 0.5, f"data.{key}", f"must be in (0, 0.5), got {data[key]}")
-        _require(data.vocab_size >= 100, "data.vocab_size", f"must be at least 100, got {data.vocab_size}")
-        _require(data.shared_vocab or model.name != "gpt", "data.shared_vocab",
-                 "model=gpt reads source and target as one sequence, so it needs one vocabulary (true)")
-        _require(data.max_length >= 4, "data.max_length", f"must be at least 4, got {data.max_length}")
-
-    # model: the keys every transformer here has, where a model (a user's own, say) has them
     for key in ("n_layer", "n_head", "n_embd"):
         if key in model:
             _positive(cfg, "model", key)
@@ -84,42 +56,6 @@ def validate(cfg: DictConfig) -> None:
                  f"{model.n_embd} is not divisible by model.n_head={model.n_head}")
     if "dropout" in model:
         _require(0 <= model.dropout < 1, "model.dropout", f"must be in [0, 1), got {model.dropout}")
-    if model.name == "gpt":
-        _require(model.pos_encoding in ("learned", "rope"), "model.pos_encoding",
-                 f"must be learned or rope, got {model.pos_encoding!r}")
-        if model.pos_encoding == "rope":
-            _require((model.n_embd // model.n_head) % 2 == 0, "model.n_embd",
-                     f"rope needs an even head size, n_embd/n_head = {model.n_embd // model.n_head}")
-        _require(model.mlp in ("gelu", "relu", "swiglu"), "model.mlp",
-                 f"must be gelu, relu or swiglu, got {model.mlp!r}")
-        _require(model.init_std is None or model.init_std > 0, "model.init_std",
-                 f"must be positive or null (1/sqrt(n_embd)), got {model.init_std}")
-        _require(model.norm in ("layernorm", "none"), "model.norm", f"must be layernorm or none, got {model.norm!r}")
-    if model.name == "encdec":
-        _require(model.pos_encoding in ("sinusoidal", "learned"), "model.pos_encoding",
-                 f"must be sinusoidal or learned, got {model.pos_encoding!r}")
-        _require(model.n_embd % 2 == 0, "model.n_embd", f"sinusoidal positions need an even width, got {model.n_embd}")
-        for key in ("n_decoder_layer", "d_ff"):
-            _require(model[key] is None or model[key] >= 1, f"model.{key}", f"must be positive or null, got {model[key]}")
-    if model.name == "bert":
-        _require(model.pooling in ("cls", "mean"), "model.pooling", f"must be cls or mean, got {model.pooling!r}")
-        _require(model.d_ff is None or model.d_ff >= 1, "model.d_ff", f"must be positive or null, got {model.d_ff}")
-    if model.name == "t5":
-        _require(model.feed_forward in ("relu", "gated-gelu"), "model.feed_forward",
-                 f"must be relu or gated-gelu, got {model.feed_forward!r}")
-        _require(model.d_ff >= 1, "model.d_ff", f"must be positive, got {model.d_ff}")
-        _require(model.num_buckets >= 4 and model.max_distance > model.num_buckets // 2, "model.num_buckets",
-                 f"needs num_buckets >= 4 and max_distance > num_buckets / 2, got {model.num_buckets} and "
-                 f"{model.max_distance}")
-        span = cfg.span
-        _require(0 < span.noise_density < 1, "span.noise_density", f"must be in (0, 1), got {span.noise_density}")
-        _require(span.mean_noise_span_length >= 1, "span.mean_noise_span_length",
-                 f"must be at least 1, got {span.mean_noise_span_length}")
-        _require(span.input_length >= 4, "span.input_length", f"must be at least 4, got {span.input_length}")
-        raw, _ = raw_and_target_length(span.input_length, span.noise_density, span.mean_noise_span_length)
-        spans = num_noise_spans(raw, span.noise_density, span.mean_noise_span_length)
-        _require(span.extra_ids >= spans, "span.extra_ids",
-                 f"windows of {raw} tokens have {spans} noise spans, each needing a sentinel; got {span.extra_ids}")
 
     # optimisation
     _require(optim.lr > 0, "optim.lr", f"must be positive, got {optim.lr}")

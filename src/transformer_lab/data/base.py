@@ -24,7 +24,7 @@ DATA_DECIDED = ("vocab_size", "src_vocab_size", "n_classes", "pad_id", "block_si
 
 class DataModule(L.LightningDataModule):
     layouts: tuple[str, ...] = ()  # the batch layouts this data can be made into (above)
-    kind: str = "text"  # what evaluation shows: "text" (samples), "equation" (accuracy), "translation" (BLEU)
+    kind: str = "text"  # what evaluation shows: "text" (samples), "equation" (accuracy), "bleu" (outputs scored against references)
     answer_only: bool = False  # loss and accuracy on the answer token only
     has_test_split: bool = False  # a test split, evaluated once with the best weights after training
     endless: bool = False  # training draws random windows without end: only trainer.max_steps stops it

@@ -16,9 +16,12 @@ import torch
 
 from transformer_lab.data.base import DataModule
 from transformer_lab.data.batches import Batches, ShuffledBatches, for_this_rank
+from transformer_lab.choices import choice
 from transformer_lab.data.tokens import BOS, EOS, PAD, SPECIALS
+from transformer_lab.errors import require
 
 OPS = ["+", "-", "*", "/"]
+Op = choice("Op", *OPS)
 
 
 def is_prime(n: int) -> bool:
@@ -64,10 +67,21 @@ class ModularDataModule(DataModule):
     answer_only = True  # loss and accuracy on the answer token only
     length_key = "terms"
 
-    def __init__(self, p: int = 97, op: str = "+", terms: int = 2, train_fraction: float = 0.5,
-                 split_seed: int = 0, batch_size: int = 512, val_batch_size: int | None = None,
-                 max_examples: int = 1_000_000, seed: int = 1337, layout: str = "lm"):
+    def __init__(self,
+                 p: int = 97,  # a prime modulus
+                 op: Op = Op("+"),
+                 terms: int = 2,  # operands per equation: (a op b op c ...) mod p
+                 train_fraction: float = 0.5,
+                 split_seed: int = 0,  # which equations go to training
+                 batch_size: int = 512,
+                 val_batch_size: int | None = None,  # default: batch_size
+                 max_examples: int = 1_000_000,  # with many terms, sample this many equations instead of all
+                 seed: int = 1337,
+                 layout: str = "lm"):
         super().__init__(layout)
+        require(is_prime(p), "data.p", f"must be a prime (division needs inverses), got {p}")
+        require(terms >= 2, "data.terms", f"must be at least 2, got {terms}")
+        require(0 < train_fraction < 1, "data.train_fraction", f"must be in (0, 1), got {train_fraction}")
         assert layout in self.layouts, layout
         self.offset = 0 if layout == "lm" else len(SPECIALS)
         self.p, self.op, self.terms = p, op, terms

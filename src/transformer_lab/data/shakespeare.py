@@ -10,6 +10,7 @@ from transformer_lab.data.base import DataModule
 from transformer_lab.data.batches import Batches, RandomWindows, for_this_rank
 from transformer_lab.data.download import ensure_file
 from transformer_lab.data.tokens import TokenStreams
+from transformer_lab.errors import require
 
 URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
@@ -44,10 +45,18 @@ class ShakespeareDataModule(DataModule):
     endless = True
     length_key = "block_size"
 
-    def __init__(self, data_dir: str = "data", block_size: int = 256, batch_size: int = 64,
-                 val_batch_size: int | None = None, val_fraction: float = 0.1, seed: int = 1337,
-                 sample_prompt: str = "\n", layout: str = "lm"):
+    def __init__(self,
+                 data_dir: str = "data",
+                 block_size: int = 256,  # context length of each training window
+                 batch_size: int = 64,
+                 val_batch_size: int | None = None,  # default: batch_size
+                 val_fraction: float = 0.1,  # the last 10% of the text is held out
+                 seed: int = 1337,
+                 sample_prompt: str = "\n",  # where text samples at each validation start
+                 layout: str = "lm"):
         super().__init__(layout)
+        require(block_size >= 1, "data.block_size", f"must be a positive integer, got {block_size}")
+        require(0 < val_fraction < 1, "data.val_fraction", f"must be in (0, 1), got {val_fraction}")
         self.path = Path(data_dir) / "shakespeare" / "input.txt"
         self.block_size, self.batch_size = block_size, batch_size
         self.val_batch_size = val_batch_size or batch_size

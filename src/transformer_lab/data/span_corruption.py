@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from transformer_lab.data.base import DataModule
 from transformer_lab.data.batches import Batches, for_this_rank
 from transformer_lab.data.tokens import TokenStreams
+from transformer_lab.errors import require
 
 
 def lengths_after_corruption(raw_length: int, noise_density: float, mean_noise_span_length: float) -> tuple[int, int]:
@@ -128,6 +129,14 @@ class SpanCorruptionDataModule(DataModule):
                  mean_noise_span_length: float = 3.0, extra_ids: int = 100, batch_size: int = 64,
                  val_batch_size: int | None = None, seed: int = 1337):
         super().__init__("spans")
+        require(0 < noise_density < 1, "span.noise_density", f"must be in (0, 1), got {noise_density}")
+        require(mean_noise_span_length >= 1, "span.mean_noise_span_length",
+                f"must be at least 1, got {mean_noise_span_length}")
+        require(input_length >= 4, "span.input_length", f"must be at least 4, got {input_length}")
+        raw, _ = raw_and_target_length(input_length, noise_density, mean_noise_span_length)
+        spans = num_noise_spans(raw, noise_density, mean_noise_span_length)
+        require(extra_ids >= spans, "span.extra_ids",
+                f"windows of {raw} tokens have {spans} noise spans, each needing a sentinel; got {extra_ids}")
         self.base = base
         self.input_length, self.noise_density, self.mean_noise_span_length = input_length, noise_density, mean_noise_span_length
         self.extra_ids, self.batch_size = extra_ids, batch_size

@@ -18,7 +18,7 @@ from transformer_lab.data.base import DataModule
 from transformer_lab.data.batches import for_this_rank
 from transformer_lab.data.download import ensure_file
 from transformer_lab.data.tokens import BOS, EOS, PAD, SEP, SPECIALS, UNK, TokenStreams  # noqa: F401 (re-exported)
-from transformer_lab.errors import DataUnavailableError
+from transformer_lab.errors import DataUnavailableError, require
 
 log = logging.getLogger(__name__)
 
@@ -180,16 +180,37 @@ class TranslationDataModule(DataModule):
     layout, one sequence `<bos> source <sep> target <eos>` for a decoder-only model (a prefix LM)."""
 
     layouts = ("lm", "seq2seq", "spans")
-    kind = "translation"
+    kind = "bleu"
     has_test_split = True
     length_key = "max_length"
 
-    def __init__(self, data_dir: str = "data", source: str = "de", target: str = "en", path: str | None = None,
-                 val_fraction: float = 0.05, test_fraction: float = 0.05, split_seed: int = 0,
-                 vocab_size: int = 8000, max_length: int = 128, batch_size: int = 128,
-                 val_batch_size: int | None = None, seed: int = 1337, shared_vocab: bool = True,
+    def __init__(self,
+                 data_dir: str = "data",
+                 source: str = "de",  # Multi30k languages: de, en, fr
+                 target: str = "en",
+                 path: str | None = None,  # a file of `source<TAB>target` lines to use instead of Multi30k
+                 val_fraction: float = 0.05,  # with path: the shares held out for validation and test
+                 test_fraction: float = 0.05,
+                 split_seed: int = 0,
+                 vocab_size: int = 8000,  # BPE vocabulary size, trained on the training split only
+                 shared_vocab: bool = True,  # one vocabulary for both languages (false: one each)
+                 max_length: int = 128,  # tokens per sentence, longer ones are cut
+                 batch_size: int = 128,  # sentence pairs, grouped by length
+                 val_batch_size: int | None = None,  # default: batch_size
+                 seed: int = 1337,
                  layout: str = "seq2seq"):
         super().__init__(layout)
+        if path is None:
+            for key, language in (("source", source), ("target", target)):
+                require(language in LANGUAGES, f"data.{key}",
+                        f"Multi30k has {', '.join(LANGUAGES)}; got {language!r} (or give data.path=FILE)")
+            require(source != target, "data.target", f"is the same language as data.source ({source})")
+        for key, fraction in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
+            require(0 < fraction < 0.5, f"data.{key}", f"must be in (0, 0.5), got {fraction}")
+        require(vocab_size >= 100, "data.vocab_size", f"must be at least 100, got {vocab_size}")
+        require(shared_vocab or layout != "lm", "data.shared_vocab",
+                "a decoder-only model reads source and target as one sequence, so it needs one vocabulary (true)")
+        require(max_length >= 4, "data.max_length", f"must be at least 4, got {max_length}")
         self.shared_vocab = shared_vocab
         self.prefix_lm = layout == "lm"  # batches for a decoder-only model: `<bos> src <sep> tgt <eos>`
         self.data_dir, self.source, self.target, self.path = Path(data_dir), source, target, path

@@ -16,8 +16,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from transformer_lab.choices import choice
+from transformer_lab.errors import ConfigError
 from transformer_lab.models.encdec import EncoderLayer
 from transformer_lab.models.flops import attention_flops, linear_flops
+
+
+Pooling = choice("Pooling", "cls", "mean")
 
 
 @dataclass
@@ -32,8 +37,12 @@ class BertConfig:
     dropout: float = 0.1
     bias: bool = True
     norm_first: bool = False  # BERT's post-LN; True: pre-LN (with a final LayerNorm)
-    pooling: str = "cls"  # "cls" (the first position, through a tanh layer) | "mean" (over real tokens)
+    pooling: Pooling = Pooling.cls  # cls: the first position, through a tanh layer; mean: over real tokens
     pad_id: int = 0
+
+    def __post_init__(self):
+        if self.d_ff is not None and self.d_ff < 1:
+            raise ConfigError("d_ff", f"must be positive or null, got {self.d_ff}")
 
 
 class Bert(nn.Module):

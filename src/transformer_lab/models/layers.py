@@ -11,6 +11,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from transformer_lab.choices import choice
+
+Norm = choice("Norm", "layernorm", "rmsnorm", "none")
+
 
 def make_norm(kind: str, dim: int, bias: bool = True, eps: float = 1e-5) -> nn.Module:
     """"layernorm" (nn.LayerNorm, optionally without bias) | "rmsnorm" (nn.RMSNorm) | "none"."""
@@ -58,8 +62,8 @@ class Attention(nn.Module):
 
     The projection keeps nn.MultiheadAttention's layout: in_proj rows [q; k; v] (one matmul for
     self-attention, q and [k; v] apart for cross-attention), then out_proj, so weights copy one to one.
-    Options: rotary positions, an additive logit bias (T5's relative positions), the logit scale
-    (None: 1/sqrt(head_dim); T5 uses 1).
+    Options: rotary positions (in self-attention), an additive logit bias (T5's relative positions), the
+    logit scale (None: 1/sqrt(head_dim); T5 uses 1).
     """
 
     LEGACY = {"in_proj": (("c_attn",), ("q_proj", "kv_proj"), ("q", "k", "v")), "out_proj": (("c_proj",), ("o",))}
@@ -94,7 +98,7 @@ class Attention(nn.Module):
             else:
                 k, v = (self._heads(t) for t in F.linear(memory, w[C:], None if b is None else b[C:]).split(C, dim=2))
         past = cache["k"].size(2) if cache and memory is None else 0
-        if self.rotary is not None:
+        if self.rotary is not None and memory is None:
             q, k = self.rotary(q, past), self.rotary(k, past)
         if cache is not None:
             if past:

@@ -61,7 +61,7 @@ class LanguageModelTask(Task):
             self.val_acc.update(logits.flatten(0, 1), y.flatten())
             if batch_idx == 0:
                 self._equation_examples(x, logits.argmax(-1), y)
-        if self.kind == "translation" and not self.trainer.sanity_checking:
+        if self.kind == "bleu" and not self.trainer.sanity_checking:
             self._translate(x, batch[2])
 
     def _translate(self, x: torch.Tensor, rows: torch.Tensor) -> None:
@@ -92,7 +92,7 @@ class LanguageModelTask(Task):
         if self.val_acc is not None:
             self.log(f"{split}/acc", self.val_acc.compute(), prog_bar=True)
             self.val_acc.reset()
-        elif self.kind == "translation":
+        elif self.kind == "bleu":
             self.report_bleu(split)
         elif self.sample.get("enabled", True) and not self.trainer.sanity_checking:
             self._text_samples()
