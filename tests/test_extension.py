@@ -13,11 +13,17 @@ import pytest
 from conftest import ROOT, needs_shakespeare, run_train
 
 MODEL = '''
-"""A GRU language model: no attention, nothing from transformer_lab."""
+"""A GRU language model: no attention; from transformer_lab only what checks its settings."""
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+
+from transformer_lab.choices import choice
+from transformer_lab.errors import ConfigError
+
+Cell = choice("Cell", "gru", "lstm")
 
 
 @dataclass
@@ -25,6 +31,11 @@ class TinyGRUConfig:
     vocab_size: int = 0  # the data decides these two
     block_size: int = 0
     n_embd: int = 32
+    cell: Cell = Cell.gru
+
+    def __post_init__(self):
+        if self.n_embd % 2:
+            raise ConfigError("n_embd", f"must be even, got {self.n_embd}")
 
 
 class TinyGRU(nn.Module):
@@ -35,7 +46,7 @@ class TinyGRU(nn.Module):
         super().__init__()
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.n_embd)
-        self.gru = nn.GRU(config.n_embd, config.n_embd, batch_first=True)
+        self.gru = (nn.GRU if config.cell == "gru" else nn.LSTM)(config.n_embd, config.n_embd, batch_first=True)
         self.head = nn.Linear(config.n_embd, config.vocab_size)
 
     def forward(self, idx):
@@ -59,6 +70,7 @@ MODEL_YAML = '''
 _target_: mine.TinyGRU
 name: mine
 n_embd: 48
+cell: gru
 block_size: null  # the data's
 compile: false
 '''
@@ -211,3 +223,15 @@ def test_a_pair_that_cannot_work_lists_those_that_can(user_files, tmp_path):
                  "model=t5 data=textfile", "model=bert data=modular", "model=encdec data=translation"):
         assert pair in message
     assert "model=bert data=shakespeare" not in message and "model=mine data=translation" in message
+
+
+@pytest.mark.parametrize("override, message", [
+    ("model.cell=rnn", "error: model.cell: must be one of gru, lstm, got 'rnn'"),
+    ("model.n_embd=33", "error: model.n_embd: must be even, got 33"),
+])
+def test_own_model_checks_its_settings_before_anything_runs(user_files, tmp_path, override, message):
+    user, searchpath, env = user_files
+    result = run_train("model=mine", "data=shakespeare", override, *searchpath, f"hydra.run.dir={tmp_path / 'run'}",
+                       env=env)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == message

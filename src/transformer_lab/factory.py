@@ -14,6 +14,7 @@ So a model or dataset of your own is one Python file and one YAML (README: "Your
 from __future__ import annotations
 
 import dataclasses
+import typing
 from functools import lru_cache
 
 import hydra
@@ -21,6 +22,7 @@ import torch
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
+from transformer_lab.choices import Choice
 from transformer_lab.data.base import DATA_DECIDED, DataModule
 from transformer_lab.data.span_corruption import SpanCorruptionDataModule
 from transformer_lab.errors import ConfigError
@@ -118,9 +120,12 @@ def check_model_settings(cfg: DictConfig) -> None:
     """The model's own checks of its settings (its config dataclass's __post_init__), before the data is
     read; the sizes the data decides keep their defaults here."""
     cls = model_class(cfg)
-    fields = {f.name for f in dataclasses.fields(cls.config_class)}
+    types = typing.get_type_hints(cls.config_class)
     settings = {k: v for k, v in OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True).items()
-                if k in fields and not (k in DATA_DECIDED and v is None)}
+                if k in types and not (k in DATA_DECIDED and v is None)}
+    for key, value in settings.items():  # (this repository's options check their choices while composing)
+        if isinstance(types[key], type) and issubclass(types[key], Choice) and value not in types[key].__members__:
+            raise ConfigError(f"model.{key}", f"must be one of {', '.join(types[key].__members__)}, got {value!r}")
     try:
         cls.config_class(**settings)
     except ConfigError as e:
