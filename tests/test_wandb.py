@@ -22,14 +22,14 @@ def records(run_dir) -> dict[str, list[dict]]:
 
 
 def test_multirun_jobs_are_named_grouped_tagged_with_resolved_config(tmp_path):
-    result = run_train("-m", "data=modular", "data.p=7,11", *TINY, "trainer.max_steps=20", "trainer.val_check_interval=10",
+    result = run_train("-m", "data=modular", "data.p=7,11", *TINY, "trainer.max_steps=23", "trainer.val_check_interval=10",
                        "trainer.log_every_n_steps=5", "callbacks=none", "hardware=cpu", f"hydra.sweep.dir={tmp_path}",
                        env=OFFLINE)
     assert result.returncode == 0, result.stderr[-3000:]
     for job, p in (("0", "7"), ("1", "11")):
         run_records = records(tmp_path / job)
         (run,) = run_records["run"]
-        assert f"data.p={p}" in run["display_name"] and "trainer.max_steps=20" in run["display_name"]
+        assert f"data.p={p}" in run["display_name"] and "trainer.max_steps=23" in run["display_name"]
         assert run["run_group"] == str(tmp_path) and sorted(run["tags"]) == ["data=modular", "hardware=cpu", "model=gpt"]
         (config,) = [c["update"] for c in run_records["config"] if "data" in c["update"]]
         assert config["data"]["p"] == int(p) and config["paths"]["output_dir"] == str(tmp_path / job)  # resolved
@@ -38,3 +38,7 @@ def test_multirun_jobs_are_named_grouped_tagged_with_resolved_config(tmp_path):
         val_losses = [h["item"]["val/loss"] for h in run_records["history"] if "val/loss" in h["item"]]
         local = [json.loads(line) for line in (tmp_path / job / "metrics.jsonl").read_text().splitlines()]
         assert val_losses == [r["val/loss"] for r in local if "val/loss" in r] and len(val_losses) == 2
+        # W&B's step axis is metrics.jsonl's (optimizer steps done), and the last step (23) is recorded
+        for metric, steps in (("val/loss", [10, 20]), ("train/loss", [5, 10, 15, 20, 23])):
+            logged = [h["item"]["trainer/global_step"] for h in run_records["history"] if metric in h["item"]]
+            assert logged == [r["step"] for r in local if metric in r] == steps

@@ -17,7 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from transformer_lab.callbacks import GracefulInterrupt, History, Summary, Throughput
+from transformer_lab.callbacks import GracefulInterrupt, History, StepAxis, Summary, Throughput
 from transformer_lab.checkpoint import AtomicCheckpointIO, check_same_parameters, resolve_ckpt_path
 from transformer_lab.errors import UserError, exit_on_user_error
 from transformer_lab.factory import build
@@ -62,7 +62,7 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
     summary = Summary()
     interrupt = GracefulInterrupt(output_dir / "checkpoints" / "last.ckpt")
     callbacks = [hydra.utils.instantiate(c) for c in (cfg.callbacks or {}).values()]
-    callbacks += [summary, History(output_dir / "metrics.jsonl"), interrupt]
+    callbacks += [summary, History(output_dir / "metrics.jsonl"), StepAxis(), interrupt]
     if not cfg.trainer.enable_progress_bar:  # Lightning refuses a progress bar callback then
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     throughput = next((c for c in callbacks if isinstance(c, Throughput)), None)

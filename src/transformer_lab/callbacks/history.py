@@ -1,4 +1,5 @@
-"""Every metric at every step it is logged, one JSON object per line in the run's metrics.jsonl.
+"""Every metric at every step it is logged, one JSON object per line in the run's metrics.jsonl, and
+the same step numbers in every logger.
 
 A local record that needs no logger or server: the compare command and the experiment plots read it.
 A resumed run first drops the lines of steps after its checkpoint, which the interrupted run had
@@ -46,6 +47,8 @@ class History(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if trainer.global_step % trainer.log_every_n_steps == 0:  # the steps the task logs
             self._append(trainer, ("train/", "throughput/"))
+        elif last_step(trainer):  # logged by the task too; throughput only at its own interval
+            self._append(trainer, ("train/",))
 
     def on_validation_end(self, trainer, pl_module):
         if not trainer.sanity_checking:
@@ -53,3 +56,42 @@ class History(L.Callback):
 
     def on_test_end(self, trainer, pl_module):
         self._append(trainer, ("test/",))
+
+
+def last_step(trainer) -> bool:
+    return 0 < trainer.max_steps <= trainer.global_step
+
+
+class StepAxis(L.Callback):
+    """Steps are counted once, as optimizer steps done (trainer.global_step), in metrics.jsonl, summary.json
+    and every Lightning logger (CSV's `step`, W&B's `trainer/global_step`), which would otherwise write a
+    step's metrics under the count before it: logging `step` sets the step Lightning writes them at.
+
+    And a run records its last step whatever max_steps is: the task logs that step's training metrics,
+    and a run that has not validated yet validates there (Lightning does when asked to stop), so
+    summary.json has the loss and validation metrics and best.ckpt exists after the shortest run."""
+
+    def __init__(self):
+        self.validated = False
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        step = trainer.global_step
+        if step % trainer.log_every_n_steps == 0:  # Lightning writes this step's metrics
+            pl_module.log("step", float(step))
+        elif last_step(trainer):
+            if not self.validated:  # stopping makes Lightning write this step's metrics and validate
+                trainer.should_stop = True
+                pl_module.log("step", float(step))
+            else:
+                metrics = {name: float(value) for name, value in trainer.callback_metrics.items()
+                           if name.startswith("train/")}
+                for logger in trainer.loggers:
+                    logger.log_metrics(metrics, step)
+
+    def on_validation_epoch_end(self, trainer, pl_module):
+        if not trainer.sanity_checking:
+            self.validated = True
+            pl_module.log("step", float(trainer.global_step))
+
+    def on_test_epoch_end(self, trainer, pl_module):
+        pl_module.log("step", float(trainer.global_step))

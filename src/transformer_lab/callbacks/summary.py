@@ -34,6 +34,8 @@ class Summary(L.Callback):
 
     def _collect(self, trainer) -> None:
         for name, value in trainer.callback_metrics.items():
+            if name == "step":  # the step Lightning's loggers write at (StepAxis), not a metric
+                continue
             value = float(value.item() if isinstance(value, torch.Tensor) else value)
             self.final[name] = value
             direction = better(name)

@@ -85,8 +85,10 @@ class Task(L.LightningModule):
 
     def logging_step(self) -> bool:
         """Whether this training step's metrics are written. Lightning writes step metrics only every
-        log_every_n_steps, and each self.log costs ~0.8 ms on CPU: log just the steps that are written."""
-        return (self.global_step + 1) % self.trainer.log_every_n_steps == 0
+        log_every_n_steps (and the last, callbacks.history.StepAxis), and each self.log costs ~0.8 ms on CPU:
+        log just the steps that are written."""
+        step = self.global_step + 1  # once this step is taken
+        return step % self.trainer.log_every_n_steps == 0 or step == self.trainer.max_steps
 
     def guarded(self, loss: torch.Tensor) -> torch.Tensor | None:
         """The loss to train on, or None to skip the step (Lightning then skips backward and the optimizer).
