@@ -57,7 +57,8 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(data, tmp_path):
     killed = train(crashed, *args, *COMMON, "+callbacks.kill._target_=helpers.KillAt", "+callbacks.kill.step=25")
     assert killed.returncode == -9  # SIGKILL: no chance to clean up
     assert not (crashed / "summary.json").exists()
-    resumed = train(crashed, *args, *COMMON, "ckpt_path=last")
+    # The run's own settings (from its checkpoint), but its killer's step moved past the end.
+    resumed = train(crashed, "ckpt_path=last", "+callbacks.kill.step=1000")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 
     # The killed run trained steps 1..25; its last checkpoint is from step 20, so the resumed run trains

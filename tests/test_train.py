@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from omegaconf import OmegaConf
+
 from conftest import ROOT, TINY, needs_shakespeare, run_train
 from transformer_lab.checkpoint import load_model
 
@@ -63,17 +65,43 @@ def test_flops_per_token_and_mfu_in_the_summary(shakespeare_run):
 
 
 @needs_shakespeare
-def test_resume_from_last_checkpoint_of_the_run_dir(shakespeare_run, tmp_path):
+def test_resume_from_the_run_directory_alone(shakespeare_run, tmp_path):
+    # Only ckpt_path, the directory and a longer run: the width, context and the rest come from the run.
     run_dir, _ = shakespeare_run
     resumed = tmp_path / "resumed"
     subprocess.run(["cp", "-r", str(run_dir), str(resumed)], check=True)
-    result = run_train("data=shakespeare", *TINY, "data.block_size=32", "data.batch_size=16",
-                       "trainer.max_steps=80", "trainer.val_check_interval=20", "trainer.limit_val_batches=4",
-                       "sample.enabled=false", "logger=csv", "ckpt_path=last", f"hydra.run.dir={resumed}")
+    result = run_train("ckpt_path=last", f"hydra.run.dir={resumed}", "trainer.max_steps=80", "sample.enabled=false")
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((resumed / "summary.json").read_text())
     assert summary["global_step"] == 80 and summary["status"] == "completed"
     assert "Restoring states from the checkpoint" in result.stdout + result.stderr
+    (record,) = [p for p in (resumed / ".hydra").iterdir() if p.is_dir()]  # this invocation's record
+    ran = OmegaConf.load(record / "config.yaml")
+    assert (ran.model.n_embd, ran.data.block_size, ran.trainer.max_steps, ran.sample.enabled) == (32, 32, 80, False)
+    # and from a checkpoint file, into a new directory
+    elsewhere = tmp_path / "elsewhere"
+    result = run_train(f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", f"hydra.run.dir={elsewhere}",
+                       "trainer.max_steps=70", "logger=none", "sample.enabled=false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((elsewhere / "summary.json").read_text())["global_step"] == 70
+
+
+@needs_shakespeare
+@pytest.mark.parametrize("overrides, fragments", [
+    # a data setting that changes a tensor's shape: named with the tensor, before Lightning loads anything
+    (["data.block_size=64"], ["model.wpe.weight [32, 32] (this run: [64, 32])",
+                              "data.block_size=64 (the checkpoint's: 32)"]),
+    # every architecture setting that differs, at once
+    (["model.n_embd=64", "model.n_layer=2"], ["model.n_embd=64 (the checkpoint's: 32)",
+                                              "model.n_layer=2 (the checkpoint's: 1)"]),
+], ids=["shape", "architecture"])
+def test_resume_refuses_changes_it_cannot_load_in_one_message(shakespeare_run, tmp_path, overrides, fragments):
+    run_dir, _ = shakespeare_run
+    result = run_train(f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", f"hydra.run.dir={tmp_path / 'run'}",
+                       "trainer.max_steps=70", "logger=none", *overrides)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    message = result.stderr.strip().splitlines()[-1]
+    assert message.startswith("error: ckpt_path: ") and all(f in message for f in fragments), message
 
 
 def test_ckpt_path_last_without_a_checkpoint_is_a_clear_error(tmp_path):

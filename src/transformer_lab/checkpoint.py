@@ -47,28 +47,63 @@ def read_checkpoint(path: str | Path) -> dict:
     return checkpoint
 
 
-def check_compatible(checkpoint: dict, model_cfg: dict, data_name: str, path: str) -> None:
-    """A run can resume only from a checkpoint of the same architecture on the same data."""
-    saved = checkpoint["transformer_lab"]["config"]
-    if saved["data"]["name"] != data_name:
-        raise ConfigError("ckpt_path", f"{path} was trained on data={saved['data']['name']}, this run has "
-                                       f"data={data_name}")
-    for key in sorted(set(saved["model"]) | set(model_cfg)):
-        if key not in CHANGEABLE_KEYS and saved["model"].get(key) != model_cfg.get(key):
-            raise ConfigError("ckpt_path", f"{path} holds a model with model.{key}={saved['model'].get(key)}, "
-                                           f"this run has model.{key}={model_cfg.get(key)}")
+def _flat(section: dict, prefix: str) -> dict:
+    out = {}
+    for key, value in section.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
-def check_same_parameters(path: str, task: torch.nn.Module) -> None:
-    """Resuming restores the optimizer's state parameter by parameter: the checkpoint must name exactly
-    this code's parameters. (Checkpoints from before the models' shared layers name theirs differently:
-    load_model still reads their weights, but a run cannot resume from them.)"""
-    saved, ours = set(read_checkpoint(path)["state_dict"]), set(task.state_dict())
-    if saved != ours:
-        theirs = ", ".join(sorted(saved - ours)[:3])
+def changed_settings(saved_config: dict, cfg: DictConfig, sections: tuple[str, ...] = ("model", "data")) -> dict:
+    """{key: (the checkpoint's run's value, this run's)} for every setting of `sections` that differs."""
+    ours = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    changed = {}
+    for section in sections:
+        saved, now = _flat(saved_config.get(section) or {}, f"{section}."), _flat(ours.get(section) or {}, f"{section}.")
+        changed.update({key: (saved.get(key), now.get(key)) for key in sorted(set(saved) | set(now))
+                        if saved.get(key) != now.get(key)})
+    return changed
+
+
+def _listed(changed: dict) -> str:
+    return ", ".join(f"{key}={new} (the checkpoint's: {old})" for key, (old, new) in changed.items())
+
+
+def check_compatible(saved_config: dict, cfg: DictConfig, path: str) -> None:
+    """A run resumes only a checkpoint of the same architecture on the same data: every model setting
+    that differs is named at once (those a resumed run may change, CHANGEABLE_KEYS, aside)."""
+    if saved_config["data"]["name"] != cfg.data.name:
+        raise ConfigError("ckpt_path", f"{path} was trained with data={saved_config['data']['name']}, this run has "
+                                       f"data={cfg.data.name}")
+    changed = {key: values for key, values in changed_settings(saved_config, cfg, ("model",)).items()
+               if key.removeprefix("model.") not in CHANGEABLE_KEYS}
+    if changed:
+        raise ConfigError("ckpt_path", f"{path} holds another model than this run's: {_listed(changed)}. Resume "
+                                       "without changing them (a resumed run starts from its checkpoint's settings)")
+
+
+def check_state_fits(path: str, saved_shapes: dict, saved_config: dict, cfg: DictConfig, task: torch.nn.Module) -> None:
+    """Resuming restores every tensor and the optimizer's state parameter by parameter: the checkpoint must
+    hold exactly this model's tensors, of the same shapes. Checked here, before Lightning loads anything,
+    so a mismatch is one message naming every tensor and setting involved, not a size-mismatch traceback."""
+    ours = {key: tuple(value.shape) for key, value in task.state_dict().items()}
+    if set(saved_shapes) != set(ours):
+        # Checkpoints from before the models' shared layers name their parameters differently: load_model
+        # still reads their weights, but a run cannot resume from them.
+        theirs = ", ".join(sorted(set(saved_shapes) - set(ours))[:3])
         raise ConfigError("ckpt_path", f"{path} names its parameters differently from this code ({theirs}, ...): "
                                        "it was written by an older transformer-lab. Its weights still load for "
                                        "sampling and translation, but training cannot resume from it")
+    mismatched = [f"{key} {list(saved_shapes[key])} (this run: {list(shape)})"
+                  for key, shape in ours.items() if saved_shapes[key] != shape]
+    if mismatched:
+        changed = changed_settings(saved_config, cfg)
+        raise ConfigError("ckpt_path", f"{path} holds tensors of other shapes than this run's model: "
+                                       f"{', '.join(mismatched)}; settings that differ from the checkpoint's run: "
+                                       f"{_listed(changed) or 'none'}. Resume without changing them")
 
 
 def load_model(path: str | Path, map_location: str = "cpu") -> tuple[torch.nn.Module, dict]:
@@ -85,23 +120,17 @@ def load_model(path: str | Path, map_location: str = "cpu") -> tuple[torch.nn.Mo
     return model.to(map_location).eval(), meta
 
 
-def resolve_ckpt_path(cfg: DictConfig) -> str | None:
-    """The checkpoint to resume from, checked now: readable, and of this run's model and data. (Lightning
-    reads the file again to restore it; checking first is what keeps a bad file's error one line.)"""
+def checkpoint_path(cfg: DictConfig) -> Path | None:
+    """The checkpoint `ckpt_path` names (`last`: the run directory's last.ckpt), which must exist."""
     if cfg.ckpt_path is None:
         return None
-    path = Path(cfg.ckpt_path)
     if cfg.ckpt_path == "last":
         path = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
         if not path.exists():
             raise ConfigError("ckpt_path", f"`last` means {path}, which does not exist; point hydra.run.dir at "
                                            "the directory of the run to resume")
-    elif not path.is_file():
+        return path
+    path = Path(cfg.ckpt_path)
+    if not path.is_file():
         raise ConfigError("ckpt_path", f"no checkpoint file at {path}")
-    try:
-        checkpoint = read_checkpoint(path)
-    except UserError as e:
-        raise ConfigError("ckpt_path", str(e)) from None
-    check_compatible(checkpoint, OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True), cfg.data.name,
-                     str(path))
-    return str(path)
+    return path

@@ -160,14 +160,15 @@ def build_model(cfg: DictConfig, datamodule: DataModule) -> tuple[torch.nn.Modul
     return model, from_data
 
 
-def build(cfg: DictConfig):
-    """Data module (set up), model and task of a run."""
+def build(cfg: DictConfig, overrides: list[str] | None = None):
+    """Data module (set up), model and task of a run; `overrides`, those the config was composed from, go
+    into its checkpoints (to resume it from them alone)."""
     datamodule = make_datamodule(cfg)
     check_model_settings(cfg)
     datamodule.prepare_data()
     datamodule.setup("fit")
     model, from_data = build_model(cfg, datamodule)
-    meta = {"config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "model_args": from_data, "vocab": None,
+    meta = {"config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "model_args": from_data, "overrides": overrides, "vocab": None,
             **datamodule.checkpoint_meta()}
     task = TASKS[model_class(cfg).layout].build(cfg, model, datamodule, meta)
     return datamodule, model, task

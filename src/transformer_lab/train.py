@@ -18,11 +18,12 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.callbacks import GracefulInterrupt, History, StepAxis, Summary, Throughput
-from transformer_lab.checkpoint import AtomicCheckpointIO, check_same_parameters, resolve_ckpt_path
+from transformer_lab.checkpoint import AtomicCheckpointIO, check_state_fits
 from transformer_lab.errors import UserError, exit_on_user_error
 from transformer_lab.factory import build
 from transformer_lab.launch import distributed_job, submitit_tasks_as_processes
 from transformer_lab.loggers import build_logger
+from transformer_lab.resume import resume_config
 from transformer_lab.validate import validate
 
 log = logging.getLogger(__name__)
@@ -49,16 +50,16 @@ def peak_memory_mb() -> float:
 def run(cfg: DictConfig, start_time: float | None = None) -> dict:
     """Train one configuration and return its summary (also written to summary.json in the run dir)."""
     start_time = start_time or time.time()
+    cfg, resumed, overrides = resume_config(cfg)
     validate(cfg)
-    ckpt_path = resolve_ckpt_path(cfg)
     output_dir = Path(cfg.paths.output_dir)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     if torch.cuda.is_available():
         torch.set_float32_matmul_precision("high")
 
-    datamodule, model, task = build(cfg)
-    if ckpt_path:
-        check_same_parameters(ckpt_path, task)
+    datamodule, model, task = build(cfg, overrides)
+    if resumed:
+        check_state_fits(resumed.path, resumed.shapes, resumed.config, cfg, task)
     summary = Summary()
     interrupt = GracefulInterrupt(output_dir / "checkpoints" / "last.ckpt")
     callbacks = [hydra.utils.instantiate(c) for c in (cfg.callbacks or {}).values()]
@@ -75,7 +76,8 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
 
     status = "failed"
     try:
-        trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+        trainer.fit(task, datamodule=datamodule, ckpt_path=resumed.path if resumed else None,
+                    weights_only=True)
         if datamodule.has_test_split:  # evaluated once, with the best weights
             best = next((c.best_model_path for c in trainer.checkpoint_callbacks if c.best_model_path), None)
             trainer.test(task, datamodule=datamodule, ckpt_path=best, weights_only=True)

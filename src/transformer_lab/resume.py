@@ -1,0 +1,93 @@
+"""Resuming a run from its checkpoint: the run's own settings, with this command line's overrides on top.
+
+`python train.py ckpt_path=last hydra.run.dir=RUN trainer.max_steps=N` needs no other override: the
+checkpoint keeps the overrides its run was composed from (older ones: RUN/.hydra/overrides.yaml), and
+the config is composed again from those with this command's on top (a key in both takes this command's
+value). What may not change (the architecture, tensor shapes, the data) is checked in checkpoint.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from transformer_lab.checkpoint import check_compatible, checkpoint_path, read_checkpoint
+from transformer_lab.errors import ConfigError, UserError
+
+
+@dataclass
+class Resumed:
+    """What a run resuming a checkpoint keeps of it for the checks after the model is built."""
+    path: str
+    config: dict  # the checkpoint's run's resolved config
+    shapes: dict[str, tuple[int, ...]]  # its tensors' shapes
+
+
+def run_overrides(path: Path, meta: dict) -> list[str] | None:
+    """The overrides the checkpoint's run was composed from."""
+    if meta.get("overrides") is not None:
+        return list(meta["overrides"])
+    record = path.parent.parent / ".hydra" / "overrides.yaml"
+    return list(OmegaConf.load(record)) if record.is_file() else None
+
+
+def merge_overrides(base: list[str], top: list[str]) -> list[str]:
+    """`base` then `top`, one override per key: a key in both takes top's value (and base's `+`, which
+    added it to the config, so it is added again)."""
+    def key(override: str) -> str:
+        return override.split("=", 1)[0].lstrip("+~")
+
+    base_form = {key(o): o for o in base}
+    merged = [o for o in base if key(o) not in {key(t) for t in top}]
+    for override in top:
+        added = base_form.get(key(override), "").startswith("+") and not override.startswith(("+", "~"))
+        merged.append(f"+{override}" if added else override)
+    return merged
+
+
+def _recompose(overrides: list[str]) -> DictConfig:
+    from hydra import compose
+
+    hydra_cfg = HydraConfig.get()
+    searchpath = [o for o in hydra_cfg.overrides.hydra if o.split("=", 1)[0].lstrip("+") == "hydra.searchpath"]
+    cfg = compose(config_name=hydra_cfg.job.config_name, overrides=[*overrides, *searchpath])
+    # The record Hydra wrote of this invocation (its newest, .hydra or .hydra/TIME) says what it ran, not
+    # only what it was given. (hydra.output_subdir names a new folder each time it is read: not used here.)
+    records = [p.parent for p in (Path(hydra_cfg.runtime.output_dir) / ".hydra").glob("**/overrides.yaml")]
+    if records:
+        record = max(records, key=lambda p: (p / "overrides.yaml").stat().st_mtime)
+        OmegaConf.save(cfg, record / "config.yaml")
+        OmegaConf.save(OmegaConf.create(overrides), record / "overrides.yaml")
+    return cfg
+
+
+def resume_config(cfg: DictConfig) -> tuple[DictConfig, Resumed | None, list[str] | None]:
+    """The config to run, the checkpoint it resumes (None for a new run), and the overrides the run's
+    config is composed from (kept in its checkpoints; None outside a Hydra app)."""
+    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else None
+    path = checkpoint_path(cfg)
+    if path is None:
+        return cfg, None, overrides
+    try:
+        checkpoint = read_checkpoint(path)
+    except UserError as e:
+        raise ConfigError("ckpt_path", str(e)) from None
+    meta = checkpoint["transformer_lab"]
+    resumed = Resumed(str(path), meta["config"], {k: tuple(v.shape) for k, v in checkpoint["state_dict"].items()})
+    del checkpoint  # Lightning reads the file again to restore it
+    # Another data or model option cannot resume this checkpoint (nor be composed on its run's overrides).
+    chosen = {o.split("=", 1)[0].lstrip("+"): o.split("=", 1)[1] for o in overrides or () if "=" in o}
+    for group in ("data", "model"):
+        option = chosen.get(group, resumed.config[group]["name"]) if overrides is not None else cfg[group].name
+        if option != resumed.config[group]["name"]:
+            raise ConfigError("ckpt_path", f"{path} was trained with {group}={resumed.config[group]['name']}, this "
+                                           f"run has {group}={option}")
+    stored = run_overrides(path, meta)
+    if stored is not None and overrides is not None:
+        overrides = merge_overrides(stored, overrides)
+        cfg = _recompose(overrides)
+    check_compatible(resumed.config, cfg, resumed.path)
+    return cfg, resumed, overrides
