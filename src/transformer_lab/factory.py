@@ -17,7 +17,6 @@ import dataclasses
 import typing
 from functools import lru_cache
 
-import hydra
 import torch
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
