@@ -87,6 +87,24 @@ def test_resume_from_the_run_directory_alone(shakespeare_run, tmp_path):
 
 
 @needs_shakespeare
+def test_evaluate_a_run_directory(shakespeare_run, tmp_path):
+    run_dir, _ = shakespeare_run
+    summary = json.loads((run_dir / "summary.json").read_text())
+    out = tmp_path / "eval.json"
+    result = subprocess.run([sys.executable, "-m", "transformer_lab.evaluate", str(run_dir), "trainer.limit_val_batches=4",
+                             f"out={out}"], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    evaluation = json.loads(out.read_text())
+    # best.ckpt, on the 4 batches the run validated on: the run's best val/loss again
+    assert evaluation["checkpoint"].endswith("best.ckpt") and evaluation["split"] == "val"
+    assert evaluation["metrics"]["val/loss"] == pytest.approx(summary["val/loss_best"], abs=1e-5)
+    assert "val/loss" in result.stdout and not (run_dir / "checkpoints" / "eval.json").exists()
+    refused = subprocess.run([sys.executable, "-m", "transformer_lab.evaluate", str(run_dir), "split=test"],
+                             capture_output=True, text=True, cwd=ROOT)
+    assert refused.returncode == 2 and refused.stderr.strip() == "error: split: data=shakespeare has no test split; use split=val"
+
+
+@needs_shakespeare
 @pytest.mark.parametrize("overrides, fragments", [
     # a data setting that changes a tensor's shape: named with the tensor, before Lightning loads anything
     (["data.block_size=64"], ["model.wpe.weight [32, 32] (this run: [64, 32])",

@@ -151,6 +151,15 @@ def test_translation_pairs_train_end_to_end(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() and out.stdout.strip() == out.stdout.strip().upper()  # it learnt the capitals
 
+    # Evaluated again without training: the same test BLEU with the same beam, another with greedy decoding
+    for beam, name in ((2, "beam2.json"), (1, "greedy.json")):
+        evaluated = subprocess.run([sys.executable, "-m", "transformer_lab.evaluate", str(run), "split=test",
+                                    f"decode.beam_size={beam}", f"out={tmp_path / name}"],
+                                   capture_output=True, text=True, cwd=ROOT)
+        assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    beam2, greedy = (json.loads((tmp_path / name).read_text())["metrics"] for name in ("beam2.json", "greedy.json"))
+    assert beam2["test/bleu"] == pytest.approx(summary["test/bleu"], abs=1e-6) and "test/bleu" in greedy
+
 
 def test_unsupported_pairs_list_what_works(tmp_path):
     result = run_train("model=encdec", "data=shakespeare", "logger=none", f"hydra.run.dir={tmp_path}")

@@ -1,0 +1,117 @@
+"""Evaluate a trained model on its run's data, without training: loss and perplexity, accuracy, BLEU.
+
+    python -m transformer_lab.evaluate RUN_DIR_OR_CKPT [split=val|test] [out=FILE] [overrides ...]
+
+    python -m transformer_lab.evaluate outputs/DATE/TIME split=test decode.beam_size=8
+    python -m transformer_lab.evaluate outputs/DATE/TIME/checkpoints/last.ckpt trainer.limit_val_batches=50
+
+A run directory means its checkpoints/best.ckpt (last.ckpt where there is no best). The config is the
+checkpoint's run's (its overrides, as resume uses them) with these overrides on top: decoding
+(`decode.*`), batches (`trainer.limit_val_batches`, default all), hardware (`hardware=gpu`), ... . The
+metrics are printed and written to eval.json beside the checkpoint (or `out=FILE`); nothing else in the
+run directory changes. (The data is the run's: a dataset that learns its vocabulary from its files
+cannot be pointed at another file here, since the model's vocabulary is the one it learnt then.)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from pathlib import Path
+
+from transformer_lab.errors import UserError, exit_on_user_error
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+USAGE = __doc__.split("\n\n")[1]
+
+
+def checkpoint_of(target: str) -> Path:
+    path = Path(target)
+    if path.is_dir():
+        for name in ("best.ckpt", "last.ckpt"):
+            if (path / "checkpoints" / name).is_file():
+                return path / "checkpoints" / name
+        raise UserError(f"{path} has no checkpoints/best.ckpt or checkpoints/last.ckpt: not a run directory?")
+    if not path.is_file():
+        raise UserError(f"no run directory or checkpoint file at {path}")
+    return path
+
+
+def evaluate(target: str, split: str = "val", overrides: list[str] = (), out: str | None = None) -> dict:
+    """The metrics of the checkpoint `target` (a run directory or a .ckpt file) on `split`."""
+    if split not in ("val", "test"):
+        raise UserError(f"split must be val or test, got {split!r}")
+    import lightning as L
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    import transformer_lab.config  # noqa: F401  (registers the config schemas)
+    from transformer_lab.checkpoint import check_compatible, check_state_fits, read_checkpoint
+    from transformer_lab.errors import ConfigError
+    from transformer_lab.factory import build
+    from transformer_lab.resume import merge_overrides, run_overrides
+    from transformer_lab.validate import validate
+
+    path = checkpoint_of(target)
+    checkpoint = read_checkpoint(path)
+    meta = checkpoint["transformer_lab"]
+    shapes = {key: tuple(value.shape) for key, value in checkpoint["state_dict"].items()}
+    step = checkpoint.get("global_step")
+    del checkpoint
+    defaults = ["logger=none", "ckpt_path=null", "sample.enabled=false",
+                "trainer.limit_val_batches=1.0", "trainer.limit_test_batches=null"]
+    fixed = [f"paths.root_dir={Path.cwd()}", f"paths.output_dir={path.parent}"]
+    given = merge_overrides(merge_overrides(run_overrides(path, meta) or [], defaults), list(overrides))
+    searchpath = [o for o in given if o.split("=", 1)[0] == "hydra.searchpath"]
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        try:
+            cfg = compose("train", overrides=[o for o in given if o not in searchpath] + fixed + searchpath)
+        except Exception as e:  # noqa: BLE001  (Hydra's composition errors: a mistyped key or option)
+            raise UserError(f"{e}{': ' + str(e.__cause__) if e.__cause__ else ''}") from None
+        validate(cfg)
+        check_compatible(meta["config"], cfg, str(path))
+        datamodule, model, task = build(cfg, given)
+    check_state_fits(str(path), shapes, meta["config"], cfg, task)
+    if split == "test" and not datamodule.has_test_split:
+        raise ConfigError("split", f"data={cfg.data.name} has no test split; use split=val")
+    trainer = L.Trainer(**OmegaConf.to_container(cfg.trainer), logger=False, callbacks=[],
+                        enable_checkpointing=False, default_root_dir=str(path.parent))
+    # Lightning's advice to pass the training callbacks (checkpointing, summary) does not apply to evaluation.
+    warnings.filterwarnings("ignore", message=r".*callbacks used to create the checkpoint")
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+    run = trainer.validate if split == "val" else trainer.test
+    (metrics,) = run(task, datamodule=datamodule, ckpt_path=str(path), weights_only=True, verbose=False)
+    result = {"checkpoint": str(path), "step": step, "split": split, "overrides": list(overrides),
+              "metrics": {name: float(value) for name, value in sorted(metrics.items()) if name != "step"}}
+    out_path = Path(out) if out else path.parent / "eval.json"
+    out_path.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return
+    with exit_on_user_error():
+        target, options = argv[0], {"split": "val", "out": None}
+        overrides = []
+        for item in argv[1:]:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise UserError(f"expected key=value, got {item!r}\nusage: {USAGE.strip()}")
+            if key in options:
+                options[key] = value
+            else:
+                overrides.append(item)
+        result = evaluate(target, options["split"], overrides, options["out"])
+        width = max(len(name) for name in result["metrics"])
+        print(f"{result['checkpoint']} (step {result['step']}), split={result['split']}:")
+        for name, value in result["metrics"].items():
+            print(f"  {name:<{width}}  {value:.4f}")
+        print(f"written to {Path(options['out']) if options['out'] else Path(result['checkpoint']).parent / 'eval.json'}")
+
+
+if __name__ == "__main__":
+    main()
