@@ -38,8 +38,14 @@ def test_matrix_is_the_issue_s():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU form of --smoke; with CUDA it runs on the GPU")
 def test_smoke_runs_the_matrix_on_the_cpu(tmp_path):
     presets = {p: (ROOT / "experiments" / f"{p}.md").read_text() for p in ("shakespeare_char", "multi30k_de_en")}
-    # model.compile=true is the same matrix entry plus 35 s of CPU compilation; the rest is the whole matrix.
-    only = [e.name for e in bench.MATRIX if "compile" not in e.name]
+    # On the CPU, fp16 runs bf16's path and model.compile=true is the same entry plus 35 s of compilation:
+    # their commands are checked, the rest of the matrix runs.
+    entries = {e.name: e for e in bench.MATRIX}
+    fp16 = bench.command(entries["shakespeare_char/gpu_fp16"], tmp_path, smoke=True, cuda=False)
+    assert "hardware=[cpu,bf16]" in fp16
+    compiled = bench.command(entries["shakespeare_char/gpu_bf16_compile"], tmp_path, smoke=True, cuda=False)
+    assert "model.compile=true" in compiled
+    only = [name for name in entries if "compile" not in name and "fp16" not in name]
     proc = run_script("--smoke", "--out", str(tmp_path), "--only", *only)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     runs = {r["name"]: r for r in json.loads((tmp_path / "gpu.json").read_text())["runs"]}
@@ -48,7 +54,6 @@ def test_smoke_runs_the_matrix_on_the_cpu(tmp_path):
         assert r["status"] == "completed" and r["returncode"] == 0, name
         assert r["global_step"] == 3 and r["tokens_per_sec"] > 0 and math.isfinite(r["val/loss"]), name
         assert r["device"].startswith("CPU") and r["torch"] == torch.__version__, name
-    assert "hardware=[cpu,bf16]" in runs["shakespeare_char/gpu_fp16"]["command"]  # fp16 is CUDA's
     assert "trainer.devices=2" in runs["shakespeare_char/ddp_bf16"]["command"]
     assert runs["multi30k_de_en/gpu_bf16"]["test/bleu"] is not None  # test stage with beam search ran
     table = (tmp_path / "gpu.md").read_text()
