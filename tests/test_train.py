@@ -189,15 +189,16 @@ def test_bf16_mixed_precision_on_cpu_trains(tmp_path):
     assert train_losses[-1] < train_losses[0] - 0.5, train_losses
 
 
-def test_a_run_shorter_than_every_interval_still_records_its_last_step(tmp_path):
-    # 5 steps: before the first log (10) and the first validation (250) would have happened.
-    result = run_train("data=modular", "data.p=11", *TINY, "trainer.max_steps=5", "logger=csv",
+@pytest.mark.parametrize("steps", [5, 10])  # before the first log (every 10 steps), and at it
+def test_a_run_shorter_than_every_interval_still_records_its_last_step(tmp_path, steps):
+    # The first validation would have been at step 250.
+    result = run_train("data=modular", "data.p=11", *TINY, f"trainer.max_steps={steps}", "logger=csv",
                        f"hydra.run.dir={tmp_path}")
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["global_step"] == 5 and {"train/loss", "val/loss", "val/acc"} <= set(summary)
+    assert summary["global_step"] == steps and {"train/loss", "val/loss", "val/acc"} <= set(summary)
     assert (tmp_path / "checkpoints" / "best.ckpt").exists()
     local = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     with open(tmp_path / "csv" / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
-    assert [r["step"] for r in local] == [5, 5] and [int(r["step"]) for r in rows] == [5, 5]  # train, then val
+    assert [r["step"] for r in local] == [steps] * 2 and [int(r["step"]) for r in rows] == [steps] * 2  # train, val

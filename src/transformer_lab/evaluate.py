@@ -59,8 +59,8 @@ def evaluate(target: str, split: str = "val", overrides: list[str] = (), out: st
     shapes = {key: tuple(value.shape) for key, value in checkpoint["state_dict"].items()}
     step = checkpoint.get("global_step")
     del checkpoint
-    defaults = ["logger=none", "ckpt_path=null", "sample.enabled=false",
-                "trainer.limit_val_batches=1.0", "trainer.limit_test_batches=null"]
+    defaults = ["logger=none", "ckpt_path=null", "sample.enabled=false", "trainer.limit_val_batches=1.0",
+                "trainer.limit_test_batches=null", f"paths.data_dir={meta['config']['paths']['data_dir']}"]
     fixed = [f"paths.root_dir={Path.cwd()}", f"paths.output_dir={path.parent}"]
     given = merge_overrides(merge_overrides(run_overrides(path, meta) or [], defaults), list(overrides))
     searchpath = [o for o in given if o.split("=", 1)[0] == "hydra.searchpath"]

@@ -75,18 +75,16 @@ class StepAxis(L.Callback):
         self.validated = False
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        step = trainer.global_step
-        if step % trainer.log_every_n_steps == 0:  # Lightning writes this step's metrics
+        step, last = trainer.global_step, last_step(trainer)
+        if last and not self.validated:  # stopping makes Lightning write this step's metrics and validate
+            trainer.should_stop = True
+        if step % trainer.log_every_n_steps == 0 or trainer.should_stop:  # Lightning writes this step's metrics
             pl_module.log("step", float(step))
-        elif last_step(trainer):
-            if not self.validated:  # stopping makes Lightning write this step's metrics and validate
-                trainer.should_stop = True
-                pl_module.log("step", float(step))
-            else:
-                metrics = {name: float(value) for name, value in trainer.callback_metrics.items()
-                           if name.startswith("train/")}
-                for logger in trainer.loggers:
-                    logger.log_metrics(metrics, step)
+        elif last:
+            metrics = {name: float(value) for name, value in trainer.callback_metrics.items()
+                       if name.startswith("train/")}
+            for logger in trainer.loggers:
+                logger.log_metrics(metrics, step)
 
     def on_validation_epoch_end(self, trainer, pl_module):
         if not trainer.sanity_checking:
