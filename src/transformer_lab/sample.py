@@ -44,6 +44,13 @@ def sample(args: dict) -> list[str]:
     return [tokenizer.decode(row.tolist()) for row in out]
 
 
+def print_help(doc: str, defaults: dict) -> None:
+    print(doc.strip())
+    print("\noptions (key=value) and their defaults:")
+    for key, value in defaults.items():
+        print(f"  {key}=" + ("(required)" if value is None and key == "ckpt" else repr(value)))
+
+
 def parse_args(argv: list[str], text_keys: tuple[str, ...] = ("prompt", "ckpt", "device")) -> dict:
     """key=value pairs; values are YAML scalars, except those of text_keys, which stay text."""
     args = {}
@@ -56,8 +63,11 @@ def parse_args(argv: list[str], text_keys: tuple[str, ...] = ("prompt", "ckpt", 
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = argv if argv is not None else sys.argv[1:]
+    if {"-h", "--help"} & set(argv):
+        return print_help(__doc__, DEFAULTS)
     with exit_on_user_error():
-        args = parse_args(argv if argv is not None else sys.argv[1:])
+        args = parse_args(argv)
         for i, text in enumerate(sample(args)):
             if i:
                 print("-" * 40)

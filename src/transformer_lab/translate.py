@@ -22,7 +22,7 @@ from tokenizers import Tokenizer
 from transformer_lab.checkpoint import load_model
 from transformer_lab.data.translation import BOS, EOS, UNK
 from transformer_lab.errors import UserError, exit_on_user_error
-from transformer_lab.sample import parse_args
+from transformer_lab.sample import parse_args, print_help
 from transformer_lab.tasks.decoding import decode
 
 DEFAULTS = {"ckpt": None, "text": None, "beam_size": 4, "length_penalty": 0.6, "max_extra_len": 50,
@@ -96,8 +96,11 @@ def translate(args: dict, lines: Iterable[str], warn: Callable[[str], None] = wa
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = argv if argv is not None else sys.argv[1:]
+    if {"-h", "--help"} & set(argv):
+        return print_help(__doc__, DEFAULTS)
     with exit_on_user_error():
-        args = parse_args(argv if argv is not None else sys.argv[1:], text_keys=("ckpt", "text", "device"))
+        args = parse_args(argv, text_keys=("ckpt", "text", "device"))
         text = args.pop("text", None)
         lines = [text] if text is not None else (line.rstrip("\r\n") for line in sys.stdin)
         for line in translate(args, lines):
