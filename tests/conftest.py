@@ -12,8 +12,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SHAKESPEARE = ROOT / "data" / "shakespeare" / "input.txt"
 
 # A tiny model, so end-to-end runs take seconds on 2 cores.
+# Validation on 2 batches unless a test sets more (a later override wins): every run validates at least
+# once, at its last step, and tests that read validation figures set their own limit.
 TINY = ["model.n_layer=1", "model.n_head=2", "model.n_embd=32", "trainer.enable_progress_bar=false",
-        "trainer.enable_model_summary=false"]
+        "trainer.enable_model_summary=false", "trainer.limit_val_batches=2"]
 
 needs_shakespeare = pytest.mark.skipif(
     not SHAKESPEARE.exists(), reason=f"{SHAKESPEARE} missing: run `make data` (or train once online)"
