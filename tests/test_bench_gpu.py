@@ -38,14 +38,15 @@ def test_matrix_is_the_issue_s():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU form of --smoke; with CUDA it runs on the GPU")
 def test_smoke_runs_the_matrix_on_the_cpu(tmp_path):
     presets = {p: (ROOT / "experiments" / f"{p}.md").read_text() for p in ("shakespeare_char", "multi30k_de_en")}
-    # On the CPU, fp16 runs bf16's path and model.compile=true is the same entry plus 35 s of compilation:
-    # their commands are checked, the rest of the matrix runs.
+    # On the CPU, fp16 runs bf16's path, TF32 is plain fp32 (run by most tests) and model.compile=true is the
+    # same entry plus 35 s of compilation: their commands are checked, the rest of the matrix runs.
     entries = {e.name: e for e in bench.MATRIX}
+    assert "hardware=cpu" in bench.command(entries["shakespeare_char/gpu"], tmp_path, smoke=True, cuda=False)
     fp16 = bench.command(entries["shakespeare_char/gpu_fp16"], tmp_path, smoke=True, cuda=False)
     assert "hardware=[cpu,bf16]" in fp16
     compiled = bench.command(entries["shakespeare_char/gpu_bf16_compile"], tmp_path, smoke=True, cuda=False)
     assert "model.compile=true" in compiled
-    only = [name for name in entries if "compile" not in name and "fp16" not in name]
+    only = [name for name in entries if name.rsplit("/", 1)[1] not in ("gpu", "gpu_fp16", "gpu_bf16_compile")]
     proc = run_script("--smoke", "--out", str(tmp_path), "--only", *only)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     runs = {r["name"]: r for r in json.loads((tmp_path / "gpu.json").read_text())["runs"]}

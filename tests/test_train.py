@@ -99,9 +99,11 @@ def test_evaluate_a_run_directory(shakespeare_run, tmp_path):
     assert evaluation["checkpoint"].endswith("best.ckpt") and evaluation["split"] == "val"
     assert evaluation["metrics"]["val/loss"] == pytest.approx(summary["val/loss_best"], abs=1e-5)
     assert "val/loss" in result.stdout and not (run_dir / "checkpoints" / "eval.json").exists()
-    refused = subprocess.run([sys.executable, "-m", "transformer_lab.evaluate", str(run_dir), "split=test"],
-                             capture_output=True, text=True, cwd=ROOT)
-    assert refused.returncode == 2 and refused.stderr.strip() == "error: split: data=shakespeare has no test split; use split=val"
+    from transformer_lab.errors import ConfigError
+    from transformer_lab.evaluate import evaluate
+
+    with pytest.raises(ConfigError, match="^split: data=shakespeare has no test split; use split=val$"):
+        evaluate(str(run_dir), "test")
 
 
 @needs_shakespeare

@@ -152,12 +152,10 @@ def test_translation_pairs_train_end_to_end(tmp_path):
     assert out.stdout.strip() and out.stdout.strip() == out.stdout.strip().upper()  # it learnt the capitals
 
     # Evaluated again without training: the same test BLEU with the same beam, another with greedy decoding
-    for beam, name in ((2, "beam2.json"), (1, "greedy.json")):
-        evaluated = subprocess.run([sys.executable, "-m", "transformer_lab.evaluate", str(run), "split=test",
-                                    f"decode.beam_size={beam}", f"out={tmp_path / name}"],
-                                   capture_output=True, text=True, cwd=ROOT)
-        assert evaluated.returncode == 0, evaluated.stderr[-3000:]
-    beam2, greedy = (json.loads((tmp_path / name).read_text())["metrics"] for name in ("beam2.json", "greedy.json"))
+    from transformer_lab.evaluate import evaluate  # in this process: the command line is tested in test_train
+
+    beam2, greedy = (evaluate(str(run), "test", [f"decode.beam_size={beam}"], str(tmp_path / f"{beam}.json"))["metrics"]
+                     for beam in (2, 1))
     assert beam2["test/bleu"] == pytest.approx(summary["test/bleu"], abs=1e-6) and "test/bleu" in greedy
 
 

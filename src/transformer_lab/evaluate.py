@@ -49,7 +49,7 @@ def evaluate(target: str, split: str = "val", overrides: list[str] = (), out: st
     import transformer_lab.config  # noqa: F401  (registers the config schemas)
     from transformer_lab.checkpoint import check_compatible, check_state_fits, read_checkpoint
     from transformer_lab.errors import ConfigError
-    from transformer_lab.factory import build
+    from transformer_lab.factory import build, target_class
     from transformer_lab.resume import merge_overrides, run_overrides
     from transformer_lab.validate import validate
 
@@ -71,10 +71,10 @@ def evaluate(target: str, split: str = "val", overrides: list[str] = (), out: st
             raise UserError(f"{e}{': ' + str(e.__cause__) if e.__cause__ else ''}") from None
         validate(cfg)
         check_compatible(meta["config"], cfg, str(path))
+        if split == "test" and not target_class(cfg.data, "data").has_test_split:
+            raise ConfigError("split", f"data={cfg.data.name} has no test split; use split=val")
         datamodule, model, task = build(cfg, given)
     check_state_fits(str(path), shapes, meta["config"], cfg, task)
-    if split == "test" and not datamodule.has_test_split:
-        raise ConfigError("split", f"data={cfg.data.name} has no test split; use split=val")
     trainer = L.Trainer(**OmegaConf.to_container(cfg.trainer), logger=False, callbacks=[],
                         enable_checkpointing=False, default_root_dir=str(path.parent))
     # Lightning's advice to pass the training callbacks (checkpointing, summary) does not apply to evaluation.
