@@ -235,3 +235,26 @@ def test_own_model_checks_its_settings_before_anything_runs(user_files, tmp_path
                        env=env)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == message
+
+
+@needs_shakespeare
+def test_gpt_trained_on_shakespeare_continues_on_a_users_text_file(user_files, tmp_path):
+    # init_from: the weights that fit (blocks, positions), a fresh optimizer, schedule and step count; the
+    # embedding and output layer, sized for Shakespeare's 65 characters, are reported and left as initialised.
+    user, searchpath, env = user_files
+    size = ["model.n_layer=1", "model.n_head=2", "model.n_embd=32", "model.block_size=32"]
+    source = tmp_path / "shakespeare"
+    result = run_train("model=gpt", "data=shakespeare", "data.block_size=32", *size, "trainer.max_steps=10", *FAST,
+                       f"hydra.run.dir={source}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = tmp_path / "continued"
+    result = run_train("model=gpt", "data=textfile", *size, f"init_from={source}", "trainer.max_steps=10", *FAST,
+                       *searchpath, f"hydra.run.dir={run}", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = next(line for line in (result.stdout + result.stderr).splitlines() if "init_from" in line)
+    assert line.endswith("loaded 8 of 10 tensors; left as initialised (2): lm_head.weight, wte.weight")
+    assert read_summary(run)["global_step"] == 10  # a new run: its own step count
+    strict = run_train("model=gpt", "data=textfile", *size, f"init_from={source}", "init_strict=true", *FAST,
+                       *searchpath, f"hydra.run.dir={tmp_path / 'strict'}", env=env)
+    assert strict.returncode == 2 and "Traceback" not in strict.stderr
+    assert strict.stderr.strip().splitlines()[-1].startswith("error: init_strict: ")

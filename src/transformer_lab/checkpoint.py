@@ -106,6 +106,41 @@ def check_state_fits(path: str, saved_shapes: dict, saved_config: dict, cfg: Dic
                                        f"{_listed(changed) or 'none'}. Resume without changing them")
 
 
+def checkpoint_of(target: str | Path) -> Path:
+    """A checkpoint file, or a run directory's checkpoints/best.ckpt (last.ckpt where there is no best)."""
+    path = Path(target)
+    if path.is_dir():
+        for name in ("best.ckpt", "last.ckpt"):
+            if (path / "checkpoints" / name).is_file():
+                return path / "checkpoints" / name
+        raise UserError(f"{path} has no checkpoints/best.ckpt or checkpoints/last.ckpt: not a run directory?")
+    if not path.is_file():
+        raise UserError(f"no run directory or checkpoint file at {path}")
+    return path
+
+
+def init_weights(model: torch.nn.Module, source: str) -> tuple[str, list[str]]:
+    """Loads the tensors of `source` (a checkpoint or a run directory) that fit the model by name and
+    shape. Returns a one-line report and what did not fit (the model's tensors left as initialised,
+    then the checkpoint's unused ones)."""
+    try:
+        path = checkpoint_of(source)
+        state = read_checkpoint(path)["state_dict"]
+    except UserError as e:
+        raise ConfigError("init_from", str(e)) from None
+    state = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
+    ours = model.state_dict()
+    fits = {k: v for k, v in state.items() if k in ours and ours[k].shape == v.shape}
+    left, unused = sorted(set(ours) - set(fits)), sorted(set(state) - set(ours))  # (a shape misfit: left)
+    model.load_state_dict(fits, strict=False)
+    report = f"init_from {path}: loaded {len(fits)} of {len(ours)} tensors"
+    if left:
+        report += f"; left as initialised ({len(left)}): {', '.join(left)}"
+    if unused:
+        report += f"; not in this model ({len(unused)}): {', '.join(unused)}"
+    return report, left + unused
+
+
 def load_model(path: str | Path, map_location: str = "cpu") -> tuple[torch.nn.Module, dict]:
     """The model in eval mode, and the checkpoint's metadata: {"config", "model_args", "vocab" or "tokenizer"}."""
     from transformer_lab.factory import model_from_checkpoint

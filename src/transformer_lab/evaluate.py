@@ -26,18 +26,6 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 USAGE = __doc__.split("\n\n")[1]
 
 
-def checkpoint_of(target: str) -> Path:
-    path = Path(target)
-    if path.is_dir():
-        for name in ("best.ckpt", "last.ckpt"):
-            if (path / "checkpoints" / name).is_file():
-                return path / "checkpoints" / name
-        raise UserError(f"{path} has no checkpoints/best.ckpt or checkpoints/last.ckpt: not a run directory?")
-    if not path.is_file():
-        raise UserError(f"no run directory or checkpoint file at {path}")
-    return path
-
-
 def evaluate(target: str, split: str = "val", overrides: list[str] = (), out: str | None = None) -> dict:
     """The metrics of the checkpoint `target` (a run directory or a .ckpt file) on `split`."""
     if split not in ("val", "test"):
@@ -47,7 +35,7 @@ def evaluate(target: str, split: str = "val", overrides: list[str] = (), out: st
     from omegaconf import OmegaConf
 
     import transformer_lab.config  # noqa: F401  (registers the config schemas)
-    from transformer_lab.checkpoint import check_compatible, check_state_fits, read_checkpoint
+    from transformer_lab.checkpoint import check_compatible, check_state_fits, checkpoint_of, read_checkpoint
     from transformer_lab.errors import ConfigError
     from transformer_lab.factory import build, target_class
     from transformer_lab.resume import merge_overrides, run_overrides

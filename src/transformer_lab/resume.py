@@ -27,11 +27,16 @@ class Resumed:
 
 
 def run_overrides(path: Path, meta: dict) -> list[str] | None:
-    """The overrides the checkpoint's run was composed from."""
+    """The overrides the checkpoint's run was composed from, less those that only started it (the weights
+    it was initialised from: a checkpoint of the run holds its own)."""
     if meta.get("overrides") is not None:
-        return list(meta["overrides"])
-    record = path.parent.parent / ".hydra" / "overrides.yaml"
-    return list(OmegaConf.load(record)) if record.is_file() else None
+        overrides = list(meta["overrides"])
+    else:
+        record = path.parent.parent / ".hydra" / "overrides.yaml"
+        if not record.is_file():
+            return None
+        overrides = list(OmegaConf.load(record))
+    return [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in ("init_from", "init_strict")]
 
 
 def merge_overrides(base: list[str], top: list[str]) -> list[str]:

@@ -18,8 +18,9 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.callbacks import GracefulInterrupt, History, StepAxis, Summary, Throughput
-from transformer_lab.checkpoint import AtomicCheckpointIO, check_state_fits
+from transformer_lab.checkpoint import AtomicCheckpointIO, check_state_fits, init_weights
 from transformer_lab.errors import UserError, exit_on_user_error
+from transformer_lab.errors import require as _require
 from transformer_lab.factory import build
 from transformer_lab.launch import distributed_job, submitit_tasks_as_processes
 from transformer_lab.loggers import build_logger
@@ -60,6 +61,10 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
     datamodule, model, task = build(cfg, overrides)
     if resumed:
         check_state_fits(resumed.path, resumed.shapes, resumed.config, cfg, task)
+    if cfg.get("init_from"):
+        report, misfits = init_weights(model, cfg.init_from)
+        _require(not (misfits and cfg.init_strict), "init_strict", f"not every tensor fits: {report}")
+        log.info(report)
     summary = Summary()
     interrupt = GracefulInterrupt(output_dir / "checkpoints" / "last.ckpt")
     callbacks = [hydra.utils.instantiate(c) for c in (cfg.callbacks or {}).values()]

@@ -57,6 +57,9 @@ def validate(cfg: DictConfig) -> None:
     if "dropout" in model:
         _require(0 <= model.dropout < 1, "model.dropout", f"must be in [0, 1), got {model.dropout}")
 
+    _require(cfg.get("init_from") is None or cfg.ckpt_path is None, "init_from",
+             "starts a new run from a checkpoint's weights, ckpt_path resumes a run: give one of them")
+
     # optimisation
     _require(optim.lr > 0, "optim.lr", f"must be positive, got {optim.lr}")
     _require(0 <= optim.min_lr <= optim.lr, "optim.min_lr", f"must be in [0, optim.lr={optim.lr}], got {optim.min_lr}")
