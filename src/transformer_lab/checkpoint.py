@@ -28,13 +28,14 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             torch.save(checkpoint, f)
 
 
-def read_checkpoint(path: str | Path) -> dict:
-    """The checkpoint as plain data, loaded with weights_only=True; a clear error for anything else."""
+def read_checkpoint(path: str | Path, mmap: bool = False) -> dict:
+    """The checkpoint as plain data, loaded with weights_only=True; a clear error for anything else.
+    mmap: the tensors stay in the file until read (for a look at the metadata and shapes only)."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"no checkpoint file at {path}")
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as e:
         raise UserError(f"{path} holds more than tensors and plain data; refusing to load it "
                         f"(weights_only=True): {str(e).splitlines()[0]}") from None

@@ -42,7 +42,7 @@ def evaluate(target: str, split: str = "val", overrides: list[str] = (), out: st
     from transformer_lab.validate import validate
 
     path = checkpoint_of(target)
-    checkpoint = read_checkpoint(path)
+    checkpoint = read_checkpoint(path, mmap=True)  # its settings and shapes; Lightning reads the tensors
     meta = checkpoint["transformer_lab"]
     shapes = {key: tuple(value.shape) for key, value in checkpoint["state_dict"].items()}
     step = checkpoint.get("global_step")

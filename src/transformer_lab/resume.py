@@ -77,12 +77,12 @@ def resume_config(cfg: DictConfig) -> tuple[DictConfig, Resumed | None, list[str
     if path is None:
         return cfg, None, overrides
     try:
-        checkpoint = read_checkpoint(path)
+        checkpoint = read_checkpoint(path, mmap=True)  # its settings and shapes; Lightning reads the tensors
     except UserError as e:
         raise ConfigError("ckpt_path", str(e)) from None
     meta = checkpoint["transformer_lab"]
     resumed = Resumed(str(path), meta["config"], {k: tuple(v.shape) for k, v in checkpoint["state_dict"].items()})
-    del checkpoint  # Lightning reads the file again to restore it
+    del checkpoint
     # Another data or model option cannot resume this checkpoint (nor be composed on its run's overrides).
     chosen = {o.split("=", 1)[0].lstrip("+"): o.split("=", 1)[1] for o in overrides or () if "=" in o}
     for group in ("data", "model"):
