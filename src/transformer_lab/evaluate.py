@@ -61,7 +61,7 @@ def evaluate(target: str, split: str = "val", overrides: list[str] = (), out: st
         check_compatible(meta["config"], cfg, str(path))
         if split == "test" and not target_class(cfg.data, "data").has_test_split:
             raise ConfigError("split", f"data={cfg.data.name} has no test split; use split=val")
-        datamodule, model, task = build(cfg, given)
+        datamodule, model, task = build(cfg, given, checkpoint_meta=meta)
     check_state_fits(str(path), shapes, meta["config"], cfg, task)
     trainer = L.Trainer(**OmegaConf.to_container(cfg.trainer), logger=False, callbacks=[],
                         enable_checkpointing=False, default_root_dir=str(path.parent))

@@ -159,11 +159,14 @@ def build_model(cfg: DictConfig, datamodule: DataModule) -> tuple[torch.nn.Modul
     return model, from_data
 
 
-def build(cfg: DictConfig, overrides: list[str] | None = None):
+def build(cfg: DictConfig, overrides: list[str] | None = None, checkpoint_meta: dict | None = None):
     """Data module (set up), model and task of a run; `overrides`, those the config was composed from, go
-    into its checkpoints (to resume it from them alone)."""
+    into its checkpoints (to resume it from them alone). With `checkpoint_meta`, the data takes that
+    checkpoint's vocabulary (to evaluate its model)."""
     datamodule = make_datamodule(cfg)
     check_model_settings(cfg)
+    if checkpoint_meta is not None:
+        datamodule.for_checkpoint(checkpoint_meta)
     datamodule.prepare_data()
     datamodule.setup("fit")
     model, from_data = build_model(cfg, datamodule)
@@ -171,6 +174,14 @@ def build(cfg: DictConfig, overrides: list[str] | None = None):
             **datamodule.checkpoint_meta()}
     task = TASKS[model_class(cfg).layout].build(cfg, model, datamodule, meta)
     return datamodule, model, task
+
+
+def datamodule_from_checkpoint(meta: dict) -> DataModule:
+    """The data module of a checkpoint's run with its vocabulary, not set up: it encodes and decodes text
+    for the checkpoint's model without reading any file."""
+    datamodule = make_datamodule(DictConfig(meta["config"]))
+    datamodule.for_checkpoint(meta)
+    return datamodule
 
 
 def model_from_checkpoint(meta: dict, state: dict) -> torch.nn.Module:

@@ -62,12 +62,25 @@ class DataModule(L.LightningDataModule):
         """Text of token ids (special tokens left out)."""
         raise NotImplementedError
 
+    def encode(self, text: str) -> list[int]:
+        """A model input of this layout from text (the inverse of decode, with the layout's special tokens),
+        for the inference commands; a ValueError says what cannot be encoded."""
+        raise NotImplementedError
+
+    def for_checkpoint(self, meta: dict) -> None:
+        """Called before setup() to evaluate or use a trained model: take the vocabulary its checkpoint
+        carries (`meta`, with what checkpoint_meta() wrote) instead of learning one from the files, so every
+        id means what it meant in training; a data file (`data.path`) other than the run's is all evaluation
+        data. Without setup(), encode() and decode() work from the checkpoint alone. Nothing to do for data
+        whose vocabulary its settings fix."""
+
     def references(self, split: str) -> list[str]:
         """Reference texts of a split's rows ("seq2seq" and translation "lm"), for BLEU."""
         raise NotImplementedError
 
     def token_streams(self):
-        """The splits as token streams (a `TokenStreams`), for the "spans" layout."""
+        """The splits as token streams (a `TokenStreams`), for the "spans" layout; after for_checkpoint()
+        alone, its vocabulary with empty splits."""
         raise NotImplementedError
 
     def sample_prompt_ids(self) -> list[int] | None:

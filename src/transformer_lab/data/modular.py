@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 
 import torch
 
@@ -111,6 +112,22 @@ class ModularDataModule(DataModule):
     def decode(self, ids) -> str:
         symbols = [str(i) for i in range(self.p)] + OPS + ["="]
         return " ".join(symbols[int(i) - self.offset] for i in ids if int(i) >= self.offset)
+
+    def encode(self, text: str) -> list[int]:
+        """An equation as the model reads it: `3 + 5 =` (the "=" may be left out)."""
+        symbols = re.findall(r"\d+|\S", text)
+        if symbols and symbols[-1] == "=":
+            symbols.pop()
+        form = " ".join(["a", *[f"{self.op} {name}" for name in "bcdefgh"[:self.terms - 1]], "="])
+        numbers, ops = symbols[0::2], symbols[1::2]
+        if len(symbols) != 2 * self.terms - 1 or any(op != self.op for op in ops):
+            raise ValueError(f"expected an equation of the form `{form}` (data.op={self.op}, data.terms={self.terms})")
+        bad = [n for n in numbers if not n.isdigit() or int(n) >= self.p]
+        if bad:
+            raise ValueError(f"{', '.join(bad)}: not a number in 0..{self.p - 1} (data.p={self.p})")
+        ids = [int(symbol) if i % 2 == 0 else self.op_id for i, symbol in enumerate(symbols)] + [self.eq_id]
+        ids = [i + self.offset for i in ids]
+        return [BOS, *ids] if self.layout == "classify" else ids
 
     def setup(self, stage: str | None = None) -> None:
         if self.ready:

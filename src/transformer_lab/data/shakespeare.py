@@ -1,4 +1,5 @@
-"""Tiny Shakespeare, character level (Karpathy's char-rnn corpus): 1,115,394 characters, 65 symbols."""
+"""Tiny Shakespeare, character level (Karpathy's char-rnn corpus): 1,115,394 characters, 65 symbols; or any
+UTF-8 text file (`data.path`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from transformer_lab.data.base import DataModule
 from transformer_lab.data.batches import Batches, RandomWindows, for_this_rank
 from transformer_lab.data.download import ensure_file
 from transformer_lab.data.tokens import TokenStreams
-from transformer_lab.errors import require
+from transformer_lab.errors import DataUnavailableError, require
 
 URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
@@ -47,6 +48,7 @@ class ShakespeareDataModule(DataModule):
 
     def __init__(self,
                  data_dir: str = "data",
+                 path: str | None = None,  # a UTF-8 text file to use instead of Tiny Shakespeare
                  block_size: int = 256,  # context length of each training window
                  batch_size: int = 64,
                  val_batch_size: int | None = None,  # default: batch_size
@@ -57,24 +59,52 @@ class ShakespeareDataModule(DataModule):
         super().__init__(layout)
         require(block_size >= 1, "data.block_size", f"must be a positive integer, got {block_size}")
         require(0 < val_fraction < 1, "data.val_fraction", f"must be in (0, 1), got {val_fraction}")
-        self.path = Path(data_dir) / "shakespeare" / "input.txt"
+        self.given_path = path
+        self.path = Path(path) if path else Path(data_dir) / "shakespeare" / "input.txt"
         self.block_size, self.batch_size = block_size, batch_size
         self.val_batch_size = val_batch_size or batch_size
         self.val_fraction, self.seed = val_fraction, seed
         self.sample_prompt = sample_prompt
         self.tokenizer: CharTokenizer | None = None
+        self.whole_file = False  # evaluating a trained model on another text: all of it is validation
+        self.train_tokens = self.val_tokens = torch.empty(0, dtype=torch.long)
+        self.ready = False
+
+    def read_text(self) -> str:
+        if self.given_path is None:
+            return ensure_file(self.path, URL, SHA256).read_text(encoding="utf-8")
+        if not self.path.is_file():
+            raise DataUnavailableError(f"data.path: no file at {self.path}")
+        try:
+            return self.path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise DataUnavailableError(f"data.path: {self.path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
 
     def prepare_data(self) -> None:
-        ensure_file(self.path, URL, SHA256)
+        if self.given_path is None:
+            ensure_file(self.path, URL, SHA256)
+
+    def for_checkpoint(self, meta: dict) -> None:
+        self.tokenizer = CharTokenizer(meta["vocab"])
+        self.whole_file = self.given_path is not None and self.given_path != meta["config"]["data"].get("path")
 
     def setup(self, stage: str | None = None) -> None:
-        if self.tokenizer is not None:
+        if self.ready:
             return
-        text = ensure_file(self.path, URL, SHA256).read_text(encoding="utf-8")
-        self.tokenizer = CharTokenizer(sorted(set(text)))
-        tokens = torch.tensor(self.tokenizer.encode(text), dtype=torch.long)
-        n_train = int(len(tokens) * (1 - self.val_fraction))
+        text = self.read_text()
+        if self.tokenizer is None:
+            self.tokenizer = CharTokenizer(sorted(set(text)))
+        try:
+            tokens = torch.tensor(self.tokenizer.encode(text), dtype=torch.long)
+        except ValueError as e:  # only with a checkpoint's vocabulary
+            raise DataUnavailableError(f"data.path: {self.path} has {e}; the model knows only "
+                                       f"{''.join(self.tokenizer.chars)!r}") from None
+        n_train = 0 if self.whole_file else int(len(tokens) * (1 - self.val_fraction))
         self.train_tokens, self.val_tokens = tokens[:n_train], tokens[n_train:]
+        if len(self.val_tokens) <= self.block_size:
+            raise DataUnavailableError(f"{self.path}: {len(self.val_tokens)} characters to validate on, fewer than "
+                                       f"one window of data.block_size + 1 = {self.block_size + 1}")
+        self.ready = True
 
     @property
     def vocab_size(self) -> int:
@@ -86,6 +116,9 @@ class ShakespeareDataModule(DataModule):
 
     def decode(self, ids) -> str:
         return self.tokenizer.decode(ids)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text)
 
     def sample_prompt_ids(self) -> list[int]:
         return self.tokenizer.encode(self.sample_prompt)
@@ -112,7 +145,8 @@ class ShakespeareDataModule(DataModule):
     def token_streams(self):
         """The splits for span corruption: character ids moved up by two, for <pad> (0) and <eos> (1)."""
         return TokenStreams(self.train_tokens + 2, self.val_tokens + 2, self.vocab_size + 2, pad_id=0, eos_id=1,
-                            decode=lambda ids: self.tokenizer.decode(i - 2 for i in ids if i >= 2))
+                            decode=lambda ids: self.tokenizer.decode(i - 2 for i in ids if i >= 2),
+                            encode=lambda text: [i + 2 for i in self.tokenizer.encode(text)])
 
     def val_dataloader(self):
         x, y = self.val_windows()

@@ -11,6 +11,7 @@ fits `input_length` (T5's `random_spans_helper`: 512 <- 568 with targets of 114)
 
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 import torch
@@ -143,12 +144,17 @@ class SpanCorruptionDataModule(DataModule):
         self.val_batch_size, self.seed = val_batch_size or batch_size, seed
         self.raw_length, self.target_length = raw_and_target_length(input_length, noise_density, mean_noise_span_length)
         self.streams: TokenStreams | None = None
+        self.ready = False
 
     def prepare_data(self) -> None:
         self.base.prepare_data()
 
+    def for_checkpoint(self, meta: dict) -> None:
+        self.base.for_checkpoint(meta)
+        self.streams = self.base.token_streams()  # the vocabulary; the splits come with setup()
+
     def setup(self, stage: str | None = None) -> None:
-        if self.streams is not None:
+        if self.ready:
             return
         self.base.setup(stage)
         self.streams = self.base.token_streams()
@@ -157,6 +163,7 @@ class SpanCorruptionDataModule(DataModule):
         pairs = [self.corrupt_window(w, torch.Generator().manual_seed(i)) for i, w in enumerate(windows)]
         self.val_inputs = torch.stack([p[0] for p in pairs])
         self.val_targets = torch.stack([p[1] for p in pairs])
+        self.ready = True
 
     @property
     def vocab_size(self) -> int:
@@ -180,6 +187,20 @@ class SpanCorruptionDataModule(DataModule):
 
     def checkpoint_meta(self) -> dict:
         return self.base.checkpoint_meta()
+
+    def encode(self, text: str) -> list[int]:
+        """A corrupted input from text with gaps marked <X0>, <X1>, ... (as decode writes them), and <eos>."""
+        if self.streams.encode is None:
+            raise ValueError(f"{type(self.base).__name__}.token_streams() gives no `encode`: its text cannot be read")
+        ids = []
+        for i, piece in enumerate(re.split(r"<X(\d+)>", text)):
+            if i % 2:
+                if int(piece) >= self.extra_ids:
+                    raise ValueError(f"<X{piece}>: this model has the sentinels <X0> to <X{self.extra_ids - 1}>")
+                ids.append(self.vocab_size - 1 - int(piece))
+            elif piece:
+                ids += self.streams.encode(piece)
+        return ids + [self.eos_id]
 
     def decode(self, ids) -> str:
         """Text with each sentinel shown as <X0>, <X1>, ... (X0 = the top id)."""

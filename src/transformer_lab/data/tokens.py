@@ -21,3 +21,4 @@ class TokenStreams:
     pad_id: int
     eos_id: int
     decode: Callable[[list[int]], str]
+    encode: Callable[[str], list[int]] | None = None  # text -> ids (for filling a user's gaps with a trained model)

@@ -220,6 +220,9 @@ class TranslationDataModule(DataModule):
         self.tokenizer: Tokenizer | None = None  # the target side's (and the source's, when shared)
         self.source_tokenizer: Tokenizer | None = None
         self.cut_lengths: list[int] = []  # token counts of the sentences max_length cuts
+        self.whole_file = False  # evaluating a trained model on another file: all of it is val and test
+        self.pairs: dict[str, list[tuple[str, str]]] = {split: [] for split in SPLIT_FILES}
+        self.ready = False
 
     def load_pairs(self) -> dict[str, list[tuple[str, str]]]:
         if self.path is None:
@@ -227,6 +230,8 @@ class TranslationDataModule(DataModule):
                                     read_multi30k(self.data_dir, split, self.target), strict=True))
                     for split in SPLIT_FILES}
         pairs = read_pairs(self.path)
+        if self.whole_file:
+            return {"train": [], "val": pairs, "test": pairs}
         order = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(self.split_seed)).tolist()
         n_val, n_test = round(len(pairs) * self.val_fraction), round(len(pairs) * self.test_fraction)
         return {"val": [pairs[i] for i in order[:n_val]], "test": [pairs[i] for i in order[n_val:n_val + n_test]],
@@ -238,29 +243,39 @@ class TranslationDataModule(DataModule):
                 for language in (self.source, self.target):
                     read_multi30k(self.data_dir, split, language)
 
+    def for_checkpoint(self, meta: dict) -> None:
+        self.tokenizer = Tokenizer.from_str(meta["tokenizer"])
+        source = meta.get("source_tokenizer")
+        self.source_tokenizer = Tokenizer.from_str(source) if source else self.tokenizer
+        self.whole_file = self.path is not None and self.path != meta["config"]["data"].get("path")
+
     def setup(self, stage: str | None = None) -> None:
-        if self.tokenizer is not None:
+        if self.ready:
             return
         self.pairs = self.load_pairs()
         cache = self.data_dir / "tokenizers"
-        if self.shared_vocab:
-            texts = [text for pair in self.pairs["train"] for text in pair]
-            self.tokenizer = self.source_tokenizer = cached_tokenizer(cache, texts, self.bpe_vocab_size)
-        else:
-            self.source_tokenizer = cached_tokenizer(cache, [s for s, _ in self.pairs["train"]], self.bpe_vocab_size)
-            self.tokenizer = cached_tokenizer(cache, [t for _, t in self.pairs["train"]], self.bpe_vocab_size)
+        if self.tokenizer is None:  # (else a checkpoint's, from for_checkpoint)
+            if self.shared_vocab:
+                texts = [text for pair in self.pairs["train"] for text in pair]
+                self.tokenizer = self.source_tokenizer = cached_tokenizer(cache, texts, self.bpe_vocab_size)
+            else:
+                self.source_tokenizer = cached_tokenizer(cache, [s for s, _ in self.pairs["train"]], self.bpe_vocab_size)
+                self.tokenizer = cached_tokenizer(cache, [t for _, t in self.pairs["train"]], self.bpe_vocab_size)
         self.encoded = {split: self.encode_pairs(pairs) for split, pairs in self.pairs.items()}
         self.warn_cut_sentences()
         if self.prefix_lm:
             self.prompt_lengths = {split: [len(s) + 1 for s in src] for split, (src, _) in self.encoded.items()}
-            self.encoded = {split: tuple(map(list, zip(*map(prefix_lm, *pairs)))) for split, pairs in self.encoded.items()}
+            self.encoded = {split: ([], []) if not src else tuple(map(list, zip(*map(prefix_lm, src, tgt))))
+                            for split, (src, tgt) in self.encoded.items()}
         self.pad_values = (PAD, -100) if self.prefix_lm else (PAD, PAD)
         self.train_batches = LengthGroupedBatches(*self.encoded["train"], self.batch_size, self.seed, self._position,
                                                   pad_values=self.pad_values)
-        self.padding_fraction = self.train_batches.padding_fraction()
-        log.info("translation %s->%s: %s pairs; vocabulary %d; padding %.1f%% of training positions",
-                 self.source, self.target, {k: len(v) for k, v in self.pairs.items()}, self.vocab_size,
-                 100 * self.padding_fraction)
+        if self.pairs["train"]:  # (none when a trained model is evaluated on a whole file)
+            self.padding_fraction = self.train_batches.padding_fraction()
+        self.ready = True
+        log.info("translation %s->%s: %s pairs; vocabulary %d%s", self.source, self.target,
+                 {k: len(v) for k, v in self.pairs.items()}, self.vocab_size,
+                 f"; padding {100 * self.padding_fraction:.1f}% of training positions" if self.padding_fraction is not None else "")
 
     @property
     def vocab_size(self) -> int:
@@ -299,6 +314,15 @@ class TranslationDataModule(DataModule):
                         "allows (%d tokens) and are cut to it; the longest has %d tokens", len(self.cut_lengths),
                         self.max_length, self.max_length - 2, max(self.cut_lengths))
 
+    def encode(self, text: str) -> list[int]:
+        return self.source_input(self.source_tokenizer.encode(text).ids)
+
+    def source_input(self, ids: list[int]) -> list[int]:
+        """A source sentence's ids as the model reads them: cut to max_length - 2 as in training, then <eos>;
+        for a decoder-only model, the prompt `<bos> source <sep>`."""
+        ids = ids[:self.max_length - 2]
+        return [BOS, *ids, SEP] if self.prefix_lm else [*ids, EOS]
+
     def decode(self, ids) -> str:
         """Text of token ids, without <pad>/<bos>/<eos>/<sep> (<unk> is the last special and stays)."""
         return self.tokenizer.decode([int(i) for i in ids if int(i) >= UNK], skip_special_tokens=False)
@@ -314,7 +338,7 @@ class TranslationDataModule(DataModule):
             return torch.tensor([i for e in self.tokenizer.encode_batch(texts) for i in e.ids])
 
         return TokenStreams(stream("train"), stream("val"), self.vocab_size, pad_id=PAD, eos_id=EOS,
-                            decode=self.decode)
+                            decode=self.decode, encode=lambda text: self.tokenizer.encode(text).ids)
 
     def _position(self) -> tuple[int, int]:
         trainer = self.trainer

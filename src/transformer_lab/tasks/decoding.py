@@ -1,4 +1,5 @@
-"""Greedy and beam-search decoding for an encoder-decoder with a key/value cache.
+"""Greedy and beam-search decoding for an encoder-decoder with a key/value cache (and, through `PrefixLM`,
+for a decoder-only model continuing prompts); T5's greedy span fills.
 
 The model embeds at most `config.block_size` positions on either side: longer sources are cut to it,
 and outputs stop at it (counted in `Decoded.truncated`) instead of asking for a position it has none for.
@@ -7,6 +8,7 @@ and outputs stop at it (counted in `Decoded.truncated`) instead of asking for a 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
@@ -136,3 +138,52 @@ def decode(model, src: torch.Tensor, beam_size: int, max_len: int, bos: int, eos
     # more, the model's length is what stopped it.
     truncated = sum(len(ids) >= limit for ids in outputs) if max_len > limit else 0
     return Decoded(outputs, truncated, sources_truncated, longest)
+
+
+class PrefixLM:
+    """A decoder-only model with a key/value cache (`new_cache()`, `forward(idx, cache)`) seen as an
+    encoder-decoder, so greedy() and beam_search() continue its prompts: the "source" is a batch of prompts
+    of one length (B, P), read whole at the first decoding step, and the outputs have the rest of the
+    model's positions (block_size - P)."""
+
+    def __init__(self, model, prompt_length: int):
+        self.model = model
+        self.config = SimpleNamespace(block_size=model.config.block_size - prompt_length)
+
+    def encode(self, prompts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return prompts, torch.zeros_like(prompts, dtype=torch.bool)  # nothing is padding
+
+    def new_cache(self) -> list[dict]:
+        return [{"self": layer} for layer in self.model.new_cache()]  # the layout _reorder walks
+
+    def decode(self, tokens: torch.Tensor, prompts: torch.Tensor, pad, cache: list[dict]) -> torch.Tensor:
+        layers = [layer["self"] for layer in cache]
+        return self.model(prompts if not layers[0] else tokens, layers)  # the prompt first (its <bos> unused)
+
+
+def continue_prompts(model, prompts: torch.Tensor, max_new: int, eos: int, beam_size: int = 1,
+                     length_penalty: float = 0.6) -> Decoded:
+    """A decoder-only model's outputs after prompts of one length (B, P), up to <eos> (left out) or max_new
+    tokens, within its block_size (an output stopped there is counted as truncated)."""
+    room = model.config.block_size - prompts.size(1)
+    if beam_size == 1:  # every model's generate(); no cache needed
+        rows = model.generate(prompts, min(max_new, room), temperature=0)[:, prompts.size(1):].tolist()
+        outputs = [row[:row.index(eos)] if eos in row else row for row in rows]
+    else:
+        outputs = beam_search(PrefixLM(model, prompts.size(1)), prompts, beam_size, max_new, eos, eos, length_penalty)
+    return Decoded(outputs, sum(len(ids) >= room for ids in outputs) if max_new > room else 0)
+
+
+@torch.no_grad()
+def fill_spans_greedy(model, inputs: torch.Tensor, max_len: int, start: int, eos: int) -> list[list[int]]:
+    """T5: greedy decoding of the targets (each sentinel, then the span's tokens) for a batch of corrupted
+    inputs (B, S), from the start token (T5: the pad id), up to <eos> or max_len tokens."""
+    memory, pad = model.encode(inputs)
+    cache = model.new_cache()
+    out = torch.full((len(inputs), 1), start, device=inputs.device)
+    for _ in range(max_len):
+        next_id = model.decode(out[:, -1:], memory, pad, cache)[:, -1].argmax(-1, keepdim=True)
+        out = torch.cat([out, next_id], 1)
+        if (out == eos).any(1).all():
+            break
+    return [ids[1:] for ids in out.tolist()]

@@ -12,16 +12,22 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from transformer_lab.data.tokens import EOS, SEP
-from transformer_lab.errors import ConfigError
+from transformer_lab.errors import ConfigError, require
 from transformer_lab.tasks.base import Task
+from transformer_lab.tasks.decoding import continue_prompts
 
 
 class LanguageModelTask(Task):
     def __init__(self, model: torch.nn.Module, optim: dict, sample: dict, decode: Callable[[Any], str],
                  answer_only: bool = False, prompt_ids: list[int] | None = None,
-                 checkpoint_meta: dict | None = None, kind: str = "text", max_extra_len: int = 50):
+                 checkpoint_meta: dict | None = None, kind: str = "text", decode_cfg: dict | None = None):
         super().__init__(model, optim, checkpoint_meta)
-        self.sample, self.kind, self.max_extra_len = sample, kind, max_extra_len
+        self.sample, self.kind = sample, kind
+        self.decode_cfg = decode_cfg or {"beam_size": 1, "val_beam_size": 1, "length_penalty": 0.6, "max_extra_len": 50}
+        if kind == "bleu" and not hasattr(model, "new_cache"):  # beam search continues prompts with a cache
+            for key in ("beam_size", "val_beam_size"):
+                require(self.decode_cfg[key] == 1, f"decode.{key}", f"{type(model).__name__} has no key/value "
+                        "cache (new_cache()) for beam search: set it to 1 (greedy)")
         self.decode, self.answer_only = decode, answer_only
         self.prompt_ids = prompt_ids or [0]
         vocab_size = model.config.vocab_size
@@ -36,7 +42,7 @@ class LanguageModelTask(Task):
             raise ConfigError("data.sample_prompt", str(e)) from None
         return {"sample": OmegaConf.to_container(cfg.sample, resolve=True), "decode": datamodule.decode,
                 "answer_only": datamodule.answer_only, "prompt_ids": prompt_ids, "kind": datamodule.kind,
-                "max_extra_len": cfg.decode.max_extra_len}
+                "decode_cfg": OmegaConf.to_container(cfg.decode, resolve=True)}
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.model(idx)
@@ -65,15 +71,16 @@ class LanguageModelTask(Task):
             self._translate(x, batch[2])
 
     def _translate(self, x: torch.Tensor, rows: torch.Tensor) -> None:
-        """Greedy continuation of `<bos> source <sep>` (one prompt length per batch) up to <eos>, within
-        the model's block_size: an output that reaches it first is cut there (counted as truncated)."""
+        """Continuation of `<bos> source <sep>` (one prompt length per batch) up to <eos>, greedy or by beam
+        search (decode.val_beam_size, decode.beam_size for the test set), within the model's block_size: an
+        output that reaches it first is cut there (counted as truncated)."""
+        d = self.decode_cfg
         prompt_len = int((x[0] == SEP).nonzero()[0]) + 1
-        room = self.model.config.block_size - prompt_len
-        wanted = prompt_len + self.max_extra_len
-        out = self.model.generate(x[:, :prompt_len], min(room, wanted), temperature=0)
-        for row, ids in zip(rows.tolist(), out[:, prompt_len:].tolist()):
-            self.hypotheses[row] = self.decode(ids[:ids.index(EOS)] if EOS in ids else ids)
-            self.truncated_outputs += room < wanted and EOS not in ids
+        decoded = continue_prompts(self.model, x[:, :prompt_len], prompt_len + d["max_extra_len"], EOS,
+                                   d["beam_size" if self.trainer.testing else "val_beam_size"], d["length_penalty"])
+        self.truncated_outputs += decoded.truncated
+        for row, ids in zip(rows.tolist(), decoded.outputs):
+            self.hypotheses[row] = self.decode(ids)
 
     def on_validation_epoch_end(self):
         self._eval_end("val")

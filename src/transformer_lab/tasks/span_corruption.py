@@ -10,6 +10,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from transformer_lab.data.span_corruption import fill_spans
 from transformer_lab.tasks.base import Task
+from transformer_lab.tasks.decoding import fill_spans_greedy
 
 
 class SpanCorruptionTask(Task):
@@ -60,21 +61,8 @@ class SpanCorruptionTask(Task):
         self.val_loss.reset()
         self.val_acc.reset()
 
-    @torch.no_grad()
-    def fill(self, inputs: torch.Tensor, max_len: int) -> list[list[int]]:
-        """Greedy decoding of the targets (the spans' contents) for a batch of corrupted inputs."""
-        memory, pad = self.model.encode(inputs)
-        cache = self.model.new_cache()
-        out = torch.full((len(inputs), 1), self.pad_id, device=inputs.device)
-        for _ in range(max_len):
-            next_id = self.model.decode(out[:, -1:], memory, pad, cache)[:, -1].argmax(-1, keepdim=True)
-            out = torch.cat([out, next_id], 1)
-            if (out == self.eos_id).any(1).all():
-                break
-        return [ids[1:] for ids in out.tolist()]
-
     def _examples(self, inputs: torch.Tensor, targets: torch.Tensor) -> None:
-        fills = self.fill(inputs, targets.size(1))
+        fills = fill_spans_greedy(self.model, inputs, targets.size(1), self.pad_id, self.eos_id)
         rows, lines = [], []
         for x, y, guess in zip(inputs.tolist(), targets.tolist(), fills):
             original = self.decode(fill_spans(x, y, self.first_sentinel, self.eos_id))

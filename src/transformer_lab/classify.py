@@ -1,0 +1,59 @@
+"""Classify with a trained BERT-style classifier: one input a line, its class and probability.
+
+    python -m transformer_lab.classify outputs/DATE/TIME text="3 + 5 ="
+    python -m transformer_lab.classify outputs/DATE/TIME top=3 < equations.txt
+
+The first argument is a run directory (its checkpoints/best.ckpt, else last.ckpt) or a checkpoint file.
+Every input line gets one output line, tab-separated: the input, then the `top` most likely classes, each
+with its probability (`3 + 5 =<TAB>8<TAB>0.974`). A line the model cannot read gets the input alone and
+a warning on stderr.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable, Iterable, Iterator
+
+import torch
+
+from transformer_lab.errors import exit_on_user_error
+from transformer_lab.inference import batched, encoder, input_lines, load, parse_args, print_help, warn, with_defaults
+
+DEFAULTS = {"ckpt": None, "text": None, "top": 1, "batch_size": 256, "device": "cpu"}
+
+
+def classify(args: dict, lines: Iterable[str], warn: Callable[[str], None] = warn) -> Iterator[tuple[str, list]]:
+    """(line, [(class, probability), ...] best first) per line of `lines`, in order."""
+    args = with_defaults(args, DEFAULTS)
+    model, _, datamodule, _ = load(args["ckpt"], "classify", args["device"])
+    encode, top = encoder(datamodule), min(args["top"], model.config.n_classes)
+    for chunk in batched(lines, args["batch_size"]):
+        outputs: list[tuple[str, list]] = [(line, []) for _, line in chunk]
+        todo: dict[int, list[int]] = {}
+        for i, (number, line) in enumerate(chunk):
+            try:
+                todo[i] = encode(line)
+            except ValueError as e:
+                warn(f"line {number}: {e}")
+        if todo:
+            inputs = torch.nn.utils.rnn.pad_sequence([torch.tensor(ids) for ids in todo.values()], batch_first=True,
+                                                     padding_value=model.config.pad_id).to(args["device"])
+            with torch.no_grad():
+                probabilities, classes = model(inputs).float().softmax(-1).topk(top, dim=-1)
+            for i, p, c in zip(todo, probabilities.tolist(), classes.tolist()):
+                outputs[i] = (outputs[i][0], list(zip(c, p)))
+        yield from outputs
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = argv if argv is not None else sys.argv[1:]
+    if {"-h", "--help"} & set(argv):
+        return print_help(__doc__, DEFAULTS)
+    with exit_on_user_error():
+        args = parse_args(argv, DEFAULTS, text_keys=("ckpt", "text", "device"))
+        for line, ranked in classify(args, input_lines(args.pop("text"))):
+            print("\t".join([line, *(f"{c}\t{p:.3f}" for c, p in ranked)]), flush=True)
+
+
+if __name__ == "__main__":
+    main()
