@@ -4,13 +4,15 @@
 
     python -m transformer_lab.evaluate outputs/DATE/TIME split=test decode.beam_size=8
     python -m transformer_lab.evaluate outputs/DATE/TIME/checkpoints/last.ckpt trainer.limit_val_batches=50
+    python -m transformer_lab.evaluate outputs/DATE/TIME data.path=my_text.txt
 
 A run directory means its checkpoints/best.ckpt (last.ckpt where there is no best). The config is the
 checkpoint's run's (its overrides, as resume uses them) with these overrides on top: decoding
 (`decode.*`), batches (`trainer.limit_val_batches`, default all), hardware (`hardware=gpu`), ... . The
+data is read with the checkpoint's vocabulary, so `data.path=FILE` evaluates on a file of yours (a text
+file for a model trained on text, a TSV of pairs for translation), all of it whatever the split. The
 metrics are printed and written to eval.json beside the checkpoint (or `out=FILE`); nothing else in the
-run directory changes. (The data is the run's: a dataset that learns its vocabulary from its files
-cannot be pointed at another file here, since the model's vocabulary is the one it learnt then.)
+run directory changes.
 """
 
 from __future__ import annotations
