@@ -24,6 +24,10 @@ RUNS = {
     "bert_equations": ["model=bert", "data=modular", "data.p=11", "trainer.max_steps=60", "optim.lr=3e-3"],
     "gpt_pairs": ["model=gpt", "data=translation", "data.vocab_size=100", "data.max_length=12",
                   "trainer.max_steps=40", "optim.lr=3e-3"],
+    # the other pairs, for evaluate
+    "gpt_equations": ["model=gpt", "data=modular", "data.p=11", "trainer.max_steps=20"],
+    "encdec_equations": ["model=encdec", "data=modular", "data.p=11", "trainer.max_steps=20"],
+    "t5_pairs": ["model=t5", "data=translation", "data.vocab_size=100", "span.input_length=16", "trainer.max_steps=20"],
 }
 
 
@@ -217,8 +221,11 @@ def test_inference_commands_have_help(module, capsys):
         assert "ckpt=RUN_DIR_OR_CKPT (or the first argument)" in out and "device='cpu'" in out
 
 
-@pytest.mark.parametrize("name", ["t5_text", "bert_equations", "gpt_pairs"])
+@pytest.mark.parametrize("name", ["t5_text", "bert_equations", "gpt_pairs", "gpt_equations", "encdec_equations",
+                                  "t5_pairs"])
 def test_evaluate_gives_each_models_best_validation_again(trained, tmp_path, name):
+    # every model x data pair but two tested elsewhere (gpt on text: test_train.py; encdec on pairs:
+    # test_translation.py)
     import json
 
     from transformer_lab.evaluate import evaluate
