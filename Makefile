@@ -9,8 +9,11 @@ TORCH ?= torch==2.13.0
 EXPERIMENT ?= shakespeare_char_cpu
 ARGS ?=
 
-.PHONY: install data train test bench-gpu clean
-install: $(VENV)/.installed
+.PHONY: help install data train test test-fast lint bench-gpu clean
+help:  ## this list
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+install: $(VENV)/.installed  ## a virtual environment in .venv with the project (CPU torch unless TORCH= says otherwise)
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,19 +23,26 @@ $(VENV)/.installed: pyproject.toml
 
 # Use a local mirror of the datasets when one sits beside the checkout (no network needed);
 # otherwise the data modules download on first use.
-data:
+data:  ## copy the local dataset mirror (../shared/data) into data/, where there is one
 	@if [ -d ../shared/data ]; then cp -rn ../shared/data/. data/ && chmod -R u+w data; fi
 
-train: install data
+train: install data  ## the CPU preset (EXPERIMENT=..., ARGS=overrides)
 	$(PY) train.py experiment=$(EXPERIMENT) $(ARGS)
 
-test: install data
-	$(PY) -m pytest $(ARGS)
+test: install data  ## every test, one process per core (what CI runs)
+	$(PY) -m pytest -n auto $(ARGS)
+
+test-fast: install data  ## the unit tier: no train.py or command in a subprocess (about a minute)
+	$(PY) -m pytest -n auto -m "not e2e" $(ARGS)
+
+lint: install  ## ruff: lint and format check
+	$(VENV)/bin/ruff check src tests benchmarks train.py
+	$(VENV)/bin/ruff format --check src tests benchmarks train.py
 
 # Every GPU figure (the GPU presets on each precision): benchmarks/gpu.{json,md} and the presets' .md files.
 # ARGS="--smoke" runs the same matrix for 3 steps of a small model (on the CPU where there is no GPU).
-bench-gpu: install data
+bench-gpu: install data  ## every GPU figure (ARGS=--smoke: the same matrix, tiny, on any machine)
 	$(PY) benchmarks/gpu.py $(ARGS)
 
-clean:
+clean:  ## remove outputs/, multirun/ and pytest's cache
 	rm -rf outputs multirun .pytest_cache

@@ -51,13 +51,29 @@ MATRIX = [
 
 # --smoke: each preset's shape shrunk so that 3 steps and a validation take seconds on 2 CPU cores.
 SMOKE = {
-    "shakespeare_char": ["model.n_layer=1", "model.n_head=2", "model.n_embd=32", "data.block_size=32",
-                         "data.batch_size=4"],
-    "multi30k_de_en": ["model.n_layer=1", "model.n_head=2", "model.n_embd=32", "model.d_ff=64",
-                       "data.batch_size=8", "decode.beam_size=2"],
+    "shakespeare_char": [
+        "model.n_layer=1",
+        "model.n_head=2",
+        "model.n_embd=32",
+        "data.block_size=32",
+        "data.batch_size=4",
+    ],
+    "multi30k_de_en": [
+        "model.n_layer=1",
+        "model.n_head=2",
+        "model.n_embd=32",
+        "model.d_ff=64",
+        "data.batch_size=8",
+        "decode.beam_size=2",
+    ],
 }
-SMOKE_TRAINER = ["trainer.max_steps=3", "trainer.val_check_interval=3", "trainer.limit_val_batches=2",
-                 "trainer.limit_test_batches=2", "trainer.log_every_n_steps=1"]
+SMOKE_TRAINER = [
+    "trainer.max_steps=3",
+    "trainer.val_check_interval=3",
+    "trainer.limit_val_batches=2",
+    "trainer.limit_test_batches=2",
+    "trainer.log_every_n_steps=1",
+]
 
 # summary.json key -> column
 COLUMNS = {
@@ -75,10 +91,16 @@ COLUMNS = {
 def commit() -> str | None:
     """The code measured: the commit, marked dirty when tracked files differ from it (None outside git)."""
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
     return head + ("-dirty" if dirty else "")
@@ -109,8 +131,16 @@ def command(entry: Entry, run_dir: Path, smoke: bool, cuda: bool) -> list[str]:
             hardware = hardware.replace("fp16", "bf16")
     if smoke:
         extra += SMOKE[entry.preset] + SMOKE_TRAINER
-    return [sys.executable, str(ROOT / "train.py"), f"experiment={entry.preset}", f"hardware={hardware}",
-            *entry.overrides, *extra, "logger=csv", f"hydra.run.dir={run_dir}"]
+    return [
+        sys.executable,
+        str(ROOT / "train.py"),
+        f"experiment={entry.preset}",
+        f"hardware={hardware}",
+        *entry.overrides,
+        *extra,
+        "logger=csv",
+        f"hydra.run.dir={run_dir}",
+    ]
 
 
 def run_entry(entry: Entry, run_dir: Path, smoke: bool, cuda: bool, timeout: float | None) -> dict:
@@ -122,8 +152,12 @@ def run_entry(entry: Entry, run_dir: Path, smoke: bool, cuda: bool, timeout: flo
         returncode = proc.returncode
     except subprocess.TimeoutExpired:
         returncode = "timeout"
-    record = {"name": entry.name, "command": " ".join(["python", "train.py", *cmd[2:-1]]),
-              "returncode": returncode, "process_s": round(time.time() - start, 1)}
+    record = {
+        "name": entry.name,
+        "command": " ".join(["python", "train.py", *cmd[2:-1]]),
+        "returncode": returncode,
+        "process_s": round(time.time() - start, 1),
+    }
     summary_path = run_dir / "summary.json"
     if summary_path.exists():
         summary = json.loads(summary_path.read_text())
@@ -159,10 +193,12 @@ def table(records: list[dict]) -> str:
 def markdown(records: list[dict]) -> str:
     commands = "\n".join(f"    {r['command']}" for r in records)
     seen = lambda key: ", ".join(sorted({str(r.get(key)) for r in records}))  # noqa: E731
-    return (f"Measured {seen('date')} by `python benchmarks/gpu.py` (torch {seen('torch')}, "
-            f"Lightning {seen('lightning')}; logger=csv). tokens/s and MFU are training steps only "
-            f"(validation left out); wall is the whole process; peak mem is `torch.cuda.max_memory_allocated`.\n\n"
-            f"{table(records)}\n\nCommands:\n\n{commands}\n")
+    return (
+        f"Measured {seen('date')} by `python benchmarks/gpu.py` (torch {seen('torch')}, "
+        f"Lightning {seen('lightning')}; logger=csv). tokens/s and MFU are training steps only "
+        f"(validation left out); wall is the whole process; peak mem is `torch.cuda.max_memory_allocated`.\n\n"
+        f"{table(records)}\n\nCommands:\n\n{commands}\n"
+    )
 
 
 def write_preset_sections(records: list[dict], experiments: Path = ROOT / "experiments") -> None:
@@ -172,7 +208,7 @@ def write_preset_sections(records: list[dict], experiments: Path = ROOT / "exper
         text = path.read_text()
         section = f"{BEGIN}\n{markdown([r for r in records if r['name'].startswith(preset + '/')])}{END}"
         if BEGIN in text and END in text:
-            text = text[:text.index(BEGIN)] + section + text[text.index(END) + len(END):]
+            text = text[: text.index(BEGIN)] + section + text[text.index(END) + len(END) :]
         else:
             text = text.rstrip("\n") + "\n\n## Measured on a GPU (benchmarks/gpu.py)\n\n" + section + "\n"
         path.write_text(text)
@@ -182,17 +218,31 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="3 steps of a small model; the CPU where CUDA is absent")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run these entries (PRESET/VARIANT) only")
-    parser.add_argument("--out", type=Path, default=None, help="folder for gpu.json and gpu.md "
-                        "(default: benchmarks/, or outputs/bench-gpu-smoke/ with --smoke)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="folder for gpu.json and gpu.md (default: benchmarks/, or outputs/bench-gpu-smoke/ with --smoke)",
+    )
     parser.add_argument("--timeout", type=float, default=None, help="seconds one run may take")
-    parser.add_argument("--merge", nargs="+", type=Path, metavar="JSON", help="run nothing: add the records of "
-                        "these gpu.json files (parts of the matrix run elsewhere) and rewrite the tables")
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        metavar="JSON",
+        help="run nothing: add the records of "
+        "these gpu.json files (parts of the matrix run elsewhere) and rewrite the tables",
+    )
     args = parser.parse_args()
 
     names = [e.name for e in MATRIX]
     if args.merge:
-        return record(args.out or ROOT / "benchmarks", [r for p in args.merge for r in json.loads(p.read_text())["runs"]],
-                      names, presets=True)
+        return record(
+            args.out or ROOT / "benchmarks",
+            [r for p in args.merge for r in json.loads(p.read_text())["runs"]],
+            names,
+            presets=True,
+        )
     unknown = [n for n in args.only or [] if n not in names]
     if unknown:
         parser.error(f"--only: unknown {', '.join(unknown)}; the matrix is: {', '.join(names)}")
@@ -208,8 +258,12 @@ def main() -> int:
     import lightning
     import torch
 
-    meta = {"date": datetime.date.today().isoformat(), "torch": torch.__version__, "lightning": lightning.__version__,
-            "commit": commit()}
+    meta = {
+        "date": datetime.date.today().isoformat(),
+        "torch": torch.__version__,
+        "lightning": lightning.__version__,
+        "commit": commit(),
+    }
     device = device_name(n_gpus)
     selected = [e for e in MATRIX if (not args.only or e.name in args.only)]
     records = {}

@@ -53,8 +53,13 @@ def random_batch(tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 @torch.no_grad()
 def fixed_val_loss() -> float:
     """What train.py logs as val/loss: the first EVAL_BATCHES batches of the fixed validation windows."""
-    return torch.stack([loss_of(val_x[i:i + BATCH], val_y[i:i + BATCH])
-                        for i in range(0, EVAL_BATCHES * BATCH, BATCH)]).mean().item()
+    return (
+        torch.stack(
+            [loss_of(val_x[i : i + BATCH], val_y[i : i + BATCH]) for i in range(0, EVAL_BATCHES * BATCH, BATCH)]
+        )
+        .mean()
+        .item()
+    )
 
 
 @torch.no_grad()
@@ -69,8 +74,8 @@ def nanogpt_val_loss() -> float:
 @torch.no_grad()
 def whole_split_loss() -> float:
     n = (len(data.val_tokens) - 1) // BLOCK
-    x, y = data.val_tokens[:n * BLOCK].view(n, BLOCK), data.val_tokens[1:n * BLOCK + 1].view(n, BLOCK)
-    return sum(loss_of(x[i:i + 64], y[i:i + 64]).item() * len(x[i:i + 64]) for i in range(0, n, 64)) / n
+    x, y = data.val_tokens[: n * BLOCK].view(n, BLOCK), data.val_tokens[1 : n * BLOCK + 1].view(n, BLOCK)
+    return sum(loss_of(x[i : i + 64], y[i : i + 64]).item() * len(x[i : i + 64]) for i in range(0, n, 64)) / n
 
 
 def evaluate(estimate) -> float:
@@ -102,7 +107,10 @@ for step in range(args.iters + 1):
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
     train_time += time.perf_counter() - t
-print(f"final model: fixed val windows {evaluate(fixed_val_loss):.4f}, "
-      f"whole val split {evaluate(whole_split_loss):.4f}")
-print(f"{1000 * train_time / args.iters:.1f} ms/iter, wall {time.time() - START:.1f} s, "
-      f"{BATCH * BLOCK * args.iters / train_time:.0f} tokens/s")
+print(
+    f"final model: fixed val windows {evaluate(fixed_val_loss):.4f}, whole val split {evaluate(whole_split_loss):.4f}"
+)
+print(
+    f"{1000 * train_time / args.iters:.1f} ms/iter, wall {time.time() - START:.1f} s, "
+    f"{BATCH * BLOCK * args.iters / train_time:.0f} tokens/s"
+)

@@ -14,21 +14,63 @@ SHAKESPEARE = ROOT / "data" / "shakespeare" / "input.txt"
 # A tiny model, so end-to-end runs take seconds on 2 cores.
 # Validation on 2 batches unless a test sets more (a later override wins): every run validates at least
 # once, at its last step, and tests that read validation figures set their own limit.
-TINY = ["model.n_layer=1", "model.n_head=2", "model.n_embd=32", "trainer.enable_progress_bar=false",
-        "trainer.enable_model_summary=false", "trainer.limit_val_batches=2"]
+TINY = [
+    "model.n_layer=1",
+    "model.n_head=2",
+    "model.n_embd=32",
+    "trainer.enable_progress_bar=false",
+    "trainer.enable_model_summary=false",
+    "trainer.limit_val_batches=2",
+]
 
 needs_shakespeare = pytest.mark.skipif(
     not SHAKESPEARE.exists(), reason=f"{SHAKESPEARE} missing: run `make data` (or train once online)"
 )
 
 
+# The unit tier (`make test-fast`) is every test not marked e2e; a test that starts Python in a
+# subprocess (train.py, a command) without the mark fails, so the tier stays fast by construction.
+_running: list = [None]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    _running[0] = item  # before its fixtures, which may start runs of their own
+
+
+_popen_init = subprocess.Popen.__init__
+
+
+def _popen_init_in_e2e_tests_only(self, args, *rest, **kwargs):
+    item, command = _running[0], args if isinstance(args, (list, tuple)) else [args]
+    if item is not None and item.get_closest_marker("e2e") is None and str(command[0]) == sys.executable:
+        pytest.fail(
+            f"{item.nodeid} starts Python in a subprocess ({' '.join(map(str, command[:3]))} ...): "
+            "mark it @pytest.mark.e2e (`make test-fast` leaves those out)",
+            pytrace=False,
+        )
+    _popen_init(self, args, *rest, **kwargs)
+
+
+subprocess.Popen.__init__ = _popen_init_in_e2e_tests_only
+
+
 def compose_cfg(overrides=(), output_dir="/tmp/transformer-lab-test", return_hydra_config=False):
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose("train", overrides=[f"paths.root_dir={ROOT}", f"paths.output_dir={output_dir}",
-                                           *overrides], return_hydra_config=return_hydra_config)
+        return compose(
+            "train",
+            overrides=[f"paths.root_dir={ROOT}", f"paths.output_dir={output_dir}", *overrides],
+            return_hydra_config=return_hydra_config,
+        )
 
 
 def run_train(*overrides, cwd=ROOT, env=None, timeout=300):
     """python train.py OVERRIDES, as a user would run it."""
-    return subprocess.run([sys.executable, str(ROOT / "train.py"), *overrides], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, "WANDB_SILENT": "true", **(env or {})})
+    return subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *overrides],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "WANDB_SILENT": "true", **(env or {})},
+    )

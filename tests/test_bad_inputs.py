@@ -20,13 +20,19 @@ CASES = [
     ("unknown-trainer-key", ["trainer.max_step=10"], "Key 'max_step' not in 'TrainerConfig'"),
     ("unknown-option", ["data=imagenet"], "Could not find 'data/imagenet'"),
     ("heads", ["model.n_embd=100", "model.n_head=3"], "model.n_embd: 100 is not divisible by model.n_head=3"),
-    ("context", ["data.block_size=512", "model.block_size=256"],
-     "data.block_size: sequences of 512 tokens exceed the model's maximum, model.block_size=256"),
+    (
+        "context",
+        ["data.block_size=512", "model.block_size=256"],
+        "data.block_size: sequences of 512 tokens exceed the model's maximum, model.block_size=256",
+    ),
     ("batch-size", ["data.batch_size=0"], "data.batch_size: must be a positive integer, got 0"),
     ("dropout", ["model.dropout=1.5"], "model.dropout: must be in [0, 1), got 1.5"),
     ("positions", ["model.pos_encoding=alibi"], "Invalid value 'alibi', expected one of [learned, rope]"),
-    ("rope-head", ["model.pos_encoding=rope", "model.n_embd=36", "model.n_head=4"],
-     "model.n_embd: rope needs an even head size, n_embd/n_head = 9"),
+    (
+        "rope-head",
+        ["model.pos_encoding=rope", "model.n_embd=36", "model.n_head=4"],
+        "model.n_embd: rope needs an even head size, n_embd/n_head = 9",
+    ),
     ("not-prime", ["data=modular", "data.p=100"], "data.p: must be a prime"),
     ("operator", ["data=modular", "data.op=pow"], "Invalid value 'pow', expected one of [+, -, *, /]"),
     ("train-fraction", ["data=modular", "data.train_fraction=1.5"], "data.train_fraction: must be in (0, 1)"),
@@ -38,26 +44,45 @@ CASES = [
     ("top-k", ["sample.top_k=0"], "sample.top_k: must be >= 1 or null"),
     ("gpu", ["hardware=gpu"], "asks for a CUDA GPU but torch sees none"),
     ("ckpt-missing", [*MODULAR, "ckpt_path={ws}/nowhere.ckpt"], "ckpt_path: no checkpoint file at"),
-    ("init-and-resume", [*MODULAR, "init_from={ws}/prior", "ckpt_path={ws}/prior/checkpoints/last.ckpt"],
-     "init_from: starts a new run from a checkpoint's weights, ckpt_path resumes a run: give one of them"),
+    (
+        "init-and-resume",
+        [*MODULAR, "init_from={ws}/prior", "ckpt_path={ws}/prior/checkpoints/last.ckpt"],
+        "init_from: starts a new run from a checkpoint's weights, ckpt_path resumes a run: give one of them",
+    ),
     ("init-missing", [*MODULAR, "init_from={ws}/nowhere"], "init_from: no run directory or checkpoint file at"),
     ("ckpt-last-missing", [*MODULAR, "ckpt_path=last"], "ckpt_path: `last` means"),
     ("ckpt-corrupt", [*MODULAR, "ckpt_path={ws}/corrupt.ckpt"], "is not a readable checkpoint (truncated or corrupt"),
-    ("ckpt-other-model", [*MODULAR, "model.n_embd=64", "ckpt_path={ws}/prior/checkpoints/last.ckpt"],
-     "holds another model than this run's: model.n_embd=64 (the checkpoint's: 32)"),
-    ("ckpt-other-data", ["data=shakespeare", *TINY, "ckpt_path={ws}/prior/checkpoints/last.ckpt"],
-     "was trained with data=modular, this run has data=shakespeare"),
+    (
+        "ckpt-other-model",
+        [*MODULAR, "model.n_embd=64", "ckpt_path={ws}/prior/checkpoints/last.ckpt"],
+        "holds another model than this run's: model.n_embd=64 (the checkpoint's: 32)",
+    ),
+    (
+        "ckpt-other-data",
+        ["data=shakespeare", *TINY, "ckpt_path={ws}/prior/checkpoints/last.ckpt"],
+        "was trained with data=modular, this run has data=shakespeare",
+    ),
     ("data-missing-offline", ["paths.data_dir={ws}/empty"], "put it at {ws}/empty/shakespeare/input.txt"),
     ("data-corrupt", ["paths.data_dir={ws}/corrupt"], "the file is corrupt or a different version"),
     ("unwritable-output", ["hydra.run.dir={ws}/a-file/run"], "cannot create the run directory, {ws}/a-file is a file"),
     ("prompt-vocabulary", ["data.sample_prompt=@"], "data.sample_prompt: characters not in the vocabulary: ['@']"),
     ("model-data-pair", ["model=encdec", "data=shakespeare"], "model=encdec does not train on data=shakespeare; combi"),
-    ("malformed-tsv", ["model=encdec", "data=translation", "data.path={ws}/bad.tsv"],
-     "bad.tsv:2: expected 2 tab-separated fields, found 1"),
-    ("empty-tsv", ["model=encdec", "data=translation", "data.path={ws}/empty.tsv"], "empty.tsv holds no sentence pairs"),
+    (
+        "malformed-tsv",
+        ["model=encdec", "data=translation", "data.path={ws}/bad.tsv"],
+        "bad.tsv:2: expected 2 tab-separated fields, found 1",
+    ),
+    (
+        "empty-tsv",
+        ["model=encdec", "data=translation", "data.path={ws}/empty.tsv"],
+        "empty.tsv holds no sentence pairs",
+    ),
     ("language", ["model=encdec", "data=translation", "data.target=es"], "data.target: Multi30k has de, en, fr"),
-    ("gpt-two-vocabularies", ["model=gpt", "data=translation", "data.shared_vocab=false"],
-     "data.shared_vocab: a decoder-only model reads source and target as one sequence"),
+    (
+        "gpt-two-vocabularies",
+        ["model=gpt", "data=translation", "data.shared_vocab=false"],
+        "data.shared_vocab: a decoder-only model reads source and target as one sequence",
+    ),
 ]
 
 
@@ -78,20 +103,28 @@ def workspace(tmp_path_factory):
 
 
 def snapshot(folder):
-    return {p.relative_to(folder): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(folder): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_the_table_is_long_enough():
     assert len(CASES) >= 20
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("overrides,fragment", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_input_gives_one_clear_message(overrides, fragment, workspace, tmp_path):
     if "hardware=gpu" in overrides and torch.cuda.is_available():
         pytest.skip("a GPU is present")
     needs_text = not any(o.startswith(("data=modular", "data=translation")) for o in overrides)
-    if needs_text and "paths.data_dir" not in " ".join(overrides) and not (ROOT / "data/shakespeare/input.txt").exists():
+    if (
+        needs_text
+        and "paths.data_dir" not in " ".join(overrides)
+        and not (ROOT / "data/shakespeare/input.txt").exists()
+    ):
         pytest.skip("tiny Shakespeare missing: run `make data`")
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -112,11 +145,14 @@ def test_bad_input_gives_one_clear_message(overrides, fragment, workspace, tmp_p
     assert {k: v for k, v in after_run.items() if k in before[1]} == before[1]  # the earlier run's files intact
 
 
+@pytest.mark.e2e
 def test_data_missing_offline_names_url_and_checksum(workspace, tmp_path):
-    result = run_train(f"paths.data_dir={workspace / 'empty'}", "logger=none", f"hydra.run.dir={tmp_path}",
-                       env=OFFLINE)
+    result = run_train(f"paths.data_dir={workspace / 'empty'}", "logger=none", f"hydra.run.dir={tmp_path}", env=OFFLINE)
     assert result.returncode == 2
-    for part in ("could not download input.txt", "https://raw.githubusercontent.com/karpathy/char-rnn/",
-                 "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"):
+    for part in (
+        "could not download input.txt",
+        "https://raw.githubusercontent.com/karpathy/char-rnn/",
+        "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
+    ):
         assert part in result.stderr
     assert not any((workspace / "empty").rglob("*.txt"))

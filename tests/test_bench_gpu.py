@@ -20,19 +20,27 @@ MULTI30K = ROOT / "data" / "multi30k"
 
 
 def run_script(*args, timeout=300):
-    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_matrix_is_the_issue_s():
     names = [e.name for e in bench.MATRIX]
-    assert names == ["shakespeare_char/gpu", "shakespeare_char/gpu_bf16", "shakespeare_char/gpu_bf16_compile",
-                     "shakespeare_char/gpu_fp16", "multi30k_de_en/gpu_bf16", "shakespeare_char/ddp_bf16"]
+    assert names == [
+        "shakespeare_char/gpu",
+        "shakespeare_char/gpu_bf16",
+        "shakespeare_char/gpu_bf16_compile",
+        "shakespeare_char/gpu_fp16",
+        "multi30k_de_en/gpu_bf16",
+        "shakespeare_char/ddp_bf16",
+    ]
     for entry in bench.MATRIX:  # every preset named has its results file, where the figures go
         assert (ROOT / "experiments" / f"{entry.preset}.yaml").exists()
         assert (ROOT / "experiments" / f"{entry.preset}.md").exists()
 
 
+@pytest.mark.e2e
 @needs_shakespeare
 @pytest.mark.skipif(not MULTI30K.exists(), reason=f"{MULTI30K} missing: run `make data`")
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU form of --smoke; with CUDA it runs on the GPU")
@@ -63,9 +71,13 @@ def test_smoke_runs_the_matrix_on_the_cpu(tmp_path):
     assert {p: (ROOT / "experiments" / f"{p}.md").read_text() for p in presets} == presets
 
 
+@pytest.mark.e2e
 def test_mistakes_are_one_line(tmp_path):
     proc = run_script("--smoke", "--only", "shakespeare_char/tpu", "--out", str(tmp_path))
-    assert proc.returncode == 2 and "--only: unknown shakespeare_char/tpu; the matrix is: shakespeare_char/gpu" in proc.stderr
+    assert (
+        proc.returncode == 2
+        and "--only: unknown shakespeare_char/tpu; the matrix is: shakespeare_char/gpu" in proc.stderr
+    )
     if not torch.cuda.is_available():
         proc = run_script("--out", str(tmp_path))
         assert proc.returncode == 2 and "no CUDA GPU is visible; --smoke runs the matrix on the CPU" in proc.stderr
@@ -73,9 +85,17 @@ def test_mistakes_are_one_line(tmp_path):
 
 
 def record(name, **figures):
-    return {"name": name, "command": f"python train.py experiment={name.split('/')[0]}", "status": "completed",
-            "device": "1 x GPU", "date": "2026-11-22", "torch": "2", "lightning": "2", "commit": "abc1234",
-            **figures}
+    return {
+        "name": name,
+        "command": f"python train.py experiment={name.split('/')[0]}",
+        "status": "completed",
+        "device": "1 x GPU",
+        "date": "2026-11-22",
+        "torch": "2",
+        "lightning": "2",
+        "commit": "abc1234",
+        **figures,
+    }
 
 
 def test_merge_replaces_a_run_s_record_and_rewrites_the_preset_sections(tmp_path):

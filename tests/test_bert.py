@@ -4,11 +4,11 @@ import json
 
 import pytest
 import torch
+from test_encdec import copy_attention, copy_common, randomise
+from test_train import logged
 from torch import nn
 
 from conftest import TINY, run_train
-from test_encdec import copy_attention, copy_common, randomise
-from test_train import logged
 from transformer_lab.models import Bert, BertConfig
 
 C, H, FF = 32, 4, 64
@@ -17,11 +17,23 @@ C, H, FF = 32, 4, 64
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_matches_transformer_encoder(norm_first):
     torch.manual_seed(0)
-    bert = Bert(BertConfig(vocab_size=30, n_classes=5, block_size=16, n_layer=2, n_head=H, n_embd=C, d_ff=FF,
-                           dropout=0.0, norm_first=norm_first)).eval()
+    bert = Bert(
+        BertConfig(
+            vocab_size=30,
+            n_classes=5,
+            block_size=16,
+            n_layer=2,
+            n_head=H,
+            n_embd=C,
+            d_ff=FF,
+            dropout=0.0,
+            norm_first=norm_first,
+        )
+    ).eval()
     randomise(bert)
-    layer = nn.TransformerEncoderLayer(C, H, FF, dropout=0.0, activation="gelu", batch_first=True,
-                                       norm_first=norm_first)
+    layer = nn.TransformerEncoderLayer(
+        C, H, FF, dropout=0.0, activation="gelu", batch_first=True, norm_first=norm_first
+    )
     final_norm = nn.LayerNorm(C) if norm_first else None
     reference = nn.TransformerEncoder(layer, num_layers=2, norm=final_norm, enable_nested_tensor=False).eval()
     with torch.no_grad():
@@ -44,8 +56,19 @@ def test_encoder_matches_transformer_encoder(norm_first):
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_extra_padding_changes_no_output(pooling, norm_first):
     torch.manual_seed(0)
-    bert = Bert(BertConfig(vocab_size=30, n_classes=5, block_size=16, n_layer=2, n_head=H, n_embd=C,
-                           dropout=0.0, pooling=pooling, norm_first=norm_first)).eval()
+    bert = Bert(
+        BertConfig(
+            vocab_size=30,
+            n_classes=5,
+            block_size=16,
+            n_layer=2,
+            n_head=H,
+            n_embd=C,
+            dropout=0.0,
+            pooling=pooling,
+            norm_first=norm_first,
+        )
+    ).eval()
     randomise(bert)
     idx = torch.randint(1, 30, (2, 6))
     idx[1, 4:] = 0
@@ -59,13 +82,29 @@ def test_extra_padding_changes_no_output(pooling, norm_first):
     assert not torch.allclose(bert(changed)[0], bert(padded)[0])
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
 def test_bert_learns_modular_answers(pooling, tmp_path):
-    result = run_train("model=bert", "data=modular", "data.p=11", "data.train_fraction=0.9", "data.batch_size=128",
-                       *TINY, "model.n_embd=64", "model.n_head=4", "model.dropout=0.0", f"model.pooling={pooling}",
-                       "trainer.max_steps=150", "trainer.val_check_interval=50", "optim.warmup_steps=10",
-                       "optim.lr=3e-3", "logger=csv", "trainer.log_every_n_steps=1", "callbacks=none",
-                       f"hydra.run.dir={tmp_path}")
+    result = run_train(
+        "model=bert",
+        "data=modular",
+        "data.p=11",
+        "data.train_fraction=0.9",
+        "data.batch_size=128",
+        *TINY,
+        "model.n_embd=64",
+        "model.n_head=4",
+        "model.dropout=0.0",
+        f"model.pooling={pooling}",
+        "trainer.max_steps=150",
+        "trainer.val_check_interval=50",
+        "optim.warmup_steps=10",
+        "optim.lr=3e-3",
+        "logger=csv",
+        "trainer.log_every_n_steps=1",
+        "callbacks=none",
+        f"hydra.run.dir={tmp_path}",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     train_losses = logged(tmp_path, "train/loss")
     summary = json.loads((tmp_path / "summary.json").read_text())

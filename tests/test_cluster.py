@@ -18,8 +18,11 @@ CLUSTER = ["hardware=ddp", "trainer.accelerator=cpu", "trainer.devices=4", "trai
 
 
 def test_slurm_launcher_asks_one_task_per_device_on_each_node(tmp_path):
-    cfg = compose_cfg(["hydra/launcher=slurm", *CLUSTER, "hydra.launcher.partition=gpu",
-                       f"hydra.sweep.dir={tmp_path}"], tmp_path, return_hydra_config=True)
+    cfg = compose_cfg(
+        ["hydra/launcher=slurm", *CLUSTER, "hydra.launcher.partition=gpu", f"hydra.sweep.dir={tmp_path}"],
+        tmp_path,
+        return_hydra_config=True,
+    )
     launcher = hydra.utils.instantiate(cfg.hydra.launcher)
     assert type(launcher).__name__ == "SlurmLauncher"
     params = launcher.params
@@ -27,18 +30,33 @@ def test_slurm_launcher_asks_one_task_per_device_on_each_node(tmp_path):
     assert params["partition"] == "gpu" and params["submitit_folder"] == f"{tmp_path}/.submitit/%j"
 
 
+@pytest.mark.e2e
 def test_slurm_launcher_without_a_device_count_is_one_clear_error(tmp_path):
-    result = run_train("-m", "hydra/launcher=slurm", "hardware=ddp", "data=modular", "data.p=7",
-                       f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
+    result = run_train(
+        "-m",
+        "hydra/launcher=slurm",
+        "hardware=ddp",
+        "data=modular",
+        "data.p=7",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        cwd=tmp_path,
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "error: trainer.devices: hydra/launcher=slurm and slurm_local start one task" in result.stderr
     assert "got 'auto': add trainer.devices=N" in result.stderr
 
 
 SLURM_TASK = {  # srun's variables for the second task on the second node of a 2 x 4 job
-    "SLURM_NTASKS": "8", "SLURM_NTASKS_PER_NODE": "4", "SLURM_NNODES": "2", "SLURM_JOB_NUM_NODES": "2",
-    "SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_NODEID": "1", "SLURM_JOB_ID": "4242",
-    "SLURM_JOB_NAME": "train", "SLURM_NODELIST": "gpu[01-02]",
+    "SLURM_NTASKS": "8",
+    "SLURM_NTASKS_PER_NODE": "4",
+    "SLURM_NNODES": "2",
+    "SLURM_JOB_NUM_NODES": "2",
+    "SLURM_PROCID": "5",
+    "SLURM_LOCALID": "1",
+    "SLURM_NODEID": "1",
+    "SLURM_JOB_ID": "4242",
+    "SLURM_JOB_NAME": "train",
+    "SLURM_NODELIST": "gpu[01-02]",
 }
 
 
@@ -71,17 +89,36 @@ def test_lightning_takes_each_slurm_task_for_one_ddp_process(slurm_task, tmp_pat
 def test_slurm_tasks_and_devices_must_agree(slurm_task, tmp_path):
     cfg = compose_cfg(["hardware=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.num_nodes=2"], tmp_path)
     trainer = L.Trainer(**OmegaConf.to_container(cfg.trainer), logger=False, default_root_dir=str(tmp_path))
-    with pytest.raises(ValueError, match=re.escape("`devices=2` in Lightning, but the number of tasks per node "
-                                                   "configured in SLURM `--ntasks-per-node=4` does not match")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "`devices=2` in Lightning, but the number of tasks per node "
+            "configured in SLURM `--ntasks-per-node=4` does not match"
+        ),
+    ):
         trainer.strategy.launcher.launch(lambda: "trained here")
 
 
+@pytest.mark.e2e
 def test_slurm_local_multirun_runs_each_job_once_with_all_its_processes(tmp_path):
     sweep = tmp_path / "sweep"
-    result = run_train("-m", "hydra/launcher=slurm_local", "hardware=ddp", "trainer.accelerator=cpu",
-                       "trainer.devices=2", "data=modular", "data.p=11", *TINY, "trainer.max_steps=20",
-                       "trainer.val_check_interval=10", "logger=none", "callbacks=none", "seed=0,1",
-                       f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    result = run_train(
+        "-m",
+        "hydra/launcher=slurm_local",
+        "hardware=ddp",
+        "trainer.accelerator=cpu",
+        "trainer.devices=2",
+        "data=modular",
+        "data.p=11",
+        *TINY,
+        "trainer.max_steps=20",
+        "trainer.val_check_interval=10",
+        "logger=none",
+        "callbacks=none",
+        "seed=0,1",
+        f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep"]  # no stray run directories
     assert sorted(p.name for p in sweep.iterdir()) == [".submitit", "0", "1", "multirun.yaml"]

@@ -12,20 +12,44 @@ from conftest import ROOT, TINY, run_train
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     sweep_dir = tmp_path_factory.mktemp("sweep")
-    result = run_train("-m", "data=modular", "data.p=7,11", *TINY, "trainer.max_steps=30", "trainer.val_check_interval=10",
-                       "trainer.log_every_n_steps=5", "logger=none", "callbacks=none", f"hydra.sweep.dir={sweep_dir}")
+    result = run_train(
+        "-m",
+        "data=modular",
+        "data.p=7,11",
+        *TINY,
+        "trainer.max_steps=30",
+        "trainer.val_check_interval=10",
+        "trainer.log_every_n_steps=5",
+        "logger=none",
+        "callbacks=none",
+        f"hydra.sweep.dir={sweep_dir}",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return sweep_dir
 
 
 def compare(*args):
-    return subprocess.run([sys.executable, "-m", "transformer_lab.compare", *map(str, args)], capture_output=True,
-                          text=True, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "transformer_lab.compare", *map(str, args)], capture_output=True, text=True, cwd=ROOT
+    )
 
 
+@pytest.mark.e2e
 def test_table_shows_what_differs_and_the_summaries(sweep, tmp_path):
-    result = compare(sweep, "--metrics", "val/loss", "val/acc", "global_step", "--sort", "val/loss",
-                     "--plot", "train/loss", "val/acc", "--out", tmp_path / "curves.png")
+    result = compare(
+        sweep,
+        "--metrics",
+        "val/loss",
+        "val/acc",
+        "global_step",
+        "--sort",
+        "val/loss",
+        "--plot",
+        "train/loss",
+        "val/acc",
+        "--out",
+        tmp_path / "curves.png",
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     header = lines[0].split()
@@ -43,6 +67,7 @@ def test_table_shows_what_differs_and_the_summaries(sweep, tmp_path):
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
 
 
+@pytest.mark.e2e
 def test_no_runs_is_a_clear_error(tmp_path):
     result = compare(tmp_path)
     assert result.returncode == 2 and "no run directories" in result.stderr

@@ -15,8 +15,12 @@ from transformer_lab.factory import build_model, check_model_settings, make_data
 from transformer_lab.validate import validate
 
 # DESIGN.md's model x data matrix; the code computes it from what models and data modules declare.
-SUPPORTED = {"gpt": ("shakespeare", "modular", "translation"), "encdec": ("translation", "modular"),
-             "bert": ("modular",), "t5": ("shakespeare", "translation")}
+SUPPORTED = {
+    "gpt": ("shakespeare", "modular", "translation"),
+    "encdec": ("translation", "modular"),
+    "bert": ("modular",),
+    "t5": ("shakespeare", "translation"),
+}
 # What a model takes from the data, as a data module gives it after setup().
 DATA = SimpleNamespace(vocab_size=17, source_vocab_size=None, n_classes=5, pad_id=0, sequence_length=8)
 
@@ -36,8 +40,9 @@ def test_groups_offer_the_documented_options():
 @pytest.mark.parametrize("data", options("data"))
 @pytest.mark.parametrize("model", options("model"))
 def test_data_and_model_compose_and_instantiate(data, model, tmp_path):
-    cfg = compose_cfg([f"data={data}", f"model={model}", "model.n_layer=1", "model.n_embd=32", "model.n_head=2"],
-                      tmp_path)
+    cfg = compose_cfg(
+        [f"data={data}", f"model={model}", "model.n_layer=1", "model.n_embd=32", "model.n_head=2"], tmp_path
+    )
     validate(cfg)
     if data not in SUPPORTED[model]:
         with pytest.raises(ConfigError, match=f"model={model} does not train on data={data}"):
@@ -71,8 +76,14 @@ def test_callbacks_instantiate(callbacks, tmp_path):
 @pytest.mark.parametrize("max_epochs, shown", [(-1, "Epoch 0"), (3, "Epoch 0/2")])
 def test_progress_bar_shows_no_epoch_total_when_epochs_are_unlimited(max_epochs, shown):
     bar = RichProgressBar()  # Lightning 2.6's own shows "Epoch 0/-2" for max_epochs=-1
-    trainer = L.Trainer(accelerator="cpu", max_epochs=max_epochs, max_steps=10, callbacks=[bar], logger=False,
-                        enable_checkpointing=False)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=max_epochs,
+        max_steps=10,
+        callbacks=[bar],
+        logger=False,
+        enable_checkpointing=False,
+    )
     bar.setup(trainer, None, "fit")
     assert bar._get_train_description(0).strip() == shown
 
@@ -100,8 +111,9 @@ def test_hardware_options_combine_as_a_list(tmp_path):
 
 
 def test_model_compile_compiles_in_place(tmp_path):
-    cfg = compose_cfg(["data=modular", "model.compile=true", "model.n_layer=1", "model.n_embd=32",
-                       "model.n_head=2"], tmp_path)
+    cfg = compose_cfg(
+        ["data=modular", "model.compile=true", "model.n_layer=1", "model.n_embd=32", "model.n_head=2"], tmp_path
+    )
     net, _ = build_model(cfg, DATA)
     assert net._compiled_call_impl is not None  # forward goes through torch.compile
     assert not any(k.startswith("_orig_mod") for k in net.state_dict())  # checkpoints keep their keys
@@ -153,7 +165,6 @@ def test_resolved_config_is_plain_data(tmp_path):
     cfg = compose_cfg([], tmp_path)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert resolved["data"]["data_dir"] == f"{ROOT}/data" and resolved["data"]["seed"] == 1337
-
 
 
 CHOICES = [

@@ -6,8 +6,18 @@ import pytest
 
 from conftest import TINY, run_train
 
-SETUP = ["data=modular", "data.p=11", "data.batch_size=64", *TINY, "model.dropout=0.0", "trainer.max_steps=20",
-         "trainer.val_check_interval=10", "trainer.log_every_n_steps=1", "optim.warmup_steps=5", "optim.lr=1e-2"]
+SETUP = [
+    "data=modular",
+    "data.p=11",
+    "data.batch_size=64",
+    *TINY,
+    "model.dropout=0.0",
+    "trainer.max_steps=20",
+    "trainer.val_check_interval=10",
+    "trainer.log_every_n_steps=1",
+    "optim.warmup_steps=5",
+    "optim.lr=1e-2",
+]
 DDP = ["hardware=[cpu,ddp]", "trainer.devices=2"]
 
 
@@ -20,11 +30,13 @@ def tree(path):
     return sorted(str(p.relative_to(path)) for p in path.rglob("*") if "wandb" not in p.parts)
 
 
+@pytest.mark.e2e
 def test_two_processes_follow_the_single_process_trajectory_in_one_directory(tmp_path):
     single = run_train(*SETUP, "logger=none", f"hydra.run.dir={tmp_path / 'single'}", cwd=tmp_path)
     assert single.returncode == 0, single.stderr[-3000:]
-    ddp = run_train(*SETUP, *DDP, "logger=wandb", f"hydra.run.dir={tmp_path / 'ddp'}", cwd=tmp_path,
-                    env={"WANDB_MODE": "offline"})
+    ddp = run_train(
+        *SETUP, *DDP, "logger=wandb", f"hydra.run.dir={tmp_path / 'ddp'}", cwd=tmp_path, env={"WANDB_MODE": "offline"}
+    )
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     a, b = losses(tmp_path / "single"), losses(tmp_path / "ddp")
     assert len(a) == len(b) == 20 and b == pytest.approx(a, abs=1e-4), (a, b)
@@ -38,10 +50,12 @@ def test_two_processes_follow_the_single_process_trajectory_in_one_directory(tmp
     assert "ddp_process_1" not in (run / ".hydra" / "hydra.yaml").read_text()
 
 
+@pytest.mark.e2e
 def test_a_ddp_multirun_runs_each_job_once(tmp_path):
     sweep = tmp_path / "sweep"
-    result = run_train("-m", *SETUP, *DDP, "optim.lr=0.01,0.003", "logger=none", f"hydra.sweep.dir={sweep}",
-                       cwd=tmp_path)
+    result = run_train(
+        "-m", *SETUP, *DDP, "optim.lr=0.01,0.003", "logger=none", f"hydra.sweep.dir={sweep}", cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep"]  # no stray outputs/ or multirun/
     assert sorted(p.name for p in sweep.iterdir()) == ["0", "1", "multirun.yaml"]
@@ -54,11 +68,22 @@ def test_a_ddp_multirun_runs_each_job_once(tmp_path):
         assert (sweep / job / "ddp_process_1.log").exists()  # the second process ran in its job's directory
 
 
+@pytest.mark.e2e
 def test_a_ddp_optuna_sweep_runs_each_trial_once(tmp_path):
     sweep = tmp_path / "sweep"
-    result = run_train("-m", *SETUP, *DDP, "hydra/sweeper=optuna", "hydra/sweeper/sampler=grid",
-                       "hydra.sweeper.n_jobs=1", "objective=val/loss_best", "optim.lr=choice(0.01,0.003)",
-                       "logger=none", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    result = run_train(
+        "-m",
+        *SETUP,
+        *DDP,
+        "hydra/sweeper=optuna",
+        "hydra/sweeper/sampler=grid",
+        "hydra.sweeper.n_jobs=1",
+        "objective=val/loss_best",
+        "optim.lr=choice(0.01,0.003)",
+        "logger=none",
+        f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep"]
     assert sorted(p.name for p in sweep.iterdir()) == ["0", "1", "optimization_results.yaml"]

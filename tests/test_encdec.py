@@ -104,7 +104,7 @@ def test_incremental_decoding_with_the_cache_equals_recomputation(norm_first):
     memory, pad = m.encode(src)
     cache = m.new_cache()
     steps = [m.decode(tgt[:, :4], memory, pad, cache)]  # a prefix at once, then one token at a time
-    steps += [m.decode(tgt[:, t:t + 1], memory, pad, cache) for t in range(4, 12)]
+    steps += [m.decode(tgt[:, t : t + 1], memory, pad, cache) for t in range(4, 12)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
     assert cache[0]["self"]["k"].shape[2] == 12 and cache[0]["cross"]["k"].shape[2] == 9
 
@@ -119,8 +119,12 @@ def test_shared_embeddings_and_tied_output():
 def test_sinusoids_follow_the_paper():
     table = sinusoids(50, 16)
     pos, i = 7, 3
-    assert table[pos, 2 * i].item() == pytest.approx(torch.sin(torch.tensor(pos / 10000 ** (2 * i / 16))).item(), abs=1e-6)
-    assert table[pos, 2 * i + 1].item() == pytest.approx(torch.cos(torch.tensor(pos / 10000 ** (2 * i / 16))).item(), abs=1e-6)
+    assert table[pos, 2 * i].item() == pytest.approx(
+        torch.sin(torch.tensor(pos / 10000 ** (2 * i / 16))).item(), abs=1e-6
+    )
+    assert table[pos, 2 * i + 1].item() == pytest.approx(
+        torch.cos(torch.tensor(pos / 10000 ** (2 * i / 16))).item(), abs=1e-6
+    )
 
 
 def test_separate_source_vocabulary_has_its_own_embedding():

@@ -66,14 +66,14 @@ class TinyGRU(nn.Module):
         return idx
 '''
 
-MODEL_YAML = '''
+MODEL_YAML = """
 _target_: mine.TinyGRU
 name: mine
 n_embd: 48
 cell: gru
 block_size: null  # the data's
 compile: false
-'''
+"""
 
 DATA = '''
 """Any plain text file as a character stream."""
@@ -137,7 +137,7 @@ class TextFileDataModule(DataModule):
         return Batches(x, y, self.val_batch_size)
 '''
 
-DATA_YAML = '''
+DATA_YAML = """
 _target_: textfile.TextFileDataModule
 name: textfile
 path: {path}
@@ -145,12 +145,19 @@ block_size: 32
 batch_size: 16
 val_batch_size: null
 seed: ${{seed}}
-'''
+"""
 
 TEXT = "the quick brown fox jumps over the lazy dog. " * 400
-FAST = ["trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", "logger=csv",
-        "optim.lr=3e-3", "optim.warmup_steps=5",
-        "trainer.val_check_interval=20", "trainer.limit_val_batches=4", "trainer.log_every_n_steps=5"]
+FAST = [
+    "trainer.enable_progress_bar=false",
+    "trainer.enable_model_summary=false",
+    "logger=csv",
+    "optim.lr=3e-3",
+    "optim.warmup_steps=5",
+    "trainer.val_check_interval=20",
+    "trainer.limit_val_batches=4",
+    "trainer.log_every_n_steps=5",
+]
 
 
 @pytest.fixture(scope="module")
@@ -173,12 +180,22 @@ def read_summary(run):
     return json.loads((run / "summary.json").read_text())
 
 
+@pytest.mark.e2e
 @needs_shakespeare
 def test_own_model_trains_resumes_and_samples(user_files, tmp_path):
     user, searchpath, env = user_files
     run = tmp_path / "run"
-    result = run_train("model=mine", "data=shakespeare", "data.block_size=32", "data.batch_size=16",
-                       "trainer.max_steps=40", *FAST, *searchpath, f"hydra.run.dir={run}", env=env)
+    result = run_train(
+        "model=mine",
+        "data=shakespeare",
+        "data.block_size=32",
+        "data.batch_size=16",
+        "trainer.max_steps=40",
+        *FAST,
+        *searchpath,
+        f"hydra.run.dir={run}",
+        env=env,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = read_summary(run)
     assert summary["status"] == "completed" and summary["global_step"] == 40
@@ -186,26 +203,57 @@ def test_own_model_trains_resumes_and_samples(user_files, tmp_path):
     assert summary["n_params"] == 2 * 3 * 48 * 48 + 2 * 3 * 48 + 65 * 48 + 48 * 65 + 65  # GRU, embedding, head
     assert (run / "checkpoints" / "best.ckpt").exists() and (run / "checkpoints" / "last.ckpt").exists()
 
-    resumed = run_train("model=mine", "data=shakespeare", "data.block_size=32", "data.batch_size=16",
-                        "trainer.max_steps=60", *FAST, *searchpath, f"hydra.run.dir={run}", "ckpt_path=last", env=env)
+    resumed = run_train(
+        "model=mine",
+        "data=shakespeare",
+        "data.block_size=32",
+        "data.batch_size=16",
+        "trainer.max_steps=60",
+        *FAST,
+        *searchpath,
+        f"hydra.run.dir={run}",
+        "ckpt_path=last",
+        env=env,
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert read_summary(run)["global_step"] == 60
 
-    sample = subprocess.run([sys.executable, "-m", "transformer_lab.sample", f"ckpt={run / 'checkpoints' / 'last.ckpt'}",
-                             "prompt=ROMEO:", "max_new_tokens=20"], capture_output=True, text=True, cwd=ROOT,
-                            env={**os.environ, **env})
+    sample = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "transformer_lab.sample",
+            f"ckpt={run / 'checkpoints' / 'last.ckpt'}",
+            "prompt=ROMEO:",
+            "max_new_tokens=20",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, **env},
+    )
     assert sample.returncode == 0, sample.stderr[-3000:]
     assert sample.stdout.startswith("ROMEO:") and len(sample.stdout.rstrip("\n")) == len("ROMEO:") + 20
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("model", ["gpt", "t5"])
 def test_own_dataset_trains_gpt_and_t5(user_files, tmp_path, model):
     user, searchpath, env = user_files
     run = tmp_path / "run"
     size = ["model.n_layer=1", "model.n_head=2", "model.n_embd=32"]
     extra = ["span.input_length=24", "model.d_ff=64"] if model == "t5" else []
-    result = run_train(f"model={model}", "data=textfile", *size, *extra, "trainer.max_steps=30", *FAST, *searchpath,
-                       f"hydra.run.dir={run}", env=env)
+    result = run_train(
+        f"model={model}",
+        "data=textfile",
+        *size,
+        *extra,
+        "trainer.max_steps=30",
+        *FAST,
+        *searchpath,
+        f"hydra.run.dir={run}",
+        env=env,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = read_summary(run)
     assert summary["status"] == "completed" and summary["global_step"] == 30
@@ -213,30 +261,43 @@ def test_own_dataset_trains_gpt_and_t5(user_files, tmp_path, model):
     assert summary["val/loss_best"] < math.log(vocab) - 0.8  # from chance: it learns
 
 
+@pytest.mark.e2e
 def test_a_pair_that_cannot_work_lists_those_that_can(user_files, tmp_path):
     user, searchpath, env = user_files
     result = run_train("model=bert", "data=textfile", *searchpath, f"hydra.run.dir={tmp_path}", env=env)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     message = result.stderr.strip().splitlines()[-1]
     assert message.startswith("error: data: model=bert does not train on data=textfile; combinations that work:")
-    for pair in ("model=mine data=shakespeare", "model=mine data=textfile", "model=gpt data=textfile",
-                 "model=t5 data=textfile", "model=bert data=modular", "model=encdec data=translation"):
+    for pair in (
+        "model=mine data=shakespeare",
+        "model=mine data=textfile",
+        "model=gpt data=textfile",
+        "model=t5 data=textfile",
+        "model=bert data=modular",
+        "model=encdec data=translation",
+    ):
         assert pair in message
     assert "model=bert data=shakespeare" not in message and "model=mine data=translation" in message
 
 
-@pytest.mark.parametrize("override, message", [
-    ("model.cell=rnn", "error: model.cell: must be one of gru, lstm, got 'rnn'"),
-    ("model.n_embd=33", "error: model.n_embd: must be even, got 33"),
-])
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("model.cell=rnn", "error: model.cell: must be one of gru, lstm, got 'rnn'"),
+        ("model.n_embd=33", "error: model.n_embd: must be even, got 33"),
+    ],
+)
 def test_own_model_checks_its_settings_before_anything_runs(user_files, tmp_path, override, message):
     user, searchpath, env = user_files
-    result = run_train("model=mine", "data=shakespeare", override, *searchpath, f"hydra.run.dir={tmp_path / 'run'}",
-                       env=env)
+    result = run_train(
+        "model=mine", "data=shakespeare", override, *searchpath, f"hydra.run.dir={tmp_path / 'run'}", env=env
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == message
 
 
+@pytest.mark.e2e
 @needs_shakespeare
 def test_gpt_trained_on_shakespeare_continues_on_a_users_text_file(user_files, tmp_path):
     # init_from: the weights that fit (blocks, positions), a fresh optimizer, schedule and step count; the
@@ -244,17 +305,42 @@ def test_gpt_trained_on_shakespeare_continues_on_a_users_text_file(user_files, t
     user, searchpath, env = user_files
     size = ["model.n_layer=1", "model.n_head=2", "model.n_embd=32", "model.block_size=32"]
     source = tmp_path / "shakespeare"
-    result = run_train("model=gpt", "data=shakespeare", "data.block_size=32", *size, "trainer.max_steps=10", *FAST,
-                       f"hydra.run.dir={source}")
+    result = run_train(
+        "model=gpt",
+        "data=shakespeare",
+        "data.block_size=32",
+        *size,
+        "trainer.max_steps=10",
+        *FAST,
+        f"hydra.run.dir={source}",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     run = tmp_path / "continued"
-    result = run_train("model=gpt", "data=textfile", *size, f"init_from={source}", "trainer.max_steps=10", *FAST,
-                       *searchpath, f"hydra.run.dir={run}", env=env)
+    result = run_train(
+        "model=gpt",
+        "data=textfile",
+        *size,
+        f"init_from={source}",
+        "trainer.max_steps=10",
+        *FAST,
+        *searchpath,
+        f"hydra.run.dir={run}",
+        env=env,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     line = next(line for line in (result.stdout + result.stderr).splitlines() if "init_from" in line)
     assert line.endswith("loaded 8 of 10 tensors; left as initialised (2): lm_head.weight, wte.weight")
     assert read_summary(run)["global_step"] == 10  # a new run: its own step count
-    strict = run_train("model=gpt", "data=textfile", *size, f"init_from={source}", "init_strict=true", *FAST,
-                       *searchpath, f"hydra.run.dir={tmp_path / 'strict'}", env=env)
+    strict = run_train(
+        "model=gpt",
+        "data=textfile",
+        *size,
+        f"init_from={source}",
+        "init_strict=true",
+        *FAST,
+        *searchpath,
+        f"hydra.run.dir={tmp_path / 'strict'}",
+        env=env,
+    )
     assert strict.returncode == 2 and "Traceback" not in strict.stderr
     assert strict.stderr.strip().splitlines()[-1].startswith("error: init_strict: ")

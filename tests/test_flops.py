@@ -6,7 +6,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from transformer_lab.callbacks.throughput import device_peak_flops
-from transformer_lab.models import T5, Bert, BertConfig, EncDec, EncDecConfig, GPT, GPTConfig, T5Config
+from transformer_lab.models import GPT, T5, Bert, BertConfig, EncDec, EncDecConfig, GPTConfig, T5Config
 
 
 def counted_flops(step) -> int:
@@ -24,10 +24,16 @@ SMALL = dict(n_head=2, n_embd=16)
 B, S, T = 3, 20, 11
 
 
-@pytest.mark.parametrize("config", [
-    GPTConfig(vocab_size=50, block_size=32, n_layer=2, **SMALL),
-    GPTConfig(vocab_size=50, block_size=32, n_layer=3, mlp="swiglu", pos_encoding="rope", tie_weights=False, **SMALL),
-], ids=["gelu", "swiglu-rope-untied"])
+@pytest.mark.parametrize(
+    "config",
+    [
+        GPTConfig(vocab_size=50, block_size=32, n_layer=2, **SMALL),
+        GPTConfig(
+            vocab_size=50, block_size=32, n_layer=3, mlp="swiglu", pos_encoding="rope", tie_weights=False, **SMALL
+        ),
+    ],
+    ids=["gelu", "swiglu-rope-untied"],
+)
 def test_gpt_flops_match_torch_count(config):
     model, idx = GPT(config), torch.randint(0, 50, (B, S))
     assert counted_flops(lambda: model(idx)) == B * model.forward_flops(S)
@@ -42,10 +48,14 @@ def test_bert_flops_match_torch_count(pooling):
     assert counted_flops(forward_and_backward(model, idx)) == 3 * B * model.forward_flops(S)
 
 
-@pytest.mark.parametrize("model", [
-    EncDec(EncDecConfig(vocab_size=50, src_vocab_size=40, block_size=32, n_layer=2, n_decoder_layer=3, **SMALL)),
-    T5(T5Config(vocab_size=50, n_layer=2, n_decoder_layer=3, d_ff=24, feed_forward="gated-gelu", **SMALL)),
-], ids=["encdec", "t5"])
+@pytest.mark.parametrize(
+    "model",
+    [
+        EncDec(EncDecConfig(vocab_size=50, src_vocab_size=40, block_size=32, n_layer=2, n_decoder_layer=3, **SMALL)),
+        T5(T5Config(vocab_size=50, n_layer=2, n_decoder_layer=3, d_ff=24, feed_forward="gated-gelu", **SMALL)),
+    ],
+    ids=["encdec", "t5"],
+)
 def test_encoder_decoder_flops_match_torch_count(model):
     src, tgt = torch.randint(1, 40, (B, S)), torch.randint(1, 50, (B, T))  # source and target lengths differ
     assert counted_flops(lambda: model(src, tgt)) == B * model.forward_flops(S, T)
@@ -61,13 +71,16 @@ def test_gpt_flops_follow_the_usual_6n_formula():
     assert 3 * model.forward_flops(256) / 256 == 6 * n_matmul + 12 * 6 * 384 * 256
 
 
-@pytest.mark.parametrize("name, precision, peak", [
-    ("NVIDIA H100 80GB HBM3", "bf16-mixed", 989.4e12),
-    ("NVIDIA H100 80GB HBM3", "16-mixed", 989.4e12),
-    ("NVIDIA A100-SXM4-80GB", "bf16-mixed", 312e12),
-    ("NVIDIA H200", "bf16-mixed", 989.4e12),
-    ("NVIDIA H200", "32-true", 494.7e12),  # TF32: the precision CUDA runs get ("high")
-])
+@pytest.mark.parametrize(
+    "name, precision, peak",
+    [
+        ("NVIDIA H100 80GB HBM3", "bf16-mixed", 989.4e12),
+        ("NVIDIA H100 80GB HBM3", "16-mixed", 989.4e12),
+        ("NVIDIA A100-SXM4-80GB", "bf16-mixed", 312e12),
+        ("NVIDIA H200", "bf16-mixed", 989.4e12),
+        ("NVIDIA H200", "32-true", 494.7e12),  # TF32: the precision CUDA runs get ("high")
+    ],
+)
 def test_gpu_peak_for_the_precision_in_use(monkeypatch, name, precision, peak):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
     monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "high")

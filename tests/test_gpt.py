@@ -6,8 +6,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_lab.models import GPT, GPTConfig
-from transformer_lab.models.layers import Attention
 from transformer_lab.models.gpt import Block
+from transformer_lab.models.layers import Attention
 
 
 def test_attention_matches_multihead_attention_with_causal_mask():
@@ -32,8 +32,9 @@ def test_block_matches_transformer_encoder_layer_pre_ln():
     torch.manual_seed(0)
     C, H = 32, 4
     ours = Block(GPTConfig(n_embd=C, n_head=H, bias=True), rotary=None).eval()
-    reference = nn.TransformerEncoderLayer(C, H, dim_feedforward=4 * C, dropout=0.0, activation="gelu",
-                                           batch_first=True, norm_first=True).eval()
+    reference = nn.TransformerEncoderLayer(
+        C, H, dim_feedforward=4 * C, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
+    ).eval()
     with torch.no_grad():
         for param in ours.parameters():
             param.normal_(0, 0.1)  # LayerNorm gains and biases away from their trivial init
@@ -57,8 +58,11 @@ def test_block_matches_transformer_encoder_layer_pre_ln():
 @pytest.mark.parametrize("mlp", ["gelu", "swiglu"])
 def test_future_tokens_never_change_earlier_logits(pos_encoding, mlp):
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=50, block_size=16, n_layer=2, n_head=2, n_embd=32, bias=True,
-                          pos_encoding=pos_encoding, mlp=mlp)).eval()
+    model = GPT(
+        GPTConfig(
+            vocab_size=50, block_size=16, n_layer=2, n_head=2, n_embd=32, bias=True, pos_encoding=pos_encoding, mlp=mlp
+        )
+    ).eval()
     idx = torch.randint(50, (2, 16))
     changed = idx.clone()
     changed[:, 9:] = torch.randint(50, (2, 7))
@@ -95,15 +99,16 @@ def test_generate_greedy_and_top_k():
     assert torch.equal(model.generate(prompt, 12, temperature=1.0, top_k=1), greedy)
     # each greedy token is the argmax of the logits of its (cropped) context
     for t in range(3, 15):
-        context = greedy[:, max(0, t - 8):t]
+        context = greedy[:, max(0, t - 8) : t]
         assert torch.equal(greedy[:, t], model(context)[:, -1].argmax(-1))
 
 
 @pytest.mark.parametrize("pos_encoding", ["learned", "rope"])
 def test_kv_cache_equals_recompute(pos_encoding):
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=30, block_size=16, n_layer=2, n_head=2, n_embd=16,
-                          pos_encoding=pos_encoding)).eval()
+    model = GPT(
+        GPTConfig(vocab_size=30, block_size=16, n_layer=2, n_head=2, n_embd=16, pos_encoding=pos_encoding)
+    ).eval()
     seq = torch.randint(30, (2, 12))
     full = model(seq)
     cache = model.new_cache()
@@ -119,14 +124,18 @@ def test_kv_cache_equals_recompute(pos_encoding):
 @pytest.mark.parametrize("pos_encoding", ["learned", "rope"])
 def test_generate_with_the_cache_equals_generate_without(pos_encoding):
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=30, block_size=8, n_layer=2, n_head=2, n_embd=16,
-                          pos_encoding=pos_encoding)).eval()
+    model = GPT(
+        GPTConfig(vocab_size=30, block_size=8, n_layer=2, n_head=2, n_embd=16, pos_encoding=pos_encoding)
+    ).eval()
     prompt = torch.randint(30, (3, 3))
     # 15 new tokens: past block_size, where the window slides and the cache gives way to recomputation
-    assert torch.equal(model.generate(prompt, 15, temperature=0),
-                       model.generate(prompt, 15, temperature=0, use_cache=False))
-    sampled = [model.generate(prompt, 15, top_k=5, generator=torch.Generator().manual_seed(1), use_cache=c)
-               for c in (True, False)]
+    assert torch.equal(
+        model.generate(prompt, 15, temperature=0), model.generate(prompt, 15, temperature=0, use_cache=False)
+    )
+    sampled = [
+        model.generate(prompt, 15, top_k=5, generator=torch.Generator().manual_seed(1), use_cache=c)
+        for c in (True, False)
+    ]
     assert torch.equal(*sampled)
 
 

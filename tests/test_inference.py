@@ -12,9 +12,9 @@ from omegaconf import open_dict
 
 from conftest import SHAKESPEARE, TINY, compose_cfg, needs_shakespeare
 from test_translation import write_pairs
+from transformer_lab.checkpoint import load_model
 from transformer_lab.errors import DataUnavailableError, UserError
 from transformer_lab.factory import datamodule_from_checkpoint
-from transformer_lab.checkpoint import load_model
 from transformer_lab.models.gpt import GPT, GPTConfig
 from transformer_lab.tasks.decoding import PrefixLM, beam_search, continue_prompts, length_normalised
 
@@ -22,8 +22,14 @@ RUNS = {
     "gpt_text": ["model=gpt", "data=shakespeare", "data.block_size=32", "trainer.max_steps=40", "optim.lr=1e-2"],
     "t5_text": ["model=t5", "data=shakespeare", "span.input_length=32", "trainer.max_steps=40", "optim.lr=1e-2"],
     "bert_equations": ["model=bert", "data=modular", "data.p=11", "trainer.max_steps=60", "optim.lr=3e-3"],
-    "gpt_pairs": ["model=gpt", "data=translation", "data.vocab_size=100", "data.max_length=12",
-                  "trainer.max_steps=40", "optim.lr=3e-3"],
+    "gpt_pairs": [
+        "model=gpt",
+        "data=translation",
+        "data.vocab_size=100",
+        "data.max_length=12",
+        "trainer.max_steps=40",
+        "optim.lr=3e-3",
+    ],
     # the other pairs, for evaluate
     "gpt_equations": ["model=gpt", "data=modular", "data.p=11", "trainer.max_steps=20"],
     "encdec_equations": ["model=encdec", "data=modular", "data.p=11", "trainer.max_steps=20"],
@@ -43,10 +49,22 @@ def trained(tmp_path_factory):
         if name not in done:
             if "data=shakespeare" in RUNS[name] and not SHAKESPEARE.exists():
                 pytest.skip(f"{SHAKESPEARE} missing: run `make data`")
-            toy_pairs = [f"data.path={pairs}", f"paths.data_dir={tmp / 'data'}"] if "data=translation" in RUNS[name] else []
-            cfg = compose_cfg([*RUNS[name], *TINY, *toy_pairs, "logger=none", "sample.enabled=false",
-                               "trainer.val_check_interval=20", "decode.beam_size=1"], output_dir=str(tmp / name),
-                              return_hydra_config=True)
+            toy_pairs = (
+                [f"data.path={pairs}", f"paths.data_dir={tmp / 'data'}"] if "data=translation" in RUNS[name] else []
+            )
+            cfg = compose_cfg(
+                [
+                    *RUNS[name],
+                    *TINY,
+                    *toy_pairs,
+                    "logger=none",
+                    "sample.enabled=false",
+                    "trainer.val_check_interval=20",
+                    "decode.beam_size=1",
+                ],
+                output_dir=str(tmp / name),
+                return_hydra_config=True,
+            )
             HydraConfig.instance().set_config(cfg)  # as under @hydra.main: the checkpoints keep the overrides
             with open_dict(cfg):
                 del cfg["hydra"]
@@ -76,7 +94,7 @@ def test_beam_search_over_a_decoder_only_model_is_exact_search_when_the_beam_hol
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=5, block_size=8, n_layer=2, n_head=2, n_embd=16)).eval()
     prompts, eos, max_new = torch.tensor([[0, 3, 4, 1], [1, 1, 0, 3]]), 2, 3
-    found = beam_search(PrefixLM(model, 4), prompts, 5 ** 3, max_new, bos=eos, eos=eos, length_penalty=0.6)
+    found = beam_search(PrefixLM(model, 4), prompts, 5**3, max_new, bos=eos, eos=eos, length_penalty=0.6)
 
     def score(prompt, continuation, ended):
         sequence = torch.tensor([[*prompt, *continuation, *([eos] if ended else [])]])
@@ -115,15 +133,18 @@ def test_fill_reads_gaps_as_the_training_examples_show_them(trained):
     assert [datamodule.encode(text) for text in shown] == inputs.tolist()
     spans = fill({"ckpt": str(run_dir), "spans": True, "max_len": 20}, shown)
     expected = fill_spans_greedy(model, inputs, 20, datamodule.pad_id, datamodule.eos_id)
-    assert list(spans) == [datamodule.decode(ids[:ids.index(datamodule.eos_id)] if datamodule.eos_id in ids else ids)
-                           for ids in expected]
+    assert list(spans) == [
+        datamodule.decode(ids[: ids.index(datamodule.eos_id)] if datamodule.eos_id in ids else ids) for ids in expected
+    ]
     # the text with its gaps filled keeps what was around them
     (filled,) = fill({"ckpt": str(run_dir)}, ["To be, or not <X0> be: that is the <X1>"])
     assert filled.startswith("To be, or not ") and " be: that is the " in filled and "<X" not in filled
     warnings = []
     assert list(fill({"ckpt": str(run_dir)}, ["<X100> is out of range", "no gap"], warn=warnings.append))[0] == ""
-    assert warnings == ["line 1: <X100>: this model has the sentinels <X0> to <X99>; its output line is empty",
-                        "line 2 has no gap (<X0>, <X1>, ...) to fill"]
+    assert warnings == [
+        "line 1: <X100>: this model has the sentinels <X0> to <X99>; its output line is empty",
+        "line 2 has no gap (<X0>, <X1>, ...) to fill",
+    ]
 
 
 def test_classify_gives_the_models_answer_for_each_equation(trained):
@@ -137,14 +158,18 @@ def test_classify_gives_the_models_answer_for_each_equation(trained):
     results = list(classify({"ckpt": str(run_dir), "top": 2}, lines))
     with torch.no_grad():
         probabilities = model(x).softmax(-1)
-    for (line, ranked), p in zip(results, probabilities):
-        (first, p1), (second, p2) = ranked
+    for (_, ranked), p in zip(results, probabilities):
+        (first, p1), (_, p2) = ranked
         assert first == p.argmax().item() and p1 == pytest.approx(p.max().item(), abs=1e-6) and p1 >= p2
     warnings = []
-    assert list(classify({"ckpt": str(run_dir)}, ["3 * 5 =", "12 + 1"], warn=warnings.append)) == [("3 * 5 =", []),
-                                                                                                     ("12 + 1", [])]
-    assert warnings == ["line 1: expected an equation of the form `a + b =` (data.op=+, data.terms=2)",
-                        "line 2: 12: not a number in 0..10 (data.p=11)"]
+    assert list(classify({"ckpt": str(run_dir)}, ["3 * 5 =", "12 + 1"], warn=warnings.append)) == [
+        ("3 * 5 =", []),
+        ("12 + 1", []),
+    ]
+    assert warnings == [
+        "line 1: expected an equation of the form `a + b =` (data.op=+, data.terms=2)",
+        "line 2: 12: not a number in 0..10 (data.p=11)",
+    ]
 
 
 def test_translate_with_a_decoder_only_model_prompts_as_training_did(trained):
@@ -155,20 +180,27 @@ def test_translate_with_a_decoder_only_model_prompts_as_training_did(trained):
     model, datamodule = set_up(run_dir)
     sources = [s for s, _ in datamodule.pairs["val"][:6]]
     x, _, rows = next(iter(datamodule.val_dataloader()))
-    prompt = x[0, :datamodule.prompt_lengths["val"][rows[0]]].tolist()  # `<bos> source <sep>` as validated
+    prompt = x[0, : datamodule.prompt_lengths["val"][rows[0]]].tolist()  # `<bos> source <sep>` as validated
     assert datamodule.encode(datamodule.pairs["val"][rows[0]][0]) == prompt
     greedy = list(translate({"ckpt": str(run_dir), "beam_size": 1}, sources))
-    expected = [datamodule.decode(continue_prompts(model, torch.tensor([datamodule.encode(s)]), 50, EOS).outputs[0])
-                for s in sources]
+    expected = [
+        datamodule.decode(continue_prompts(model, torch.tensor([datamodule.encode(s)]), 50, EOS).outputs[0])
+        for s in sources
+    ]
     assert greedy == expected and any(greedy)
     beam = list(translate({"ckpt": str(run_dir), "beam_size": 3}, sources))
     assert len(beam) == len(sources)
 
 
-@pytest.mark.parametrize("command, run, serves", [
-    ("sample", "t5_text", "fill"), ("translate", "gpt_text", "sample"), ("fill", "bert_equations", "classify"),
-    ("classify", "gpt_pairs", "translate"),
-])
+@pytest.mark.parametrize(
+    "command, run, serves",
+    [
+        ("sample", "t5_text", "fill"),
+        ("translate", "gpt_text", "sample"),
+        ("fill", "bert_equations", "classify"),
+        ("classify", "gpt_pairs", "translate"),
+    ],
+)
 def test_a_checkpoint_of_another_kind_is_refused_naming_the_command_for_it(trained, command, run, serves):
     import importlib
 
@@ -186,14 +218,18 @@ def test_evaluate_on_a_users_text_file(trained, tmp_path):
     run_dir = trained("gpt_text")
     text = SHAKESPEARE.read_text(encoding="utf-8")
     held_out = tmp_path / "held_out.txt"  # the run's own validation text, as a user's file: the same windows
-    held_out.write_text(text[int(len(text) * 0.9):], encoding="utf-8")
-    on_file = evaluate(str(run_dir), "val", [f"data.path={held_out}", "trainer.limit_val_batches=3"], str(tmp_path / "a.json"))
+    held_out.write_text(text[int(len(text) * 0.9) :], encoding="utf-8")
+    on_file = evaluate(
+        str(run_dir), "val", [f"data.path={held_out}", "trainer.limit_val_batches=3"], str(tmp_path / "a.json")
+    )
     on_run = evaluate(str(run_dir), "val", ["trainer.limit_val_batches=3"], str(tmp_path / "b.json"))
     assert on_file["metrics"]["val/loss"] == pytest.approx(on_run["metrics"]["val/loss"], abs=1e-6)
     assert math.isfinite(on_file["metrics"]["val/ppl"])
     foreign = tmp_path / "foreign.txt"
     foreign.write_text("Ça va? " * 100, encoding="utf-8")
-    with pytest.raises(DataUnavailableError, match=r"^data.path: .*foreign.txt has characters not in the vocabulary: \['Ç'\]"):
+    with pytest.raises(
+        DataUnavailableError, match=r"^data.path: .*foreign.txt has characters not in the vocabulary: \['Ç'\]"
+    ):
         evaluate(str(run_dir), "val", [f"data.path={foreign}"], str(tmp_path / "c.json"))
 
 
@@ -221,8 +257,9 @@ def test_inference_commands_have_help(module, capsys):
         assert "ckpt=RUN_DIR_OR_CKPT (or the first argument)" in out and "device='cpu'" in out
 
 
-@pytest.mark.parametrize("name", ["t5_text", "bert_equations", "gpt_pairs", "gpt_equations", "encdec_equations",
-                                  "t5_pairs"])
+@pytest.mark.parametrize(
+    "name", ["t5_text", "bert_equations", "gpt_pairs", "gpt_equations", "encdec_equations", "t5_pairs"]
+)
 def test_evaluate_gives_each_models_best_validation_again(trained, tmp_path, name):
     # every model x data pair but two tested elsewhere (gpt on text: test_train.py; encdec on pairs:
     # test_translation.py)

@@ -6,18 +6,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_lab.models import T5, Bert, BertConfig, EncDec, EncDecConfig, GPT, GPTConfig, T5Config
+from transformer_lab.models import GPT, T5, Bert, BertConfig, EncDec, EncDecConfig, GPTConfig, T5Config
 from transformer_lab.models.layers import Attention, FeedForward
 
 SMALL = dict(n_layer=2, n_head=4, n_embd=32)
 PIECES = [(0, 4), (4, 7), (7, 8), (8, 12)]  # a prefix, a chunk of three, one token, a chunk of four
 
 
-@pytest.mark.parametrize("model", [
-    EncDec(EncDecConfig(vocab_size=50, block_size=32, dropout=0.0, **SMALL)),
-    EncDec(EncDecConfig(vocab_size=50, block_size=32, dropout=0.0, norm_first=False, **SMALL)),
-    T5(T5Config(vocab_size=50, d_ff=64, dropout=0.0, **SMALL)),
-], ids=["encdec", "encdec-post-ln", "t5"])
+@pytest.mark.parametrize(
+    "model",
+    [
+        EncDec(EncDecConfig(vocab_size=50, block_size=32, dropout=0.0, **SMALL)),
+        EncDec(EncDecConfig(vocab_size=50, block_size=32, dropout=0.0, norm_first=False, **SMALL)),
+        T5(T5Config(vocab_size=50, d_ff=64, dropout=0.0, **SMALL)),
+    ],
+    ids=["encdec", "encdec-post-ln", "t5"],
+)
 def test_chunked_decoding_with_the_cache_equals_recomputation(model):
     # A chunk of new target tokens must be causal among itself as well as over the cache (the encoder-decoder
     # once dropped the causal mask whenever cached + new keys != new queries).
@@ -51,12 +55,15 @@ def test_cross_attention_with_padding_matches_multihead_attention():
     torch.testing.assert_close(ours(x, memory, pad), expected, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("activation, formula", [
-    ("relu", lambda f, x: F.relu(f.up(x))),
-    ("gelu", lambda f, x: F.gelu(f.up(x))),
-    ("swiglu", lambda f, x: F.silu(f.gate(x)) * f.up(x)),
-    ("gated-gelu", lambda f, x: F.gelu(f.gate(x), approximate="tanh") * f.up(x)),
-])
+@pytest.mark.parametrize(
+    "activation, formula",
+    [
+        ("relu", lambda f, x: F.relu(f.up(x))),
+        ("gelu", lambda f, x: F.gelu(f.up(x))),
+        ("swiglu", lambda f, x: F.silu(f.gate(x)) * f.up(x)),
+        ("gated-gelu", lambda f, x: F.gelu(f.gate(x), approximate="tanh") * f.up(x)),
+    ],
+)
 def test_feed_forward_variants(activation, formula):
     torch.manual_seed(0)
     ff = FeedForward(16, 24, activation, bias=False)
@@ -67,11 +74,21 @@ def test_feed_forward_variants(activation, formula):
 
 # Each model's parameter names before the shared layers: new name -> old names, concatenated in this order.
 OLD_NAMES = {
-    GPT: {"attn.in_proj": ["attn.c_attn"], "attn.out_proj": ["attn.c_proj"], "mlp.up": ["mlp.c_fc"],
-          "mlp.gate": ["mlp.c_gate"], "mlp.down": ["mlp.c_proj"]},
+    GPT: {
+        "attn.in_proj": ["attn.c_attn"],
+        "attn.out_proj": ["attn.c_proj"],
+        "mlp.up": ["mlp.c_fc"],
+        "mlp.gate": ["mlp.c_gate"],
+        "mlp.down": ["mlp.c_proj"],
+    },
     EncDec: {"attn.in_proj": ["attn.q_proj", "attn.kv_proj"], "ff.up": ["ff.linear1"], "ff.down": ["ff.linear2"]},
-    T5: {"attn.in_proj": ["attn.q", "attn.k", "attn.v"], "attn.out_proj": ["attn.o"], "ff.up": ["ff.wi"],
-         "ff.gate": ["ff.wi_gate"], "ff.down": ["ff.wo"]},
+    T5: {
+        "attn.in_proj": ["attn.q", "attn.k", "attn.v"],
+        "attn.out_proj": ["attn.o"],
+        "ff.up": ["ff.wi"],
+        "ff.gate": ["ff.wi_gate"],
+        "ff.down": ["ff.wo"],
+    },
 }
 OLD_NAMES[Bert] = OLD_NAMES[EncDec]
 
@@ -86,18 +103,28 @@ def old_state_dict(model: nn.Module) -> dict:
             old[key] = value
             continue
         names = OLD_NAMES[type(model)][new]
-        for name, piece in zip(names, value.chunk(len(names)) if len(names) == 3 else
-                               (value[:len(value) // 3], value[len(value) // 3:]) if len(names) == 2 else (value,)):
+        for name, piece in zip(
+            names,
+            value.chunk(len(names))
+            if len(names) == 3
+            else (value[: len(value) // 3], value[len(value) // 3 :])
+            if len(names) == 2
+            else (value,),
+        ):
             old[f"{module.removesuffix(new)}{name}.{part}"] = piece
     return old
 
 
-@pytest.mark.parametrize("build", [
-    lambda: GPT(GPTConfig(vocab_size=40, block_size=16, mlp="swiglu", **SMALL)),
-    lambda: EncDec(EncDecConfig(vocab_size=40, block_size=16, **SMALL)),
-    lambda: Bert(BertConfig(vocab_size=40, n_classes=3, block_size=16, **SMALL)),
-    lambda: T5(T5Config(vocab_size=40, d_ff=64, feed_forward="gated-gelu", **SMALL)),
-], ids=["gpt", "encdec", "bert", "t5"])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: GPT(GPTConfig(vocab_size=40, block_size=16, mlp="swiglu", **SMALL)),
+        lambda: EncDec(EncDecConfig(vocab_size=40, block_size=16, **SMALL)),
+        lambda: Bert(BertConfig(vocab_size=40, n_classes=3, block_size=16, **SMALL)),
+        lambda: T5(T5Config(vocab_size=40, d_ff=64, feed_forward="gated-gelu", **SMALL)),
+    ],
+    ids=["gpt", "encdec", "bert", "t5"],
+)
 def test_checkpoints_with_the_old_parameter_names_still_load(build):
     torch.manual_seed(0)
     trained = build().eval()

@@ -20,8 +20,9 @@ BOS = 1
 
 def short_model(block_size=16):
     torch.manual_seed(0)
-    return EncDec(EncDecConfig(vocab_size=40, block_size=block_size, n_layer=1, n_head=2, n_embd=32,
-                               dropout=0.0)).eval()
+    return EncDec(
+        EncDecConfig(vocab_size=40, block_size=block_size, n_layer=1, n_head=2, n_embd=32, dropout=0.0)
+    ).eval()
 
 
 def long_sources():
@@ -80,17 +81,33 @@ def checkpoint(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("short")
     pairs = write_pairs(tmp / "pairs.tsv", n=300)
     run = tmp / "run"
-    result = run_train("model=encdec", "data=translation", f"data.path={pairs}", "data.vocab_size=100",
-                       "data.max_length=12", f"paths.data_dir={tmp / 'data'}", *TINY, "trainer.max_steps=10",
-                       "trainer.val_check_interval=10", "logger=none", f"hydra.run.dir={run}")
+    result = run_train(
+        "model=encdec",
+        "data=translation",
+        f"data.path={pairs}",
+        "data.vocab_size=100",
+        "data.max_length=12",
+        f"paths.data_dir={tmp / 'data'}",
+        *TINY,
+        "trainer.max_steps=10",
+        "trainer.val_check_interval=10",
+        "logger=none",
+        f"hydra.run.dir={run}",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return run / "checkpoints" / "last.ckpt"
 
 
+@pytest.mark.e2e
 def test_every_input_line_gets_an_output_line(checkpoint):
     lines = ["red dog runs", "", "the big cat " * 167, "你好 ☃", "   ", "blue bird sleeps"]  # 500 words on line 3
-    proc = subprocess.run([sys.executable, "-m", "transformer_lab.translate", f"ckpt={checkpoint}", "beam_size=2",
-                           "batch_size=4"], input="\n".join(lines) + "\n", capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "transformer_lab.translate", f"ckpt={checkpoint}", "beam_size=2", "batch_size=4"],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout.split("\n")
     assert out[-1] == "" and len(out[:-1]) == len(lines)
@@ -101,6 +118,7 @@ def test_every_input_line_gets_an_output_line(checkpoint):
     assert "line 3)" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.e2e
 def test_outputs_come_batch_by_batch_and_a_failing_line_loses_only_itself(checkpoint, monkeypatch):
     def lines():
         yield from ["red dog runs", "blue bird sleeps"]
@@ -118,22 +136,36 @@ def test_outputs_come_batch_by_batch_and_a_failing_line_loses_only_itself(checkp
 
     monkeypatch.setattr(translate_cli, "decode", failing_on_cat)
     warnings = []
-    out = list(translate_cli.translate({"ckpt": str(checkpoint), "beam_size": 1},
-                                       ["red dog", "the big cat sleeps under a small dog", "blue bird"],
-                                       warn=warnings.append))
+    out = list(
+        translate_cli.translate(
+            {"ckpt": str(checkpoint), "beam_size": 1},
+            ["red dog", "the big cat sleeps under a small dog", "blue bird"],
+            warn=warnings.append,
+        )
+    )
     assert len(out) == 3 and out[0] and out[1] == "" and out[2]
     assert "line 2 could not be translated (RuntimeError: out of memory); its output line is empty" in warnings
     assert not any(f"line {n} " in w for w in warnings for n in (1, 3))
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not MULTI30K.exists(), reason=f"{MULTI30K} missing: run `make data`")
 def test_training_with_a_short_max_length_completes_with_test_bleu(tmp_path):
     # Multi30k's test sentences run to 40+ tokens: data.max_length=12 cuts most of them, and decoding
     # (source length + decode.max_extra_len) would pass the model's 12 positions at every sentence.
     run = tmp_path / "run"
-    result = run_train("model=encdec", "data=translation", "data.max_length=12", "data.val_batch_size=256",
-                       *TINY, "model.n_embd=64", "trainer.max_steps=20", "trainer.val_check_interval=20",
-                       "logger=none", f"hydra.run.dir={run}")
+    result = run_train(
+        "model=encdec",
+        "data=translation",
+        "data.max_length=12",
+        "data.val_batch_size=256",
+        *TINY,
+        "model.n_embd=64",
+        "trainer.max_steps=20",
+        "trainer.val_check_interval=20",
+        "logger=none",
+        f"hydra.run.dir={run}",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "completed" and "test/bleu" in summary

@@ -11,22 +11,43 @@ DATA = {
     "modular": ["data=modular", "data.p=11", "data.train_fraction=0.9", "data.batch_size=16"],
     "shakespeare": ["data=shakespeare", "data.block_size=32", "data.batch_size=8", "sample.max_new_tokens=10"],
     # a pair file written by the fixture below; encoder-decoder, length-grouped batches, BLEU
-    "translation": ["model=encdec", "data=translation", "data.vocab_size=100", "data.batch_size=16",
-                    "decode.beam_size=2"],
+    "translation": [
+        "model=encdec",
+        "data=translation",
+        "data.vocab_size=100",
+        "data.batch_size=16",
+        "decode.beam_size=2",
+    ],
 }
 # Dropout on, so the resumed run must also restore the random generators' states.
-COMMON = [*TINY, "model.dropout=0.1", "trainer.max_steps=60", "trainer.val_check_interval=20",
-          "trainer.limit_val_batches=3", "callbacks.last_checkpoint.every_n_train_steps=10",
-          "trainer.log_every_n_steps=5", "logger=csv", "+callbacks.batch_log._target_=helpers.BatchLog"]
+COMMON = [
+    *TINY,
+    "model.dropout=0.1",
+    "trainer.max_steps=60",
+    "trainer.val_check_interval=20",
+    "trainer.limit_val_batches=3",
+    "callbacks.last_checkpoint.every_n_train_steps=10",
+    "trainer.log_every_n_steps=5",
+    "logger=csv",
+    "+callbacks.batch_log._target_=helpers.BatchLog",
+]
 HELPERS = {"PYTHONPATH": str(ROOT / "tests")}
 # Measurements of the process that ran, not results: a resumed run measures only its own steps.
-NOT_COMPARED = {"tokens_per_sec", "throughput/tokens_per_sec", "flops_per_token", "mfu", "throughput/mfu",
-                "wall_time_s", "peak_mem_mb"}
+NOT_COMPARED = {
+    "tokens_per_sec",
+    "throughput/tokens_per_sec",
+    "flops_per_token",
+    "mfu",
+    "throughput/mfu",
+    "wall_time_s",
+    "peak_mem_mb",
+}
 
 
 def train(run_dir, *overrides):
-    return run_train(*overrides, f"+callbacks.batch_log.path={run_dir / 'batches.tsv'}", f"hydra.run.dir={run_dir}",
-                     env=HELPERS)
+    return run_train(
+        *overrides, f"+callbacks.batch_log.path={run_dir / 'batches.tsv'}", f"hydra.run.dir={run_dir}", env=HELPERS
+    )
 
 
 def batches(run_dir):
@@ -43,6 +64,7 @@ def history(run_dir):
     return [{k: v for k, v in json.loads(line).items() if not k.startswith("throughput/")} for line in lines]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("data", ["modular", pytest.param("shakespeare", marks=needs_shakespeare), "translation"])
 def test_sigkill_then_resume_equals_an_uninterrupted_run(data, tmp_path):
     whole, crashed = tmp_path / "whole", tmp_path / "crashed"
@@ -80,12 +102,19 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(data, tmp_path):
     assert a["val/loss"] == b["val/loss"] and a["global_step"] == b["global_step"] == 60
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
 def test_interrupt_saves_a_checkpoint_and_resumes(signum, tmp_path):
     whole, stopped = tmp_path / "whole", tmp_path / "stopped"
     assert train(whole, *DATA["modular"], *COMMON).returncode == 0
-    result = train(stopped, *DATA["modular"], *COMMON, "+callbacks.kill._target_=helpers.KillAt",
-                   "+callbacks.kill.step=27", f"+callbacks.kill.signum={signum}")
+    result = train(
+        stopped,
+        *DATA["modular"],
+        *COMMON,
+        "+callbacks.kill._target_=helpers.KillAt",
+        "+callbacks.kill.step=27",
+        f"+callbacks.kill.signum={signum}",
+    )
     assert result.returncode == (130 if signum == "SIGINT" else 143), result.stderr[-3000:]
     interrupted = summary(stopped)
     assert interrupted["status"] == "interrupted" and interrupted["global_step"] == 27
@@ -100,10 +129,19 @@ def test_interrupt_saves_a_checkpoint_and_resumes(signum, tmp_path):
     assert summary(stopped)["val/loss"] == summary(whole)["val/loss"]
 
 
+@pytest.mark.e2e
 def test_nonfinite_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(tmp_path):
     # lr 1e4 without clipping sends the weights to inf within a few steps.
-    diverge = [*DATA["modular"], *TINY, "optim.lr=1e4", "optim.warmup_steps=0", "trainer.gradient_clip_val=null",
-               "trainer.max_steps=60", "callbacks.last_checkpoint.every_n_train_steps=1", "logger=none"]
+    diverge = [
+        *DATA["modular"],
+        *TINY,
+        "optim.lr=1e4",
+        "optim.warmup_steps=0",
+        "trainer.gradient_clip_val=null",
+        "trainer.max_steps=60",
+        "callbacks.last_checkpoint.every_n_train_steps=1",
+        "logger=none",
+    ]
     result = run_train(*diverge, f"hydra.run.dir={tmp_path}")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert "the loss is nan at step" in result.stderr or "the loss is inf at step" in result.stderr
@@ -117,20 +155,30 @@ def test_nonfinite_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(t
     assert checkpoint["global_step"] == step
     assert all(torch.isfinite(v).all() for v in checkpoint["state_dict"].values())
 
-    skipping = run_train(*diverge, "optim.skip_nonfinite=true", "trainer.log_every_n_steps=1", "logger=csv",
-                         f"hydra.run.dir={tmp_path / 'skip'}")
+    skipping = run_train(
+        *diverge,
+        "optim.skip_nonfinite=true",
+        "trainer.log_every_n_steps=1",
+        "logger=csv",
+        f"hydra.run.dir={tmp_path / 'skip'}",
+    )
     assert skipping.returncode == 0, skipping.stderr[-3000:]
     assert summary(tmp_path / "skip")["train/skipped_steps"] >= 1
 
 
+@pytest.mark.e2e
 def test_truncated_checkpoint_is_reported_not_loaded(tmp_path):
     run = tmp_path / "run"
-    assert run_train(*DATA["modular"], *TINY, "trainer.max_steps=10", "logger=none", f"hydra.run.dir={run}").returncode == 0
+    assert (
+        run_train(*DATA["modular"], *TINY, "trainer.max_steps=10", "logger=none", f"hydra.run.dir={run}").returncode
+        == 0
+    )
     last = run / "checkpoints" / "last.ckpt"
     before = last.read_bytes()
     last.write_bytes(before[: len(before) // 2])
-    result = run_train(*DATA["modular"], *TINY, "trainer.max_steps=20", "logger=none", "ckpt_path=last",
-                       f"hydra.run.dir={run}")
+    result = run_train(
+        *DATA["modular"], *TINY, "trainer.max_steps=20", "logger=none", "ckpt_path=last", f"hydra.run.dir={run}"
+    )
     assert result.returncode == 2 and "is not a readable checkpoint (truncated or corrupt" in result.stderr
     assert "Traceback" not in result.stderr
     assert last.read_bytes() == before[: len(before) // 2]  # left as found, for the user to inspect
@@ -148,9 +196,12 @@ def test_only_whole_files_appear(tmp_path):
     assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["out.bin"]
 
 
+@pytest.mark.e2e
 def test_checkpoints_load_with_weights_only_and_carry_the_config(tmp_path):
     run = tmp_path / "run"
-    assert run_train(*DATA["modular"], *TINY, "trainer.max_steps=5", "logger=none", f"hydra.run.dir={run}").returncode == 0
+    assert (
+        run_train(*DATA["modular"], *TINY, "trainer.max_steps=5", "logger=none", f"hydra.run.dir={run}").returncode == 0
+    )
     import torch
 
     checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
@@ -162,8 +213,12 @@ def test_checkpoints_load_with_weights_only_and_carry_the_config(tmp_path):
     # run refuses to resume from it with one line rather than failing inside the optimizer's state.
     from transformer_lab.checkpoint import load_model
 
-    old_names = {"attn.in_proj": "attn.c_attn", "attn.out_proj": "attn.c_proj", "mlp.up": "mlp.c_fc",
-                 "mlp.down": "mlp.c_proj"}
+    old_names = {
+        "attn.in_proj": "attn.c_attn",
+        "attn.out_proj": "attn.c_proj",
+        "mlp.up": "mlp.c_fc",
+        "mlp.down": "mlp.c_proj",
+    }
     renamed = {}
     for key, value in checkpoint["state_dict"].items():
         for new, old in old_names.items():
@@ -173,12 +228,19 @@ def test_checkpoints_load_with_weights_only_and_carry_the_config(tmp_path):
     torch.save({**checkpoint, "state_dict": renamed}, old)
     idx = torch.randint(0, 10, (2, 4))
     torch.testing.assert_close(load_model(old)[0](idx), load_model(run / "checkpoints" / "last.ckpt")[0](idx))
-    result = run_train(*DATA["modular"], *TINY, "trainer.max_steps=10", "logger=none", f"ckpt_path={old}",
-                       f"hydra.run.dir={tmp_path / 'resumed'}")
+    result = run_train(
+        *DATA["modular"],
+        *TINY,
+        "trainer.max_steps=10",
+        "logger=none",
+        f"ckpt_path={old}",
+        f"hydra.run.dir={tmp_path / 'resumed'}",
+    )
     assert result.returncode == 2 and "names its parameters differently" in result.stderr
     assert "attn.c_attn" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.e2e
 def test_a_checkpoint_with_arbitrary_objects_is_refused(tmp_path):
     import torch
 

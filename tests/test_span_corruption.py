@@ -3,8 +3,13 @@
 import pytest
 import torch
 
-from transformer_lab.data.span_corruption import (corrupt, fill_spans, lengths_after_corruption,
-                                                  random_spans_noise_mask, raw_and_target_length)
+from transformer_lab.data.span_corruption import (
+    corrupt,
+    fill_spans,
+    lengths_after_corruption,
+    random_spans_noise_mask,
+    raw_and_target_length,
+)
 
 VOCAB, EOS = 1000, 1
 

@@ -23,12 +23,12 @@ def test_relative_position_buckets():
     assert [int(both[300 - d]) for d in range(8)] == list(range(8))
     assert [int(both[300 + d]) for d in range(1, 8)] == list(range(17, 24))
     assert both.max() == 31 and both.min() == 0
-    assert set(both[:300 - 127].tolist()) == {15} and set(both[300 + 128:].tolist()) == {31}
+    assert set(both[: 300 - 127].tolist()) == {15} and set(both[300 + 128 :].tolist()) == {31}
     assert (both[:301].flip(0).diff() >= 0).all() and (both[301:].diff() >= 0).all()  # grows with distance
     # Causal: keys after the query all share bucket 0; earlier ones use all 32 buckets.
     causal = relative_position_bucket(distance, bidirectional=False, num_buckets=32, max_distance=128)
     assert set(causal[300:].tolist()) == {0}
-    assert [int(causal[300 - d]) for d in range(16)] == list(range(16)) and set(causal[:300 - 128].tolist()) == {31}
+    assert [int(causal[300 - d]) for d in range(16)] == list(range(16)) and set(causal[: 300 - 128].tolist()) == {31}
     # T5's log spacing: bucket = 16 + floor(log(d / 16) / log(128 / 16) * 16) for 16 <= d < 128.
     for d in (16, 20, 50, 100, 127):
         assert int(causal[300 - d]) == 16 + int(torch.log(torch.tensor(d / 16)) / torch.log(torch.tensor(8.0)) * 16)
@@ -43,8 +43,9 @@ def test_attention_is_unscaled_softmax_with_the_bias():
     pad[:, 6] = True  # a masked key
     q, k, v = (F.linear(t, w) for t, w in zip((x, memory, memory), attention.in_proj.weight.split(32)))
     heads = lambda t: t.view(2, -1, 4, 8).transpose(1, 2)  # noqa: E731
-    weights = torch.softmax(heads(q) @ heads(k).transpose(-1, -2) + bias.masked_fill(pad[:, None, None], float("-inf")),
-                            dim=-1)  # no 1/sqrt(d)
+    weights = torch.softmax(
+        heads(q) @ heads(k).transpose(-1, -2) + bias.masked_fill(pad[:, None, None], float("-inf")), dim=-1
+    )  # no 1/sqrt(d)
     expected = attention.out_proj((weights @ heads(v)).transpose(1, 2).reshape(2, 5, 32))
     torch.testing.assert_close(attention(x, memory, pad, bias=bias), expected, atol=1e-5, rtol=1e-5)
 
@@ -80,13 +81,29 @@ def test_position_bias_makes_order_matter():
     assert not torch.allclose(m(src, tgt), m(src.flip(1), tgt))
 
 
+@pytest.mark.e2e
 @needs_shakespeare
 def test_t5_span_corruption_on_shakespeare_learns(tmp_path):
-    result = run_train("model=t5", "data=shakespeare", *TINY, "model.n_head=4", "model.n_embd=64", "model.d_ff=128",
-                       "model.dropout=0.0", "span.input_length=32", "data.batch_size=16", "trainer.max_steps=120",
-                       "trainer.val_check_interval=40", "trainer.limit_val_batches=4", "optim.lr=1e-2",
-                       "optim.warmup_steps=10", "logger=csv", "trainer.log_every_n_steps=1", "callbacks=none",
-                       f"hydra.run.dir={tmp_path}")
+    result = run_train(
+        "model=t5",
+        "data=shakespeare",
+        *TINY,
+        "model.n_head=4",
+        "model.n_embd=64",
+        "model.d_ff=128",
+        "model.dropout=0.0",
+        "span.input_length=32",
+        "data.batch_size=16",
+        "trainer.max_steps=120",
+        "trainer.val_check_interval=40",
+        "trainer.limit_val_batches=4",
+        "optim.lr=1e-2",
+        "optim.warmup_steps=10",
+        "logger=csv",
+        "trainer.log_every_n_steps=1",
+        "callbacks=none",
+        f"hydra.run.dir={tmp_path}",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     history = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     train = [r["train/loss"] for r in history if "train/loss" in r]
@@ -98,13 +115,29 @@ def test_t5_span_corruption_on_shakespeare_learns(tmp_path):
     assert "span fills at step 40" in output and "<X0>" in output
 
 
+@pytest.mark.e2e
 def test_t5_span_corruption_on_translation_text(tmp_path):
-    result = run_train("model=t5", "data=translation", "data.vocab_size=500", *TINY, "model.n_head=4",
-                       "model.n_embd=64", "model.d_ff=128", "model.dropout=0.0", "span.input_length=32",
-                       "data.batch_size=16", "trainer.max_steps=60", "trainer.val_check_interval=30",
-                       "trainer.limit_val_batches=2", "optim.lr=1e-2", "optim.warmup_steps=10", "logger=none",
-                       "trainer.log_every_n_steps=1",
-                       "callbacks=none", f"hydra.run.dir={tmp_path}")
+    result = run_train(
+        "model=t5",
+        "data=translation",
+        "data.vocab_size=500",
+        *TINY,
+        "model.n_head=4",
+        "model.n_embd=64",
+        "model.d_ff=128",
+        "model.dropout=0.0",
+        "span.input_length=32",
+        "data.batch_size=16",
+        "trainer.max_steps=60",
+        "trainer.val_check_interval=30",
+        "trainer.limit_val_batches=2",
+        "optim.lr=1e-2",
+        "optim.warmup_steps=10",
+        "logger=none",
+        "trainer.log_every_n_steps=1",
+        "callbacks=none",
+        f"hydra.run.dir={tmp_path}",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     history = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -112,6 +145,7 @@ def test_t5_span_corruption_on_translation_text(tmp_path):
     assert summary["train/loss"] < train[0] - 1.0 and "val/loss" in summary and "test/bleu" not in summary
 
 
+@pytest.mark.e2e
 def test_t5_rejects_equations_and_too_few_sentinels(tmp_path):
     result = run_train("model=t5", "data=modular", "logger=none", f"hydra.run.dir={tmp_path}")
     assert result.returncode == 2 and "model=t5 does not train on data=modular" in result.stderr

@@ -6,14 +6,26 @@ import subprocess
 import sys
 
 import pytest
-
 from omegaconf import OmegaConf
 
 from conftest import ROOT, TINY, needs_shakespeare, run_train
 from transformer_lab.checkpoint import load_model
 
-SUMMARY_KEYS = {"tokens_per_sec", "flops_per_token", "mfu", "wall_time_s", "peak_mem_mb", "n_params", "global_step", "status",
-                "train/loss", "val/loss", "val/loss_best", "val/ppl", "throughput/tokens_per_sec"}
+SUMMARY_KEYS = {
+    "tokens_per_sec",
+    "flops_per_token",
+    "mfu",
+    "wall_time_s",
+    "peak_mem_mb",
+    "n_params",
+    "global_step",
+    "status",
+    "train/loss",
+    "val/loss",
+    "val/loss_best",
+    "val/ppl",
+    "throughput/tokens_per_sec",
+}
 
 
 def logged(run_dir, name):
@@ -28,15 +40,28 @@ def val_losses(run_dir):
 @pytest.fixture(scope="module")
 def shakespeare_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("shakespeare")
-    result = run_train("data=shakespeare", "model=gpt", *TINY, "data.block_size=32", "data.batch_size=16",
-                       "trainer.max_steps=60", "trainer.val_check_interval=20", "trainer.limit_val_batches=4",
-                       "optim.warmup_steps=5", "optim.lr=1e-2", "sample.max_new_tokens=20", "logger=csv",
-                       "trainer.log_every_n_steps=1", "callbacks.throughput.peak_flops=1e9",
-                       f"hydra.run.dir={run_dir}")
+    result = run_train(
+        "data=shakespeare",
+        "model=gpt",
+        *TINY,
+        "data.block_size=32",
+        "data.batch_size=16",
+        "trainer.max_steps=60",
+        "trainer.val_check_interval=20",
+        "trainer.limit_val_batches=4",
+        "optim.warmup_steps=5",
+        "optim.lr=1e-2",
+        "sample.max_new_tokens=20",
+        "logger=csv",
+        "trainer.log_every_n_steps=1",
+        "callbacks.throughput.peak_flops=1e9",
+        f"hydra.run.dir={run_dir}",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return run_dir, result
 
 
+@pytest.mark.e2e
 @needs_shakespeare
 def test_shakespeare_loss_falls_and_summary_is_complete(shakespeare_run):
     run_dir, result = shakespeare_run
@@ -52,6 +77,7 @@ def test_shakespeare_loss_falls_and_summary_is_complete(shakespeare_run):
     assert {p.name for p in (run_dir / "checkpoints").iterdir()} == {"best.ckpt", "last.ckpt"}
 
 
+@pytest.mark.e2e
 @needs_shakespeare
 def test_flops_per_token_and_mfu_in_the_summary(shakespeare_run):
     run_dir, _ = shakespeare_run
@@ -64,6 +90,7 @@ def test_flops_per_token_and_mfu_in_the_summary(shakespeare_run):
     assert len(logged(run_dir, "throughput/mfu")) == len(logged(run_dir, "throughput/tokens_per_sec")) > 0
 
 
+@pytest.mark.e2e
 @needs_shakespeare
 def test_resume_from_the_run_directory_alone(shakespeare_run, tmp_path):
     # Only ckpt_path, the directory and a longer run: the width, context and the rest come from the run.
@@ -80,19 +107,29 @@ def test_resume_from_the_run_directory_alone(shakespeare_run, tmp_path):
     assert (ran.model.n_embd, ran.data.block_size, ran.trainer.max_steps, ran.sample.enabled) == (32, 32, 80, False)
     # and from a checkpoint file, into a new directory
     elsewhere = tmp_path / "elsewhere"
-    result = run_train(f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", f"hydra.run.dir={elsewhere}",
-                       "trainer.max_steps=70", "logger=none", "sample.enabled=false")
+    result = run_train(
+        f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}",
+        f"hydra.run.dir={elsewhere}",
+        "trainer.max_steps=70",
+        "logger=none",
+        "sample.enabled=false",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((elsewhere / "summary.json").read_text())["global_step"] == 70
 
 
+@pytest.mark.e2e
 @needs_shakespeare
 def test_evaluate_a_run_directory(shakespeare_run, tmp_path):
     run_dir, _ = shakespeare_run
     summary = json.loads((run_dir / "summary.json").read_text())
     out = tmp_path / "eval.json"
-    result = subprocess.run([sys.executable, "-m", "transformer_lab.evaluate", str(run_dir), "trainer.limit_val_batches=4",
-                             f"out={out}"], capture_output=True, text=True, cwd=ROOT)
+    result = subprocess.run(
+        [sys.executable, "-m", "transformer_lab.evaluate", str(run_dir), "trainer.limit_val_batches=4", f"out={out}"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     evaluation = json.loads(out.read_text())
     # best.ckpt, on the 4 batches the run validated on: the run's best val/loss again
@@ -106,35 +143,59 @@ def test_evaluate_a_run_directory(shakespeare_run, tmp_path):
         evaluate(str(run_dir), "test")
 
 
+@pytest.mark.e2e
 @needs_shakespeare
-@pytest.mark.parametrize("overrides, fragments", [
-    # a data setting that changes a tensor's shape: named with the tensor, before Lightning loads anything
-    (["data.block_size=64"], ["model.wpe.weight [32, 32] (this run: [64, 32])",
-                              "data.block_size=64 (the checkpoint's: 32)"]),
-    # every architecture setting that differs, at once
-    (["model.n_embd=64", "model.n_layer=2"], ["model.n_embd=64 (the checkpoint's: 32)",
-                                              "model.n_layer=2 (the checkpoint's: 1)"]),
-], ids=["shape", "architecture"])
+@pytest.mark.parametrize(
+    "overrides, fragments",
+    [
+        # a data setting that changes a tensor's shape: named with the tensor, before Lightning loads anything
+        (
+            ["data.block_size=64"],
+            ["model.wpe.weight [32, 32] (this run: [64, 32])", "data.block_size=64 (the checkpoint's: 32)"],
+        ),
+        # every architecture setting that differs, at once
+        (
+            ["model.n_embd=64", "model.n_layer=2"],
+            ["model.n_embd=64 (the checkpoint's: 32)", "model.n_layer=2 (the checkpoint's: 1)"],
+        ),
+    ],
+    ids=["shape", "architecture"],
+)
 def test_resume_refuses_changes_it_cannot_load_in_one_message(shakespeare_run, tmp_path, overrides, fragments):
     run_dir, _ = shakespeare_run
-    result = run_train(f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", f"hydra.run.dir={tmp_path / 'run'}",
-                       "trainer.max_steps=70", "logger=none", *overrides)
+    result = run_train(
+        f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        "trainer.max_steps=70",
+        "logger=none",
+        *overrides,
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     message = result.stderr.strip().splitlines()[-1]
     assert message.startswith("error: ckpt_path: ") and all(f in message for f in fragments), message
 
 
+@pytest.mark.e2e
 def test_ckpt_path_last_without_a_checkpoint_is_a_clear_error(tmp_path):
     result = run_train("logger=none", "ckpt_path=last", f"hydra.run.dir={tmp_path}")
     assert result.returncode == 2 and "ckpt_path: `last` means" in result.stderr
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.e2e
 @needs_shakespeare
 def test_sample_from_checkpoint(shakespeare_run):
     run_dir, _ = shakespeare_run
-    cmd = [sys.executable, "-m", "transformer_lab.sample", f"ckpt={run_dir / 'checkpoints' / 'best.ckpt'}",
-           "prompt=ROMEO:", "max_new_tokens=25", "num_samples=2", "seed=1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "transformer_lab.sample",
+        f"ckpt={run_dir / 'checkpoints' / 'best.ckpt'}",
+        "prompt=ROMEO:",
+        "max_new_tokens=25",
+        "num_samples=2",
+        "seed=1",
+    ]
     first = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     assert first.returncode == 0, first.stderr
     samples = first.stdout.split("-" * 40 + "\n")
@@ -142,12 +203,25 @@ def test_sample_from_checkpoint(shakespeare_run):
     assert subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT).stdout == first.stdout  # seeded
 
 
+@pytest.mark.e2e
 def test_modular_answer_accuracy_rises(tmp_path):
-    result = run_train("data=modular", "data.p=11", "data.train_fraction=0.9", "data.batch_size=128", *TINY,
-                       "model.n_embd=64", "trainer.max_steps=150", "trainer.val_check_interval=50",
-                       "optim.warmup_steps=10", "optim.lr=1e-2", "optim.weight_decay=0.0", "logger=csv",
-                       "trainer.log_every_n_steps=1",
-                       "callbacks=none", f"hydra.run.dir={tmp_path}")
+    result = run_train(
+        "data=modular",
+        "data.p=11",
+        "data.train_fraction=0.9",
+        "data.batch_size=128",
+        *TINY,
+        "model.n_embd=64",
+        "trainer.max_steps=150",
+        "trainer.val_check_interval=50",
+        "optim.warmup_steps=10",
+        "optim.lr=1e-2",
+        "optim.weight_decay=0.0",
+        "logger=csv",
+        "trainer.log_every_n_steps=1",
+        "callbacks=none",
+        f"hydra.run.dir={tmp_path}",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     train_losses = logged(tmp_path, "train/loss")
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -156,22 +230,47 @@ def test_modular_answer_accuracy_rises(tmp_path):
     assert "examples at step" in result.stdout + result.stderr
 
 
+@pytest.mark.e2e
 def test_wandb_without_credentials_runs_offline(tmp_path):
     env = {"WANDB_API_KEY": "", "WANDB_MODE": "", "NETRC": str(tmp_path / "no-netrc"), "HOME": str(tmp_path)}
-    result = run_train("data=modular", "data.p=7", *TINY, "trainer.max_steps=5", "trainer.val_check_interval=5",
-                       "callbacks=none", f"hydra.run.dir={tmp_path / 'run'}", env=env)
+    result = run_train(
+        "data=modular",
+        "data.p=7",
+        *TINY,
+        "trainer.max_steps=5",
+        "trainer.val_check_interval=5",
+        "callbacks=none",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        env=env,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     output = result.stdout + result.stderr
     assert "logging offline" in output and "wandb sync" in output
     assert list((tmp_path / "run" / "wandb").glob("offline-run-*"))
 
 
+@pytest.mark.e2e
 def test_encdec_learns_modular_answers(tmp_path):
-    result = run_train("model=encdec", "data=modular", "data.p=11", "data.train_fraction=0.9", "data.batch_size=128",
-                       *TINY, "model.n_embd=64", "model.n_head=4", "model.dropout=0.0", "trainer.max_steps=150",
-                       "trainer.val_check_interval=50", "optim.warmup_steps=10", "optim.lr=3e-3",
-                       "optim.label_smoothing=0.0", "logger=csv", "trainer.log_every_n_steps=1", "callbacks=none",
-                       f"hydra.run.dir={tmp_path}")
+    result = run_train(
+        "model=encdec",
+        "data=modular",
+        "data.p=11",
+        "data.train_fraction=0.9",
+        "data.batch_size=128",
+        *TINY,
+        "model.n_embd=64",
+        "model.n_head=4",
+        "model.dropout=0.0",
+        "trainer.max_steps=150",
+        "trainer.val_check_interval=50",
+        "optim.warmup_steps=10",
+        "optim.lr=3e-3",
+        "optim.label_smoothing=0.0",
+        "logger=csv",
+        "trainer.log_every_n_steps=1",
+        "callbacks=none",
+        f"hydra.run.dir={tmp_path}",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     train_losses = logged(tmp_path, "train/loss")
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -180,22 +279,39 @@ def test_encdec_learns_modular_answers(tmp_path):
     assert "examples at step" in result.stdout + result.stderr
 
 
+@pytest.mark.e2e
 def test_bf16_mixed_precision_on_cpu_trains(tmp_path):
-    result = run_train("data=modular", "data.p=11", "data.train_fraction=0.9", "data.batch_size=128", *TINY,
-                       "hardware=[cpu,bf16]", "model.n_embd=64", "trainer.max_steps=60", "trainer.val_check_interval=30",
-                       "optim.warmup_steps=10", "optim.lr=1e-2", "optim.weight_decay=0.0", "logger=csv",
-                       "trainer.log_every_n_steps=1", "callbacks=none", f"hydra.run.dir={tmp_path}")
+    result = run_train(
+        "data=modular",
+        "data.p=11",
+        "data.train_fraction=0.9",
+        "data.batch_size=128",
+        *TINY,
+        "hardware=[cpu,bf16]",
+        "model.n_embd=64",
+        "trainer.max_steps=60",
+        "trainer.val_check_interval=30",
+        "optim.warmup_steps=10",
+        "optim.lr=1e-2",
+        "optim.weight_decay=0.0",
+        "logger=csv",
+        "trainer.log_every_n_steps=1",
+        "callbacks=none",
+        f"hydra.run.dir={tmp_path}",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "bfloat16 Automatic Mixed Precision" in result.stdout + result.stderr
     train_losses = logged(tmp_path, "train/loss")
     assert train_losses[-1] < train_losses[0] - 0.5, train_losses
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("steps", [5, 10])  # before the first log (every 10 steps), and at it
 def test_a_run_shorter_than_every_interval_still_records_its_last_step(tmp_path, steps):
     # The first validation would have been at step 250.
-    result = run_train("data=modular", "data.p=11", *TINY, f"trainer.max_steps={steps}", "logger=csv",
-                       f"hydra.run.dir={tmp_path}")
+    result = run_train(
+        "data=modular", "data.p=11", *TINY, f"trainer.max_steps={steps}", "logger=csv", f"hydra.run.dir={tmp_path}"
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["global_step"] == steps and {"train/loss", "val/loss", "val/acc"} <= set(summary)

@@ -7,14 +7,25 @@ import sacrebleu
 import torch
 
 from conftest import ROOT, TINY, run_train
-from transformer_lab.data.translation import (EOS, PAD, EvalBatches, LengthGroupedBatches, TranslationDataModule,
-                                              read_pairs, train_tokenizer)
+from transformer_lab.data.translation import (
+    EOS,
+    PAD,
+    EvalBatches,
+    LengthGroupedBatches,
+    TranslationDataModule,
+    read_pairs,
+    train_tokenizer,
+)
 from transformer_lab.errors import DataUnavailableError
 from transformer_lab.models.encdec import EncDec, EncDecConfig
 from transformer_lab.tasks.decoding import beam_search, greedy
 
-SENTENCES = ["A man rides a bicycle down the street.", "Two dogs play in the snow!", "Zwei Hunde spielen im Schnee.",
-             "Ein Mann fährt Fahrrad, während es regnet."] * 20
+SENTENCES = [
+    "A man rides a bicycle down the street.",
+    "Two dogs play in the snow!",
+    "Zwei Hunde spielen im Schnee.",
+    "Ein Mann fährt Fahrrad, während es regnet.",
+] * 20
 
 
 def write_pairs(path, n=400):
@@ -23,8 +34,9 @@ def write_pairs(path, n=400):
     g = torch.Generator().manual_seed(0)
     lines = []
     for _ in range(n):
-        sentence = [words[i] for i in torch.randint(len(words), (int(torch.randint(3, 8, (1,), generator=g)),),
-                                                     generator=g)]
+        sentence = [
+            words[i] for i in torch.randint(len(words), (int(torch.randint(3, 8, (1,), generator=g)),), generator=g)
+        ]
         lines.append(" ".join(sentence) + "\t" + " ".join(w.upper() for w in reversed(sentence)))
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -37,13 +49,16 @@ def test_tokenizer_round_trips_text():
     assert tokenizer.token_to_id("<pad>") == PAD and tokenizer.token_to_id("<eos>") == EOS
 
 
-@pytest.mark.parametrize("content,message", [
-    ("ein Hund\ta dog\nzwei Hunde two dogs\n", "pairs.tsv:2: expected 2 tab-separated fields, found 1"),
-    ("ein Hund\ta dog\tein\n", "pairs.tsv:1: expected 2 tab-separated fields, found 3"),
-    ("ein Hund\ta dog\n \ttwo dogs\n", "pairs.tsv:2: the source side is empty"),
-    ("ein Hund\t \n", "pairs.tsv:1: the target side is empty"),
-    ("\n\n", "holds no sentence pairs"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ("ein Hund\ta dog\nzwei Hunde two dogs\n", "pairs.tsv:2: expected 2 tab-separated fields, found 1"),
+        ("ein Hund\ta dog\tein\n", "pairs.tsv:1: expected 2 tab-separated fields, found 3"),
+        ("ein Hund\ta dog\n \ttwo dogs\n", "pairs.tsv:2: the source side is empty"),
+        ("ein Hund\t \n", "pairs.tsv:1: the target side is empty"),
+        ("\n\n", "holds no sentence pairs"),
+    ],
+)
 def test_malformed_pair_files_name_file_and_line(tmp_path, content, message):
     path = tmp_path / "pairs.tsv"
     path.write_text(content)
@@ -115,7 +130,7 @@ def test_beam_search_finds_a_likelier_output_than_greedy():
 
     def log_prob(row, ids):
         tgt = torch.tensor([[1] + ids + [2]])
-        logp = model(src[row:row + 1], tgt[:, :-1]).log_softmax(-1)
+        logp = model(src[row : row + 1], tgt[:, :-1]).log_softmax(-1)
         return logp[0, torch.arange(len(ids) + 1), tgt[0, 1:]].sum().item()
 
     greedy_out = greedy(model, src, 12, bos=1, eos=2)
@@ -125,19 +140,37 @@ def test_beam_search_finds_a_likelier_output_than_greedy():
 
 
 def test_bleu_of_references_against_themselves_is_100():
-    references = ["A man in an orange hat starring at something.", "A Boston Terrier is running on lush green grass.",
-                  "A girl in karate uniform breaking a stick with a front kick."]
+    references = [
+        "A man in an orange hat starring at something.",
+        "A Boston Terrier is running on lush green grass.",
+        "A girl in karate uniform breaking a stick with a front kick.",
+    ]
     assert sacrebleu.corpus_bleu(references, [references]).score == pytest.approx(100.0)
 
 
+@pytest.mark.e2e
 def test_translation_pairs_train_end_to_end(tmp_path):
     pairs = write_pairs(tmp_path / "pairs.tsv", n=600)
     run = tmp_path / "run"
-    result = run_train("model=encdec", "data=translation", f"data.path={pairs}", "data.vocab_size=120",
-                       "data.batch_size=32", f"paths.data_dir={tmp_path / 'data'}", *TINY, "model.n_embd=64",
-                       "model.n_head=4", "trainer.max_steps=150", "trainer.val_check_interval=50",
-                       "optim.lr=3e-3", "optim.warmup_steps=20", "decode.beam_size=2", "logger=csv",
-                       "trainer.log_every_n_steps=5", f"hydra.run.dir={run}")
+    result = run_train(
+        "model=encdec",
+        "data=translation",
+        f"data.path={pairs}",
+        "data.vocab_size=120",
+        "data.batch_size=32",
+        f"paths.data_dir={tmp_path / 'data'}",
+        *TINY,
+        "model.n_embd=64",
+        "model.n_head=4",
+        "trainer.max_steps=150",
+        "trainer.val_check_interval=50",
+        "optim.lr=3e-3",
+        "optim.warmup_steps=20",
+        "decode.beam_size=2",
+        "logger=csv",
+        "trainer.log_every_n_steps=5",
+        f"hydra.run.dir={run}",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["val/loss"] < summary["train/loss_best"] + 2
@@ -146,19 +179,33 @@ def test_translation_pairs_train_end_to_end(tmp_path):
     assert summary["val/loss_best"] < 3.0  # from ln(120) = 4.8
     assert "test translations at step 150" in result.stdout + result.stderr
 
-    out = subprocess.run([sys.executable, "-m", "transformer_lab.translate", f"ckpt={run / 'checkpoints' / 'best.ckpt'}",
-                          "text=red dog runs", "beam_size=2"], capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "transformer_lab.translate",
+            f"ckpt={run / 'checkpoints' / 'best.ckpt'}",
+            "text=red dog runs",
+            "beam_size=2",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() and out.stdout.strip() == out.stdout.strip().upper()  # it learnt the capitals
 
     # Evaluated again without training: the same test BLEU with the same beam, another with greedy decoding
     from transformer_lab.evaluate import evaluate  # in this process: the command line is tested in test_train
 
-    beam2, greedy = (evaluate(str(run), "test", [f"decode.beam_size={beam}"], str(tmp_path / f"{beam}.json"))["metrics"]
-                     for beam in (2, 1))
+    beam2, greedy = (
+        evaluate(str(run), "test", [f"decode.beam_size={beam}"], str(tmp_path / f"{beam}.json"))["metrics"]
+        for beam in (2, 1)
+    )
     assert beam2["test/bleu"] == pytest.approx(summary["test/bleu"], abs=1e-6) and "test/bleu" in greedy
 
 
+@pytest.mark.e2e
 def test_unsupported_pairs_list_what_works(tmp_path):
     result = run_train("model=encdec", "data=shakespeare", "logger=none", f"hydra.run.dir={tmp_path}")
     assert result.returncode == 2
@@ -166,14 +213,29 @@ def test_unsupported_pairs_list_what_works(tmp_path):
     assert "model=gpt data=shakespeare" in result.stderr and "model=encdec data=translation" in result.stderr
 
 
+@pytest.mark.e2e
 def test_gpt_translates_as_a_prefix_lm(tmp_path):
     pairs = write_pairs(tmp_path / "pairs.tsv", n=600)
     run = tmp_path / "run"
-    result = run_train("model=gpt", "data=translation", f"data.path={pairs}", "data.vocab_size=120",
-                       "data.max_length=16", "data.batch_size=32", f"paths.data_dir={tmp_path / 'data'}", *TINY,
-                       "model.n_embd=64", "model.n_head=4", "trainer.max_steps=150", "trainer.val_check_interval=50",
-                       "optim.lr=3e-3", "optim.warmup_steps=20", "logger=csv", "trainer.log_every_n_steps=5",
-                       f"hydra.run.dir={run}")
+    result = run_train(
+        "model=gpt",
+        "data=translation",
+        f"data.path={pairs}",
+        "data.vocab_size=120",
+        "data.max_length=16",
+        "data.batch_size=32",
+        f"paths.data_dir={tmp_path / 'data'}",
+        *TINY,
+        "model.n_embd=64",
+        "model.n_head=4",
+        "trainer.max_steps=150",
+        "trainer.val_check_interval=50",
+        "optim.lr=3e-3",
+        "optim.warmup_steps=20",
+        "logger=csv",
+        "trainer.log_every_n_steps=5",
+        f"hydra.run.dir={run}",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((run / "summary.json").read_text())
     for key in ("val/bleu", "test/bleu", "test/bleu_lowercase", "test/loss", "test/truncated"):
@@ -189,20 +251,43 @@ def test_prefix_lm_sequences_predict_only_the_target():
     assert x.tolist() == [BOS, 10, 11, SEP, 20, 21] and y.tolist() == [-100, -100, -100, 20, 21, EOS]
 
 
+@pytest.mark.e2e
 def test_separate_vocabularies(tmp_path):
     pairs = write_pairs(tmp_path / "pairs.tsv", n=300)
     dm = TranslationDataModule(str(tmp_path / "data"), path=str(pairs), vocab_size=100, shared_vocab=False)
     dm.setup()
     assert dm.source_tokenizer is not dm.tokenizer and dm.source_vocab_size is not None
+
     def has_capitals(tokenizer):
         return any(piece.strip("▁").isupper() for piece in tokenizer.get_vocab())
 
     assert has_capitals(dm.tokenizer) and not has_capitals(dm.source_tokenizer)  # targets are in capitals
     run = tmp_path / "run"
-    result = run_train("model=encdec", "data=translation", f"data.path={pairs}", "data.vocab_size=100",
-                       "data.shared_vocab=false", f"paths.data_dir={tmp_path / 'data'}", *TINY, "trainer.max_steps=20",
-                       "trainer.val_check_interval=10", "logger=none", f"hydra.run.dir={run}")
+    result = run_train(
+        "model=encdec",
+        "data=translation",
+        f"data.path={pairs}",
+        "data.vocab_size=100",
+        "data.shared_vocab=false",
+        f"paths.data_dir={tmp_path / 'data'}",
+        *TINY,
+        "trainer.max_steps=20",
+        "trainer.val_check_interval=10",
+        "logger=none",
+        f"hydra.run.dir={run}",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
-    out = subprocess.run([sys.executable, "-m", "transformer_lab.translate", f"ckpt={run / 'checkpoints' / 'last.ckpt'}",
-                          "text=red dog runs", "beam_size=2"], capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "transformer_lab.translate",
+            f"ckpt={run / 'checkpoints' / 'last.ckpt'}",
+            "text=red dog runs",
+            "beam_size=2",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stderr

@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import TINY, run_train
 
 OFFLINE = {"WANDB_MODE": "offline"}
@@ -12,8 +14,12 @@ OFFLINE = {"WANDB_MODE": "offline"}
 def records(run_dir) -> dict[str, list[dict]]:
     """The records of the run directory's one offline W&B run, by type (run, config, history, ...)."""
     (offline_run,) = (run_dir / "wandb").glob("offline-run-*")  # one W&B run per job
-    out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline_run)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline_run)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     by_type = {}
     for line in out.stdout.splitlines():
         record = json.loads(line)
@@ -21,16 +27,31 @@ def records(run_dir) -> dict[str, list[dict]]:
     return by_type
 
 
+@pytest.mark.e2e
 def test_multirun_jobs_are_named_grouped_tagged_with_resolved_config(tmp_path):
-    result = run_train("-m", "data=modular", "data.p=7,11", *TINY, "trainer.max_steps=23", "trainer.val_check_interval=10",
-                       "trainer.log_every_n_steps=5", "callbacks=none", "hardware=cpu", f"hydra.sweep.dir={tmp_path}",
-                       env=OFFLINE)
+    result = run_train(
+        "-m",
+        "data=modular",
+        "data.p=7,11",
+        *TINY,
+        "trainer.max_steps=23",
+        "trainer.val_check_interval=10",
+        "trainer.log_every_n_steps=5",
+        "callbacks=none",
+        "hardware=cpu",
+        f"hydra.sweep.dir={tmp_path}",
+        env=OFFLINE,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     for job, p in (("0", "7"), ("1", "11")):
         run_records = records(tmp_path / job)
         (run,) = run_records["run"]
         assert f"data.p={p}" in run["display_name"] and "trainer.max_steps=23" in run["display_name"]
-        assert run["run_group"] == str(tmp_path) and sorted(run["tags"]) == ["data=modular", "hardware=cpu", "model=gpt"]
+        assert run["run_group"] == str(tmp_path) and sorted(run["tags"]) == [
+            "data=modular",
+            "hardware=cpu",
+            "model=gpt",
+        ]
         (config,) = [c["update"] for c in run_records["config"] if "data" in c["update"]]
         assert config["data"]["p"] == int(p) and config["paths"]["output_dir"] == str(tmp_path / job)  # resolved
         assert config["data"]["seed"] == config["seed"] == 1337  # an interpolation, resolved

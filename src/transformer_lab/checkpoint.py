@@ -37,11 +37,14 @@ def read_checkpoint(path: str | Path, mmap: bool = False) -> dict:
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as e:
-        raise UserError(f"{path} holds more than tensors and plain data; refusing to load it "
-                        f"(weights_only=True): {str(e).splitlines()[0]}") from None
+        raise UserError(
+            f"{path} holds more than tensors and plain data; refusing to load it "
+            f"(weights_only=True): {str(e).splitlines()[0]}"
+        ) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as e:
-        raise UserError(f"{path} is not a readable checkpoint (truncated or corrupt: "
-                        f"{str(e).splitlines()[0]})") from None
+        raise UserError(
+            f"{path} is not a readable checkpoint (truncated or corrupt: {str(e).splitlines()[0]})"
+        ) from None
     meta = checkpoint.get("transformer_lab") if isinstance(checkpoint, dict) else None
     if not meta or "state_dict" not in checkpoint:
         raise UserError(f"{path} was not written by transformer-lab's train.py (no config inside)")
@@ -63,9 +66,17 @@ def changed_settings(saved_config: dict, cfg: DictConfig, sections: tuple[str, .
     ours = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     changed = {}
     for section in sections:
-        saved, now = _flat(saved_config.get(section) or {}, f"{section}."), _flat(ours.get(section) or {}, f"{section}.")
-        changed.update({key: (saved.get(key), now.get(key)) for key in sorted(set(saved) | set(now))
-                        if saved.get(key) != now.get(key)})
+        saved, now = (
+            _flat(saved_config.get(section) or {}, f"{section}."),
+            _flat(ours.get(section) or {}, f"{section}."),
+        )
+        changed.update(
+            {
+                key: (saved.get(key), now.get(key))
+                for key in sorted(set(saved) | set(now))
+                if saved.get(key) != now.get(key)
+            }
+        )
     return changed
 
 
@@ -77,13 +88,21 @@ def check_compatible(saved_config: dict, cfg: DictConfig, path: str) -> None:
     """A run resumes only a checkpoint of the same architecture on the same data: every model setting
     that differs is named at once (those a resumed run may change, CHANGEABLE_KEYS, aside)."""
     if saved_config["data"]["name"] != cfg.data.name:
-        raise ConfigError("ckpt_path", f"{path} was trained with data={saved_config['data']['name']}, this run has "
-                                       f"data={cfg.data.name}")
-    changed = {key: values for key, values in changed_settings(saved_config, cfg, ("model",)).items()
-               if key.removeprefix("model.") not in CHANGEABLE_KEYS}
+        raise ConfigError(
+            "ckpt_path",
+            f"{path} was trained with data={saved_config['data']['name']}, this run has data={cfg.data.name}",
+        )
+    changed = {
+        key: values
+        for key, values in changed_settings(saved_config, cfg, ("model",)).items()
+        if key.removeprefix("model.") not in CHANGEABLE_KEYS
+    }
     if changed:
-        raise ConfigError("ckpt_path", f"{path} holds another model than this run's: {_listed(changed)}. Resume "
-                                       "without changing them (a resumed run starts from its checkpoint's settings)")
+        raise ConfigError(
+            "ckpt_path",
+            f"{path} holds another model than this run's: {_listed(changed)}. Resume "
+            "without changing them (a resumed run starts from its checkpoint's settings)",
+        )
 
 
 def check_state_fits(path: str, saved_shapes: dict, saved_config: dict, cfg: DictConfig, task: torch.nn.Module) -> None:
@@ -95,16 +114,25 @@ def check_state_fits(path: str, saved_shapes: dict, saved_config: dict, cfg: Dic
         # Checkpoints from before the models' shared layers name their parameters differently: load_model
         # still reads their weights, but a run cannot resume from them.
         theirs = ", ".join(sorted(set(saved_shapes) - set(ours))[:3])
-        raise ConfigError("ckpt_path", f"{path} names its parameters differently from this code ({theirs}, ...): "
-                                       "it was written by an older transformer-lab. Its weights still load for "
-                                       "sampling and translation, but training cannot resume from it")
-    mismatched = [f"{key} {list(saved_shapes[key])} (this run: {list(shape)})"
-                  for key, shape in ours.items() if saved_shapes[key] != shape]
+        raise ConfigError(
+            "ckpt_path",
+            f"{path} names its parameters differently from this code ({theirs}, ...): "
+            "it was written by an older transformer-lab. Its weights still load for "
+            "sampling and translation, but training cannot resume from it",
+        )
+    mismatched = [
+        f"{key} {list(saved_shapes[key])} (this run: {list(shape)})"
+        for key, shape in ours.items()
+        if saved_shapes[key] != shape
+    ]
     if mismatched:
         changed = changed_settings(saved_config, cfg)
-        raise ConfigError("ckpt_path", f"{path} holds tensors of other shapes than this run's model: "
-                                       f"{', '.join(mismatched)}; settings that differ from the checkpoint's run: "
-                                       f"{_listed(changed) or 'none'}. Resume without changing them")
+        raise ConfigError(
+            "ckpt_path",
+            f"{path} holds tensors of other shapes than this run's model: "
+            f"{', '.join(mismatched)}; settings that differ from the checkpoint's run: "
+            f"{_listed(changed) or 'none'}. Resume without changing them",
+        )
 
 
 def checkpoint_of(target: str | Path) -> Path:
@@ -163,8 +191,10 @@ def checkpoint_path(cfg: DictConfig) -> Path | None:
     if cfg.ckpt_path == "last":
         path = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
         if not path.exists():
-            raise ConfigError("ckpt_path", f"`last` means {path}, which does not exist; point hydra.run.dir at "
-                                           "the directory of the run to resume")
+            raise ConfigError(
+                "ckpt_path",
+                f"`last` means {path}, which does not exist; point hydra.run.dir at the directory of the run to resume",
+            )
         return path
     path = Path(cfg.ckpt_path)
     if not path.is_file():

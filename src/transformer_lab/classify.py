@@ -12,7 +12,7 @@ a warning on stderr.
 from __future__ import annotations
 
 import sys
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
@@ -36,8 +36,9 @@ def classify(args: dict, lines: Iterable[str], warn: Callable[[str], None] = war
             except ValueError as e:
                 warn(f"line {number}: {e}")
         if todo:
-            inputs = torch.nn.utils.rnn.pad_sequence([torch.tensor(ids) for ids in todo.values()], batch_first=True,
-                                                     padding_value=model.config.pad_id).to(args["device"])
+            inputs = torch.nn.utils.rnn.pad_sequence(
+                [torch.tensor(ids) for ids in todo.values()], batch_first=True, padding_value=model.config.pad_id
+            ).to(args["device"])
             with torch.no_grad():
                 probabilities, classes = model(inputs).float().softmax(-1).topk(top, dim=-1)
             for i, p, c in zip(todo, probabilities.tolist(), classes.tolist()):

@@ -22,8 +22,18 @@ import yaml
 
 from transformer_lab.callbacks.history import read_history
 
-DEFAULT_METRICS = ("val/loss", "val/loss_best", "val/acc", "val/acc_best", "val/bleu_best", "test/bleu",
-                   "train/loss", "global_step", "wall_time_s", "status")
+DEFAULT_METRICS = (
+    "val/loss",
+    "val/loss_best",
+    "val/acc",
+    "val/acc_best",
+    "val/bleu_best",
+    "test/bleu",
+    "train/loss",
+    "global_step",
+    "wall_time_s",
+    "status",
+)
 
 
 @dataclass
@@ -40,7 +50,9 @@ class Run:
 def find_runs(paths: list[str]) -> list[Run]:
     runs = []
     for path in map(Path, paths):
-        for summary in sorted([path / "summary.json"] if (path / "summary.json").exists() else path.rglob("summary.json")):
+        for summary in sorted(
+            [path / "summary.json"] if (path / "summary.json").exists() else path.rglob("summary.json")
+        ):
             run_dir = summary.parent
             overrides_file = run_dir / ".hydra" / "overrides.yaml"
             overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.exists() else []
@@ -72,8 +84,9 @@ def table(runs: list[Run], metrics: list[str], sort: str | None, descending: boo
         present = sorted((r for r in runs if r not in missing), key=lambda r: r.summary[sort], reverse=descending)
         runs = present + missing
     header = ["run", *keys, *metrics]
-    rows = [[str(r.path), *(r.overrides.get(k, "-") for k in keys), *(fmt(r.summary.get(m)) for m in metrics)]
-            for r in runs]
+    rows = [
+        [str(r.path), *(r.overrides.get(k, "-") for k in keys), *(fmt(r.summary.get(m)) for m in metrics)] for r in runs
+    ]
     return [header, *rows]
 
 
@@ -91,8 +104,9 @@ def plot(runs: list[Run], metrics: list[str], out: Path, logx: bool = False) -> 
     import matplotlib.pyplot as plt
 
     keys = differing_keys(runs)
-    fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 3.8 + 0.25 * len(runs) * (len(runs) > 1)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(metrics), figsize=(5 * len(metrics), 3.8 + 0.25 * len(runs) * (len(runs) > 1)), squeeze=False
+    )
     for ax, metric in zip(axes[0], metrics):
         for i, run in enumerate(runs):
             points = [(r["step"], r[metric]) for r in run.history() if metric in r]
@@ -106,8 +120,9 @@ def plot(runs: list[Run], metrics: list[str], out: Path, logx: bool = False) -> 
         ax.grid(alpha=0.3)
     if len(runs) > 1:  # one legend for all panels, under them
         handles = [plt.Line2D([], [], color=f"C{i % 10}") for i in range(len(runs))]
-        fig.legend(handles, [label(r, keys)[:100] for r in runs], loc="lower center", fontsize="small",
-                   ncol=1, frameon=False)
+        fig.legend(
+            handles, [label(r, keys)[:100] for r in runs], loc="lower center", fontsize="small", ncol=1, frameon=False
+        )
         fig.subplots_adjust(bottom=0.18 + 0.05 * len(runs), wspace=0.3)
     else:
         fig.tight_layout()

@@ -33,8 +33,10 @@ def _data_schema(name: str, data_cls: type) -> type:
     """A data group schema from the data module's constructor: its arguments, types and defaults (less
     `layout`, which the model decides), plus the class it builds (`_target_`) and the option's name."""
     hints = typing.get_type_hints(data_cls.__init__)
-    fields = [("_target_", str, field(default=f"{data_cls.__module__}.{data_cls.__qualname__}")),
-              ("name", str, field(default=name))]
+    fields = [
+        ("_target_", str, field(default=f"{data_cls.__module__}.{data_cls.__qualname__}")),
+        ("name", str, field(default=name)),
+    ]
     for parameter in list(inspect.signature(data_cls.__init__).parameters.values())[1:]:
         if parameter.name != "layout":
             fields.append((parameter.name, hints[parameter.name], field(default=parameter.default)))
@@ -47,8 +49,10 @@ def _model_schema(name: str, model_cls: type) -> type:
     it builds (`_target_`) and the option's name."""
     config_cls = model_cls.config_class
     hints = typing.get_type_hints(config_cls)
-    fields = [("_target_", str, field(default=f"{model_cls.__module__}.{model_cls.__qualname__}")),
-              ("name", str, field(default=name))]
+    fields = [
+        ("_target_", str, field(default=f"{model_cls.__module__}.{model_cls.__qualname__}")),
+        ("name", str, field(default=name)),
+    ]
     if "block_size" in hints:
         fields.append(("block_size", Optional[int], field(default=None)))  # None: the data's sequence length
     for f in dataclasses.fields(config_cls):
@@ -67,6 +71,7 @@ DATA = {"shakespeare": ShakespeareDataModule, "modular": ModularDataModule, "tra
 @dataclass
 class SpanCorruptionConfig:
     """T5's span-corruption objective (model=t5). Defaults are T5's."""
+
     input_length: int = 128  # corrupted input tokens, EOS included (raw windows are longer: 128 <- 141)
     noise_density: float = 0.15  # share of a window's tokens dropped
     mean_noise_span_length: float = 3.0
@@ -76,6 +81,7 @@ class SpanCorruptionConfig:
 @dataclass
 class TrainerConfig:
     """Keyword arguments of lightning.Trainer that runs may turn."""
+
     accelerator: str = "auto"
     devices: Any = "auto"
     num_nodes: int = 1
@@ -116,6 +122,7 @@ class OptimConfig:
 @dataclass
 class DecodeConfig:
     """How sequence-to-sequence models produce outputs (validation BLEU, test BLEU, translate CLI)."""
+
     beam_size: int = 4  # for test/bleu and the translate CLI; 1 is greedy
     val_beam_size: int = 1  # for val/bleu at each validation (greedy keeps validation fast)
     length_penalty: float = 0.6  # GNMT's alpha; 0 ranks finished outputs by raw log-probability
@@ -145,9 +152,12 @@ def tasks_per_node(devices) -> int:
     if isinstance(devices, int) and devices >= 1:
         return devices
     with exit_on_user_error():
-        raise ConfigError("trainer.devices", "hydra/launcher=slurm and slurm_local start one task (one process) "
-                                             f"per device on each node, so they need a number, got {devices!r}: "
-                                             "add trainer.devices=N")
+        raise ConfigError(
+            "trainer.devices",
+            "hydra/launcher=slurm and slurm_local start one task (one process) "
+            f"per device on each node, so they need a number, got {devices!r}: "
+            "add trainer.devices=N",
+        )
 
 
 def register() -> None:

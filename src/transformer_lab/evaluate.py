@@ -49,8 +49,14 @@ def evaluate(target: str, split: str = "val", overrides: list[str] = (), out: st
     shapes = {key: tuple(value.shape) for key, value in checkpoint["state_dict"].items()}
     step = checkpoint.get("global_step")
     del checkpoint
-    defaults = ["logger=none", "ckpt_path=null", "sample.enabled=false", "trainer.limit_val_batches=1.0",
-                "trainer.limit_test_batches=null", f"paths.data_dir={meta['config']['paths']['data_dir']}"]
+    defaults = [
+        "logger=none",
+        "ckpt_path=null",
+        "sample.enabled=false",
+        "trainer.limit_val_batches=1.0",
+        "trainer.limit_test_batches=null",
+        f"paths.data_dir={meta['config']['paths']['data_dir']}",
+    ]
     fixed = [f"paths.root_dir={Path.cwd()}", f"paths.output_dir={path.parent}"]
     given = merge_overrides(merge_overrides(run_overrides(path, meta) or [], defaults), list(overrides))
     searchpath = [o for o in given if o.split("=", 1)[0] == "hydra.searchpath"]
@@ -65,15 +71,25 @@ def evaluate(target: str, split: str = "val", overrides: list[str] = (), out: st
             raise ConfigError("split", f"data={cfg.data.name} has no test split; use split=val")
         datamodule, model, task = build(cfg, given, checkpoint_meta=meta)
     check_state_fits(str(path), shapes, meta["config"], cfg, task)
-    trainer = L.Trainer(**OmegaConf.to_container(cfg.trainer), logger=False, callbacks=[],
-                        enable_checkpointing=False, default_root_dir=str(path.parent))
+    trainer = L.Trainer(
+        **OmegaConf.to_container(cfg.trainer),
+        logger=False,
+        callbacks=[],
+        enable_checkpointing=False,
+        default_root_dir=str(path.parent),
+    )
     # Lightning's advice to pass the training callbacks (checkpointing, summary) does not apply to evaluation.
     warnings.filterwarnings("ignore", message=r".*callbacks used to create the checkpoint")
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
     run = trainer.validate if split == "val" else trainer.test
     (metrics,) = run(task, datamodule=datamodule, ckpt_path=str(path), weights_only=True, verbose=False)
-    result = {"checkpoint": str(path), "step": step, "split": split, "overrides": list(overrides),
-              "metrics": {name: float(value) for name, value in sorted(metrics.items()) if name != "step"}}
+    result = {
+        "checkpoint": str(path),
+        "step": step,
+        "split": split,
+        "overrides": list(overrides),
+        "metrics": {name: float(value) for name, value in sorted(metrics.items()) if name != "step"},
+    }
     out_path = Path(out) if out else path.parent / "eval.json"
     out_path.write_text(json.dumps(result, indent=2) + "\n")
     return result
@@ -100,7 +116,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{result['checkpoint']} (step {result['step']}), split={result['split']}:")
         for name, value in result["metrics"].items():
             print(f"  {name:<{width}}  {value:.4f}")
-        print(f"written to {Path(options['out']) if options['out'] else Path(result['checkpoint']).parent / 'eval.json'}")
+        print(
+            f"written to {Path(options['out']) if options['out'] else Path(result['checkpoint']).parent / 'eval.json'}"
+        )
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from functools import lru_cache
+from functools import cache
 
 import torch
 from hydra.utils import get_class
@@ -55,7 +55,7 @@ def model_class(cfg: DictConfig) -> type:
     return cls
 
 
-@lru_cache(maxsize=None)
+@cache
 def _option_targets(group: str, searchpath: tuple[str, ...]) -> dict[str, str]:
     """Each option of a config group (this repository's and the search path's) -> its `_target_`."""
     from hydra import compose
@@ -103,14 +103,25 @@ def make_datamodule(cfg: DictConfig) -> DataModule:
     layout = model_class(cfg).layout
     data_cls = target_class(cfg.data, "data")
     if layout not in getattr(data_cls, "layouts", ()):
-        raise ConfigError("data", f"model={cfg.model.name} does not train on data={cfg.data.name}; combinations "
-                                  f"that work: {working_pairs(cfg)}")
-    settings = {k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True, enum_to_str=True).items()
-                if k not in NOT_SETTINGS}
+        raise ConfigError(
+            "data",
+            f"model={cfg.model.name} does not train on data={cfg.data.name}; combinations "
+            f"that work: {working_pairs(cfg)}",
+        )
+    settings = {
+        k: v
+        for k, v in OmegaConf.to_container(cfg.data, resolve=True, enum_to_str=True).items()
+        if k not in NOT_SETTINGS
+    }
     datamodule = data_cls(**settings, layout=layout)  # checks its own arguments (a ConfigError naming the key)
     if layout == "spans":  # the text's token streams, corrupted
-        datamodule = SpanCorruptionDataModule(datamodule, **cfg.span, batch_size=cfg.data.batch_size,
-                                              val_batch_size=cfg.data.val_batch_size, seed=cfg.seed)
+        datamodule = SpanCorruptionDataModule(
+            datamodule,
+            **cfg.span,
+            batch_size=cfg.data.batch_size,
+            val_batch_size=cfg.data.val_batch_size,
+            seed=cfg.seed,
+        )
     check_pair(cfg, datamodule)
     return datamodule
 
@@ -120,8 +131,11 @@ def check_model_settings(cfg: DictConfig) -> None:
     read; the sizes the data decides keep their defaults here."""
     cls = model_class(cfg)
     types = typing.get_type_hints(cls.config_class)
-    settings = {k: v for k, v in OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True).items()
-                if k in types and not (k in DATA_DECIDED and v is None)}
+    settings = {
+        k: v
+        for k, v in OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True).items()
+        if k in types and not (k in DATA_DECIDED and v is None)
+    }
     for key, value in settings.items():  # (this repository's options check their choices while composing)
         if isinstance(types[key], type) and issubclass(types[key], Choice) and value not in types[key].__members__:
             raise ConfigError(f"model.{key}", f"must be one of {', '.join(types[key].__members__)}, got {value!r}")
@@ -134,12 +148,17 @@ def check_model_settings(cfg: DictConfig) -> None:
 def data_decided(config_class: type, datamodule: DataModule, settings: dict) -> dict:
     """The sizes the data gives the model: those of DATA_DECIDED its config has and the user left unset."""
     fields = {f.name for f in dataclasses.fields(config_class)}
-    values = {"vocab_size": datamodule.vocab_size, "src_vocab_size": datamodule.source_vocab_size,
-              "n_classes": datamodule.n_classes, "pad_id": datamodule.pad_id,
-              "block_size": datamodule.sequence_length}
+    values = {
+        "vocab_size": datamodule.vocab_size,
+        "src_vocab_size": datamodule.source_vocab_size,
+        "n_classes": datamodule.n_classes,
+        "pad_id": datamodule.pad_id,
+        "block_size": datamodule.sequence_length,
+    }
     assert set(values) == set(DATA_DECIDED)
-    return {key: value for key, value in values.items()
-            if key in fields and value is not None and settings.get(key) is None}
+    return {
+        key: value for key, value in values.items() if key in fields and value is not None and settings.get(key) is None
+    }
 
 
 def instantiate(cls: type, model_cfg: dict, from_data: dict) -> torch.nn.Module:
@@ -170,8 +189,13 @@ def build(cfg: DictConfig, overrides: list[str] | None = None, checkpoint_meta: 
     datamodule.prepare_data()
     datamodule.setup("fit")
     model, from_data = build_model(cfg, datamodule)
-    meta = {"config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "model_args": from_data, "overrides": overrides, "vocab": None,
-            **datamodule.checkpoint_meta()}
+    meta = {
+        "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
+        "model_args": from_data,
+        "overrides": overrides,
+        "vocab": None,
+        **datamodule.checkpoint_meta(),
+    }
     task = TASKS[model_class(cfg).layout].build(cfg, model, datamodule, meta)
     return datamodule, model, task
 
@@ -188,8 +212,11 @@ def model_from_checkpoint(meta: dict, state: dict) -> torch.nn.Module:
     """The model a checkpoint's metadata describes, with its weights."""
     model_cfg = meta["config"]["model"]
     if "_target_" not in model_cfg or "model_args" not in meta:
-        raise ConfigError("ckpt", "this checkpoint was written by an older transformer-lab, before checkpoints "
-                                  "named their model class; train it again, or load it with that version")
+        raise ConfigError(
+            "ckpt",
+            "this checkpoint was written by an older transformer-lab, before checkpoints "
+            "named their model class; train it again, or load it with that version",
+        )
     model = instantiate(model_class(DictConfig({"model": model_cfg})), model_cfg, meta["model_args"])
     model.load_state_dict(state)
     return model

@@ -13,7 +13,7 @@ the model left empty is dropped). spans=true prints what the model put in each g
 from __future__ import annotations
 
 import sys
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
@@ -42,11 +42,12 @@ def fill(args: dict, lines: Iterable[str], warn: Callable[[str], None] = warn) -
             if not any(t >= first_sentinel for t in todo[i]):
                 warn(f"line {number} has no gap (<X0>, <X1>, ...) to fill")
         if todo:
-            inputs = torch.nn.utils.rnn.pad_sequence([torch.tensor(ids) for ids in todo.values()], batch_first=True,
-                                                     padding_value=datamodule.pad_id).to(args["device"])
+            inputs = torch.nn.utils.rnn.pad_sequence(
+                [torch.tensor(ids) for ids in todo.values()], batch_first=True, padding_value=datamodule.pad_id
+            ).to(args["device"])
             filled = fill_spans_greedy(model, inputs, args["max_len"], datamodule.pad_id, datamodule.eos_id)
             for i, spans in zip(todo, filled):
-                spans = spans[:spans.index(datamodule.eos_id) + 1] if datamodule.eos_id in spans else spans
+                spans = spans[: spans.index(datamodule.eos_id) + 1] if datamodule.eos_id in spans else spans
                 ids = spans if args["spans"] else fill_spans(todo[i], spans, first_sentinel, datamodule.eos_id)
                 outputs[i] = datamodule.decode(ids)
         yield from outputs

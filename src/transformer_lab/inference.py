@@ -5,7 +5,7 @@ data module that turns its text into ids and back (built from the checkpoint alo
 from __future__ import annotations
 
 import sys
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import yaml
 
@@ -34,21 +34,30 @@ def load(target: str | None, command: str, device: str = "cpu"):
     serves = command_for(model.layout, datamodule.kind)
     if serves != command:
         config = meta["config"]
-        hint = (f"python -m transformer_lab.{serves} {target}" if serves else
-                f"it has no inference command; python -m transformer_lab.evaluate {target} gives its metrics")
-        raise UserError(f"{path} holds a model={config['model']['name']} data={config['data']['name']} checkpoint, "
-                        f"which `{command}` cannot use: {hint}")
+        hint = (
+            f"python -m transformer_lab.{serves} {target}"
+            if serves
+            else f"it has no inference command; python -m transformer_lab.evaluate {target} gives its metrics"
+        )
+        raise UserError(
+            f"{path} holds a model={config['model']['name']} data={config['data']['name']} checkpoint, "
+            f"which `{command}` cannot use: {hint}"
+        )
     return model, meta, datamodule, path
 
 
 def encoder(datamodule) -> Callable[[str], list[int]]:
     """The data module's encode(), or a clear error where a user's data module has none."""
+
     def encode(text: str) -> list[int]:
         try:
             return datamodule.encode(text)
         except NotImplementedError:
-            raise UserError(f"{type(datamodule).__qualname__} has no encode(): text cannot be turned into this "
-                            "model's input (data/base.py)") from None
+            raise UserError(
+                f"{type(datamodule).__qualname__} has no encode(): text cannot be turned into this "
+                "model's input (data/base.py)"
+            ) from None
+
     return encode
 
 

@@ -18,9 +18,14 @@ def ddp_process_command(local_rank: int) -> tuple[list[str], str]:
     a single run, in this job's directory. (Lightning's own command repeats the whole command line, so in
     a multirun every process would start the entire sweep again: pytorch-lightning #11300, hydra #2070.)"""
     hydra_cfg = HydraConfig.get()
-    command = [sys.executable, os.path.abspath(sys.argv[0]), *hydra_cfg.overrides.task,
-               f'hydra.run.dir="{hydra_cfg.runtime.output_dir}"', f"hydra.job.name=ddp_process_{local_rank}",
-               "hydra.output_subdir=null"]  # the job's .hydra/ record is rank zero's to write
+    command = [
+        sys.executable,
+        os.path.abspath(sys.argv[0]),
+        *hydra_cfg.overrides.task,
+        f'hydra.run.dir="{hydra_cfg.runtime.output_dir}"',
+        f"hydra.job.name=ddp_process_{local_rank}",
+        "hydra.output_subdir=null",
+    ]  # the job's .hydra/ record is rank zero's to write
     return command, hydra_cfg.runtime.cwd
 
 

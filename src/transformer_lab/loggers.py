@@ -38,8 +38,11 @@ def wandb_identity(cfg: DictConfig) -> dict:
             group = str(Path(hydra_cfg.sweep.dir))
         hardware = hydra_cfg.runtime.choices.get("hardware")
     tags = [f"model={cfg.model.name}", f"data={cfg.data.name}"] + ([f"hardware={hardware}"] if hardware else [])
-    return {"name": cfg.logger.name or name, "group": cfg.logger.group or group,
-            "tags": list(cfg.logger.tags or []) + [t for t in tags if t not in (cfg.logger.tags or [])]}
+    return {
+        "name": cfg.logger.name or name,
+        "group": cfg.logger.group or group,
+        "tags": list(cfg.logger.tags or []) + [t for t in tags if t not in (cfg.logger.tags or [])],
+    }
 
 
 def build_logger(cfg: DictConfig) -> tuple:
@@ -52,6 +55,9 @@ def build_logger(cfg: DictConfig) -> tuple:
         mode = os.environ.get("WANDB_MODE")
         if not logger_cfg.offline and mode not in ("online", "offline", "disabled") and not has_wandb_credentials():
             logger_cfg = OmegaConf.merge(logger_cfg, {"offline": True})
-            log.info("W&B: no credentials found (WANDB_API_KEY or `wandb login`), logging offline. "
-                     "Sync afterwards with: wandb sync %s/wandb/offline-run-*", cfg.paths.output_dir)
+            log.info(
+                "W&B: no credentials found (WANDB_API_KEY or `wandb login`), logging offline. "
+                "Sync afterwards with: wandb sync %s/wandb/offline-run-*",
+                cfg.paths.output_dir,
+            )
     return hydra.utils.instantiate(logger_cfg), OmegaConf.to_container(logger_cfg, resolve=True)

@@ -21,6 +21,7 @@ from transformer_lab.errors import ConfigError, UserError
 @dataclass
 class Resumed:
     """What a run resuming a checkpoint keeps of it for the checks after the model is built."""
+
     path: str
     config: dict  # the checkpoint's run's resolved config
     shapes: dict[str, tuple[int, ...]]  # its tensors' shapes
@@ -42,6 +43,7 @@ def run_overrides(path: Path, meta: dict) -> list[str] | None:
 def merge_overrides(base: list[str], top: list[str]) -> list[str]:
     """`base` then `top`, one override per key: a key in both takes top's value (and base's `+`, which
     added it to the config, so it is added again)."""
+
     def key(override: str) -> str:
         return override.split("=", 1)[0].lstrip("+~")
 
@@ -88,8 +90,10 @@ def resume_config(cfg: DictConfig) -> tuple[DictConfig, Resumed | None, list[str
     for group in ("data", "model"):
         option = chosen.get(group, resumed.config[group]["name"]) if overrides is not None else cfg[group].name
         if option != resumed.config[group]["name"]:
-            raise ConfigError("ckpt_path", f"{path} was trained with {group}={resumed.config[group]['name']}, this "
-                                           f"run has {group}={option}")
+            raise ConfigError(
+                "ckpt_path",
+                f"{path} was trained with {group}={resumed.config[group]['name']}, this run has {group}={option}",
+            )
     stored = run_overrides(path, meta)
     if stored is not None and overrides is not None:
         overrides = merge_overrides(stored, overrides)

@@ -15,8 +15,16 @@ import torch
 from transformer_lab.errors import UserError, exit_on_user_error
 from transformer_lab.inference import encoder, load, parse_args, print_help, with_defaults
 
-DEFAULTS = {"ckpt": None, "prompt": "\n", "max_new_tokens": 500, "num_samples": 1, "temperature": 0.8,
-            "top_k": 200, "seed": 0, "device": "cpu"}
+DEFAULTS = {
+    "ckpt": None,
+    "prompt": "\n",
+    "max_new_tokens": 500,
+    "num_samples": 1,
+    "temperature": 0.8,
+    "top_k": 200,
+    "seed": 0,
+    "device": "cpu",
+}
 
 
 def sample(args: dict) -> list[str]:

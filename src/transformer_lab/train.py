@@ -12,9 +12,9 @@ from pathlib import Path
 import hydra
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import ProgressBar
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
+from lightning.pytorch.callbacks import ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.callbacks import GracefulInterrupt, History, StepAxis, Summary, Throughput
@@ -73,16 +73,21 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     throughput = next((c for c in callbacks if isinstance(c, Throughput)), None)
     logger, logger_settings = build_logger(cfg)
-    trainer = L.Trainer(**OmegaConf.to_container(cfg.trainer), logger=logger, callbacks=callbacks,
-                        plugins=[AtomicCheckpointIO()], default_root_dir=str(output_dir))
+    trainer = L.Trainer(
+        **OmegaConf.to_container(cfg.trainer),
+        logger=logger,
+        callbacks=callbacks,
+        plugins=[AtomicCheckpointIO()],
+        default_root_dir=str(output_dir),
+    )
     if trainer.logger and trainer.is_global_zero:
-        trainer.logger.log_hyperparams({**OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
-                                        "logger": logger_settings})
+        trainer.logger.log_hyperparams(
+            {**OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "logger": logger_settings}
+        )
 
     status = "failed"
     try:
-        trainer.fit(task, datamodule=datamodule, ckpt_path=resumed.path if resumed else None,
-                    weights_only=True)
+        trainer.fit(task, datamodule=datamodule, ckpt_path=resumed.path if resumed else None, weights_only=True)
         if datamodule.has_test_split:  # evaluated once, with the best weights
             best = next((c.best_model_path for c in trainer.checkpoint_callbacks if c.best_model_path), None)
             trainer.test(task, datamodule=datamodule, ckpt_path=best, weights_only=True)
@@ -97,14 +102,19 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
                 output_dir / "summary.json",
                 status=status,
                 tokens_per_sec=throughput.tokens_per_sec if throughput else None,
-                flops_per_token=round(throughput.flops_per_token) if throughput and throughput.flops_per_token else None,
+                flops_per_token=round(throughput.flops_per_token)
+                if throughput and throughput.flops_per_token
+                else None,
                 mfu=throughput.mfu if throughput else None,
                 wall_time_s=round(time.time() - start_time, 3),
                 peak_mem_mb=round(peak_memory_mb(), 1),
                 n_params=sum(p.numel() for p in model.parameters()),  # a tied weight counts once
                 global_step=trainer.global_step,
-                **({"padding_fraction": round(datamodule.padding_fraction, 4)}
-                   if datamodule.padding_fraction is not None else {}),
+                **(
+                    {"padding_fraction": round(datamodule.padding_fraction, 4)}
+                    if datamodule.padding_fraction is not None
+                    else {}
+                ),
             )
             log.info("summary: %s", output_dir / "summary.json")
         if type(logger).__name__ == "WandbLogger" and trainer.is_global_zero:
@@ -117,8 +127,11 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
 
 def output_dir_problem(argv: list[str]) -> str | None:
     """Why the run directory cannot be created, checked before Hydra tries (its failure is a traceback)."""
-    dirs = [(key.lstrip("+~"), value) for key, _, value in (a.partition("=") for a in argv)
-            if key.lstrip("+~") in ("hydra.run.dir", "hydra.sweep.dir")]
+    dirs = [
+        (key.lstrip("+~"), value)
+        for key, _, value in (a.partition("=") for a in argv)
+        if key.lstrip("+~") in ("hydra.run.dir", "hydra.sweep.dir")
+    ]
     for key, value in dirs or [("hydra.run.dir", "outputs")]:
         existing = Path(value.split("${")[0] or ".").absolute()
         while not existing.exists():

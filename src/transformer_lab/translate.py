@@ -15,7 +15,7 @@ cut to it; an output that reaches the model's length stops there.
 from __future__ import annotations
 
 import sys
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
@@ -24,15 +24,29 @@ from transformer_lab.errors import exit_on_user_error
 from transformer_lab.inference import batched, input_lines, load, parse_args, print_help, warn, with_defaults
 from transformer_lab.tasks.decoding import Decoded, continue_prompts, decode
 
-DEFAULTS = {"ckpt": None, "text": None, "beam_size": 4, "length_penalty": 0.6, "max_extra_len": 50,
-            "batch_size": 64, "device": "cpu"}
+DEFAULTS = {
+    "ckpt": None,
+    "text": None,
+    "beam_size": 4,
+    "length_penalty": 0.6,
+    "max_extra_len": 50,
+    "batch_size": 64,
+    "device": "cpu",
+}
 
 
 def encoder_decoder_outputs(model, inputs: list[list[int]], args: dict) -> Decoded:
     """Sources `ids <eos>`, padded into one batch."""
     src = torch.nn.utils.rnn.pad_sequence([torch.tensor(ids) for ids in inputs], batch_first=True)
-    return decode(model, src.to(args["device"]), args["beam_size"], src.size(1) + args["max_extra_len"],
-                  BOS, EOS, args["length_penalty"])
+    return decode(
+        model,
+        src.to(args["device"]),
+        args["beam_size"],
+        src.size(1) + args["max_extra_len"],
+        BOS,
+        EOS,
+        args["length_penalty"],
+    )
 
 
 def prefix_lm_outputs(model, inputs: list[list[int]], args: dict) -> Decoded:
@@ -42,8 +56,9 @@ def prefix_lm_outputs(model, inputs: list[list[int]], args: dict) -> Decoded:
     for length in sorted({len(ids) for ids in inputs}):
         rows = [i for i, ids in enumerate(inputs) if len(ids) == length]
         prompts = torch.tensor([inputs[i] for i in rows], device=args["device"])
-        decoded = continue_prompts(model, prompts, length + args["max_extra_len"], EOS, args["beam_size"],
-                                   args["length_penalty"])
+        decoded = continue_prompts(
+            model, prompts, length + args["max_extra_len"], EOS, args["beam_size"], args["length_penalty"]
+        )
         truncated += decoded.truncated
         for i, ids in zip(rows, decoded.outputs):
             outputs[i] = ids
@@ -64,7 +79,9 @@ def translate(args: dict, lines: Iterable[str], warn: Callable[[str], None] = wa
     for chunk in batched(lines, args["batch_size"]):
         outputs = [""] * len(chunk)
         todo: dict[int, list[int]] = {}  # position in the chunk -> the model's input
-        for i, ((number, line), encoding) in enumerate(zip(chunk, source_tokenizer.encode_batch([text for _, text in chunk]))):
+        for i, ((number, line), encoding) in enumerate(
+            zip(chunk, source_tokenizer.encode_batch([text for _, text in chunk]))
+        ):
             if not line.strip():
                 warn(f"line {number} is empty; its output line is empty")
             elif not source_tokenizer.decode([t for t in encoding.ids if t != UNK]).strip():
@@ -83,8 +100,10 @@ def translate(args: dict, lines: Iterable[str], warn: Callable[[str], None] = wa
                 if len(group) > 1:
                     groups = [[i] for i in group] + groups
                 else:
-                    warn(f"line {chunk[group[0]][0]} could not be translated ({type(e).__name__}: {e}); "
-                         "its output line is empty")
+                    warn(
+                        f"line {chunk[group[0]][0]} could not be translated ({type(e).__name__}: {e}); "
+                        "its output line is empty"
+                    )
                 continue
             truncated += decoded.truncated
             for i, ids in zip(group, decoded.outputs):
@@ -92,8 +111,10 @@ def translate(args: dict, lines: Iterable[str], warn: Callable[[str], None] = wa
         yield from outputs
     if cut:
         numbers = ", ".join(str(n) for n, _ in cut[:10]) + (", ..." if len(cut) > 10 else "")
-        warn(f"{len(cut)} line(s) longer than the model's {limit} source tokens were cut to them (the longest: "
-             f"{max(n for _, n in cut)} tokens; line {numbers})")
+        warn(
+            f"{len(cut)} line(s) longer than the model's {limit} source tokens were cut to them (the longest: "
+            f"{max(n for _, n in cut)} tokens; line {numbers})"
+        )
     if truncated:
         warn(f"{truncated} output(s) reached the model's length ({model.config.block_size} tokens) and stop there")
 

@@ -28,14 +28,20 @@ def check_pair(cfg: DictConfig, datamodule) -> None:
     model's block_size, and an endless stream of training windows has a step limit."""
     trainer, block_size = cfg.trainer, cfg.model.get("block_size")
     if block_size is not None and datamodule.sequence_length is not None:
-        _require(datamodule.sequence_length <= block_size, f"data.{datamodule.length_key}",
-                 f"sequences of {datamodule.sequence_length} tokens exceed the model's maximum, "
-                 f"model.block_size={block_size}")
+        _require(
+            datamodule.sequence_length <= block_size,
+            f"data.{datamodule.length_key}",
+            f"sequences of {datamodule.sequence_length} tokens exceed the model's maximum, "
+            f"model.block_size={block_size}",
+        )
     if datamodule.endless:  # random windows without end: only steps end it
         what = f"model={cfg.model.name}" if datamodule.layout == "spans" else f"data={cfg.data.name}"
         _require(trainer.max_steps >= 1, "trainer.max_steps", f"must be set: {what} draws random windows without end")
-        _require(isinstance(trainer.val_check_interval, int), "trainer.val_check_interval",
-                 f"must be a number of steps with {what}, got {trainer.val_check_interval!r}")
+        _require(
+            isinstance(trainer.val_check_interval, int),
+            "trainer.val_check_interval",
+            f"must be a number of steps with {what}, got {trainer.val_check_interval!r}",
+        )
     elif trainer.max_steps == -1:
         _require(trainer.max_epochs >= 1, "trainer.max_epochs", "set trainer.max_steps or trainer.max_epochs")
 
@@ -46,52 +52,81 @@ def validate(cfg: DictConfig) -> None:
     # the keys most data modules and models have (a data module or model checks its own in its constructor,
     # data/*.py, or its config's __post_init__, models/*.py; choices are enums the schemas check)
     _positive(cfg, "data", "batch_size")
-    _require(data.get("val_batch_size") is None or data.val_batch_size >= 1, "data.val_batch_size",
-             f"must be a positive integer or null, got {data.val_batch_size!r}")
+    _require(
+        data.get("val_batch_size") is None or data.val_batch_size >= 1,
+        "data.val_batch_size",
+        f"must be a positive integer or null, got {data.val_batch_size!r}",
+    )
     for key in ("n_layer", "n_head", "n_embd"):
         if key in model:
             _positive(cfg, "model", key)
     if "n_embd" in model and "n_head" in model:
-        _require(model.n_embd % model.n_head == 0, "model.n_embd",
-                 f"{model.n_embd} is not divisible by model.n_head={model.n_head}")
+        _require(
+            model.n_embd % model.n_head == 0,
+            "model.n_embd",
+            f"{model.n_embd} is not divisible by model.n_head={model.n_head}",
+        )
     if "dropout" in model:
         _require(0 <= model.dropout < 1, "model.dropout", f"must be in [0, 1), got {model.dropout}")
 
-    _require(cfg.get("init_from") is None or cfg.ckpt_path is None, "init_from",
-             "starts a new run from a checkpoint's weights, ckpt_path resumes a run: give one of them")
+    _require(
+        cfg.get("init_from") is None or cfg.ckpt_path is None,
+        "init_from",
+        "starts a new run from a checkpoint's weights, ckpt_path resumes a run: give one of them",
+    )
 
     # optimisation
     _require(optim.lr > 0, "optim.lr", f"must be positive, got {optim.lr}")
     _require(0 <= optim.min_lr <= optim.lr, "optim.min_lr", f"must be in [0, optim.lr={optim.lr}], got {optim.min_lr}")
     _require(optim.warmup_steps >= 0, "optim.warmup_steps", f"must be >= 0, got {optim.warmup_steps}")
     _require(optim.weight_decay >= 0, "optim.weight_decay", f"must be >= 0, got {optim.weight_decay}")
-    _require(0 <= optim.label_smoothing < 1, "optim.label_smoothing",
-             f"must be in [0, 1), got {optim.label_smoothing}")
-    _require(len(optim.betas) == 2 and all(0 <= b < 1 for b in optim.betas), "optim.betas",
-             f"must be two numbers in [0, 1), got {list(optim.betas)}")
+    _require(0 <= optim.label_smoothing < 1, "optim.label_smoothing", f"must be in [0, 1), got {optim.label_smoothing}")
+    _require(
+        len(optim.betas) == 2 and all(0 <= b < 1 for b in optim.betas),
+        "optim.betas",
+        f"must be two numbers in [0, 1), got {list(optim.betas)}",
+    )
 
     # trainer
-    _require(trainer.max_steps == -1 or trainer.max_steps >= 1, "trainer.max_steps",
-             f"must be -1 (no limit) or positive, got {trainer.max_steps}")
+    _require(
+        trainer.max_steps == -1 or trainer.max_steps >= 1,
+        "trainer.max_steps",
+        f"must be -1 (no limit) or positive, got {trainer.max_steps}",
+    )
     vci = trainer.val_check_interval
-    _require(isinstance(vci, (int, float)) and vci > 0, "trainer.val_check_interval",
-             f"must be a positive number of steps (int) or fraction of an epoch (float), got {vci!r}")
+    _require(
+        isinstance(vci, (int, float)) and vci > 0,
+        "trainer.val_check_interval",
+        f"must be a positive number of steps (int) or fraction of an epoch (float), got {vci!r}",
+    )
 
-    _require(trainer.accelerator not in ("gpu", "cuda") or torch.cuda.is_available(), "hardware",
-             f"trainer.accelerator={trainer.accelerator} asks for a CUDA GPU but torch sees none "
-             f"(torch {torch.__version__}, torch.cuda.is_available() is False); use hardware=cpu or hardware=auto")
+    _require(
+        trainer.accelerator not in ("gpu", "cuda") or torch.cuda.is_available(),
+        "hardware",
+        f"trainer.accelerator={trainer.accelerator} asks for a CUDA GPU but torch sees none "
+        f"(torch {torch.__version__}, torch.cuda.is_available() is False); use hardware=cpu or hardware=auto",
+    )
 
     precision = str(trainer.precision)
     on_gpu = trainer.accelerator in ("gpu", "cuda") or (trainer.accelerator == "auto" and torch.cuda.is_available())
-    _require(not precision.startswith("16") or on_gpu, "hardware",
-             f"fp16 (trainer.precision={precision}) needs a CUDA GPU: on the CPU Lightning would quietly use bf16 "
-             "instead; use hardware=bf16 there")
-    _require(not precision.startswith("bf16") or not on_gpu or torch.cuda.is_bf16_supported(), "hardware",
-             f"bf16 (trainer.precision={precision}) is not supported by this GPU ({_gpu_name()}); use hardware=fp16")
+    _require(
+        not precision.startswith("16") or on_gpu,
+        "hardware",
+        f"fp16 (trainer.precision={precision}) needs a CUDA GPU: on the CPU Lightning would quietly use bf16 "
+        "instead; use hardware=bf16 there",
+    )
+    _require(
+        not precision.startswith("bf16") or not on_gpu or torch.cuda.is_bf16_supported(),
+        "hardware",
+        f"bf16 (trainer.precision={precision}) is not supported by this GPU ({_gpu_name()}); use hardware=fp16",
+    )
 
     peak = OmegaConf.select(cfg, "callbacks.throughput.peak_flops")
-    _require(peak is None or (isinstance(peak, (int, float)) and peak > 0), "callbacks.throughput.peak_flops",
-             f"must be a positive number of FLOP/s (e.g. 989e12) or null, got {peak!r}")
+    _require(
+        peak is None or (isinstance(peak, (int, float)) and peak > 0),
+        "callbacks.throughput.peak_flops",
+        f"must be a positive number of FLOP/s (e.g. 989e12) or null, got {peak!r}",
+    )
 
     # decoding
     decode = cfg.decode

@@ -73,14 +73,23 @@ def load_spec(spec: str, root: Path) -> dict:
         spec_dict = yaml.safe_load(f)
     for key in ("method", "metric", "parameters"):
         if key not in spec_dict:
-            raise ValueError(f"hydra.sweeper.spec={spec}: {path} has no `{key}` (a W&B sweep spec needs method, "
-                             "metric and parameters)")
+            raise ValueError(
+                f"hydra.sweeper.spec={spec}: {path} has no `{key}` (a W&B sweep spec needs method, "
+                "metric and parameters)"
+            )
     return spec_dict
 
 
 class WandbSweeper(Sweeper):
-    def __init__(self, spec: str, count: int = 10, mode: str = "auto", project: str = "transformer-lab",
-                 entity: Optional[str] = None, seed: int = 0):
+    def __init__(
+        self,
+        spec: str,
+        count: int = 10,
+        mode: str = "auto",
+        project: str = "transformer-lab",
+        entity: Optional[str] = None,
+        seed: int = 0,
+    ):
         if mode not in ("auto", "online", "offline"):
             raise ValueError(f"hydra.sweeper.mode must be auto, online or offline, got {mode!r}")
         self.spec_name, self.count, self.mode = spec, count, mode
@@ -89,8 +98,9 @@ class WandbSweeper(Sweeper):
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.hydra_context, self.config = hydra_context, config
-        self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
-                                                                task_function=task_function, config=config)
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
 
     def _online(self) -> bool:
         if self.mode != "auto":
@@ -129,8 +139,15 @@ class WandbSweeper(Sweeper):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         online = self._online()
-        log.info("W&B sweep %s (%s, %s %s), %d trials, %s", self.spec_name, spec["method"], self.goal,
-                 self.metric, self.count, "online" if online else "offline: proposals made locally")
+        log.info(
+            "W&B sweep %s (%s, %s %s), %d trials, %s",
+            self.spec_name,
+            spec["method"],
+            self.goal,
+            self.metric,
+            self.count,
+            "online" if online else "offline: proposals made locally",
+        )
         trials = self._sweep_online(spec, arguments) if online else self._sweep_offline(spec, arguments)
         self._write_results(sweep_dir / "wandb_sweep_results.yaml", trials)
         return trials
@@ -170,8 +187,9 @@ class WandbSweeper(Sweeper):
             run = wandb.init()  # the server's proposal; train.py's W&B logger logs into this run
             params = {key: value for key, value in dict(run.config).items() if key in spec["parameters"]}
             state, value, _ = self._run_trial(arguments, params)
-            trials.append({"params": self.effective(arguments, params), "state": state, self.metric: value,
-                           "run_id": run.id})
+            trials.append(
+                {"params": self.effective(arguments, params), "state": state, self.metric: value, "run_id": run.id}
+            )
             if wandb.run is not None:
                 wandb.finish(exit_code=0 if state == "finished" else 1)
 
@@ -181,8 +199,13 @@ class WandbSweeper(Sweeper):
     def _write_results(self, path: Path, trials: list[dict]) -> None:
         done = [t for t in trials if t["state"] == "finished"]
         best = (min if self.goal == "minimize" else max)(done, key=lambda t: t[self.metric]) if done else None
-        results = {"metric": self.metric, "goal": self.goal, "trials": trials,
-                   "best_params": dict(best["params"]) if best else None, "best_value": best[self.metric] if best else None}
+        results = {
+            "metric": self.metric,
+            "goal": self.goal,
+            "trials": trials,
+            "best_params": dict(best["params"]) if best else None,
+            "best_value": best[self.metric] if best else None,
+        }
         path.write_text(yaml.safe_dump(results, sort_keys=False))
         log.info("Best parameters: %s", results["best_params"])
         log.info("Best value: %s", results["best_value"])

@@ -38,8 +38,11 @@ class History(L.Callback):
     def _append(self, trainer, prefixes: tuple[str, ...]) -> None:
         if not trainer.is_global_zero:
             return
-        record = {name: float(v.item() if isinstance(v, torch.Tensor) else v)
-                  for name, v in trainer.callback_metrics.items() if name.startswith(prefixes)}
+        record = {
+            name: float(v.item() if isinstance(v, torch.Tensor) else v)
+            for name, v in trainer.callback_metrics.items()
+            if name.startswith(prefixes)
+        }
         if record:
             with open(self.path, "a") as f:
                 f.write(json.dumps({"step": trainer.global_step, **record}) + "\n")
@@ -81,8 +84,9 @@ class StepAxis(L.Callback):
         if step % trainer.log_every_n_steps == 0 or trainer.should_stop:  # Lightning writes this step's metrics
             pl_module.log("step", float(step))
         elif last:
-            metrics = {name: float(value) for name, value in trainer.callback_metrics.items()
-                       if name.startswith("train/")}
+            metrics = {
+                name: float(value) for name, value in trainer.callback_metrics.items() if name.startswith("train/")
+            }
             for logger in trainer.loggers:
                 logger.log_metrics(metrics, step)
 

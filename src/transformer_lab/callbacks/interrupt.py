@@ -46,8 +46,12 @@ class GracefulInterrupt(L.Callback):
             saved = f"saved {self.ckpt_path}"
         else:  # mid-validation, whose partial metrics a checkpoint cannot hold: keep the last periodic one
             saved = f"kept {self.ckpt_path} from before the validation"
-        log.info("interrupted at step %d; %s. Resume with ckpt_path=last hydra.run.dir=%s",
-                 trainer.global_step, saved, self.ckpt_path.parent.parent)
+        log.info(
+            "interrupted at step %d; %s. Resume with ckpt_path=last hydra.run.dir=%s",
+            trainer.global_step,
+            saved,
+            self.ckpt_path.parent.parent,
+        )
 
     def _restore(self):
         if self._previous_sigint is not None:

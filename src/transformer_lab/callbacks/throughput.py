@@ -60,8 +60,10 @@ class Throughput(L.Callback):
         if self.peak_flops is None:
             self.peak_flops = device_peak_flops(trainer.strategy.root_device, str(trainer.precision))
             if self.peak_flops is None and trainer.strategy.root_device.type == "cuda":
-                log.warning("no peak FLOP/s known for %s: set callbacks.throughput.peak_flops for throughput/mfu",
-                            torch.cuda.get_device_name(trainer.strategy.root_device))
+                log.warning(
+                    "no peak FLOP/s known for %s: set callbacks.throughput.peak_flops for throughput/mfu",
+                    torch.cuda.get_device_name(trainer.strategy.root_device),
+                )
 
     def _mfu(self, flops: int, seconds: float, world_size: int) -> float | None:
         if self.peak_flops is None or seconds <= 0:
@@ -76,8 +78,11 @@ class Throughput(L.Callback):
         now = time.perf_counter()
         elapsed, self._last = now - self._last, now
         # Every process's batch has the same shape (translation's padded lengths differ a little).
-        step = (pl_module.batch_tokens(batch) * trainer.world_size, pl_module.batch_flops(batch) * trainer.world_size,
-                elapsed)
+        step = (
+            pl_module.batch_tokens(batch) * trainer.world_size,
+            pl_module.batch_flops(batch) * trainer.world_size,
+            elapsed,
+        )
         if trainer.global_step > 1:
             self._total = [a + b for a, b in zip(self._total, step)]
             tokens, flops, seconds = self._total

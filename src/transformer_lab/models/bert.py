@@ -21,7 +21,6 @@ from transformer_lab.errors import ConfigError
 from transformer_lab.models.encdec import EncoderLayer
 from transformer_lab.models.flops import attention_flops, linear_flops
 
-
 Pooling = choice("Pooling", "cls", "mean")
 
 
@@ -58,9 +57,17 @@ class Bert(nn.Module):
         self.embed_norm = nn.LayerNorm(C, eps=1e-12, bias=config.bias)
         self.drop = nn.Dropout(config.dropout)
         self.encoder = nn.ModuleList(
-            EncoderLayer(C, config.n_head, config.d_ff or 4 * C, config.dropout, config.bias, config.norm_first,
-                         activation="gelu")
-            for _ in range(config.n_layer))
+            EncoderLayer(
+                C,
+                config.n_head,
+                config.d_ff or 4 * C,
+                config.dropout,
+                config.bias,
+                config.norm_first,
+                activation="gelu",
+            )
+            for _ in range(config.n_layer)
+        )
         self.final_norm = nn.LayerNorm(C, bias=config.bias) if config.norm_first else nn.Identity()
         self.pooler = nn.Linear(C, C) if config.pooling == "cls" else None
         self.head = nn.Linear(C, config.n_classes)

@@ -23,7 +23,6 @@ from transformer_lab.errors import ConfigError
 from transformer_lab.models.flops import attention_flops, linear_flops
 from transformer_lab.models.layers import Attention, FeedForward
 
-
 Positions = choice("Positions", "sinusoidal", "learned")
 
 
@@ -65,8 +64,16 @@ def sinusoids(length: int, dim: int) -> torch.Tensor:
 class EncoderLayer(nn.Module):
     """nn.TransformerEncoderLayer's computation (and parameter layout), on SDPA. Also BERT's layer."""
 
-    def __init__(self, n_embd: int, n_head: int, d_ff: int, dropout: float, bias: bool, norm_first: bool,
-                 activation: str = "relu"):
+    def __init__(
+        self,
+        n_embd: int,
+        n_head: int,
+        d_ff: int,
+        dropout: float,
+        bias: bool,
+        norm_first: bool,
+        activation: str = "relu",
+    ):
         super().__init__()
         self.norm_first = norm_first
         self.self_attn = Attention(n_embd, n_head, bias, dropout)
@@ -97,8 +104,9 @@ class DecoderLayer(nn.Module):
         self.norm3 = nn.LayerNorm(C, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor, memory_pad: torch.Tensor | None,
-                cache: dict | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, memory: torch.Tensor, memory_pad: torch.Tensor | None, cache: dict | None = None
+    ) -> torch.Tensor:
         # x: (B, T, C) target so far; memory: (B, S, C) encoder output; cache: {"self": {}, "cross": {}}
         self_cache, cross_cache = (cache["self"], cache["cross"]) if cache is not None else (None, None)
         if self.norm_first:
@@ -119,16 +127,19 @@ class EncDec(nn.Module):
         self.config = config
         C = config.n_embd
         self.embed = nn.Embedding(config.vocab_size, C, padding_idx=config.pad_id)  # target (and shared)
-        self.src_embed = (nn.Embedding(config.src_vocab_size, C, padding_idx=config.pad_id)
-                          if config.src_vocab_size else None)  # None: the source shares `embed`
+        self.src_embed = (
+            nn.Embedding(config.src_vocab_size, C, padding_idx=config.pad_id) if config.src_vocab_size else None
+        )  # None: the source shares `embed`
         if config.pos_encoding == "learned":
             self.pos = nn.Embedding(config.block_size, C)
         else:
             self.register_buffer("sinusoids", sinusoids(config.block_size, C), persistent=False)
         self.drop = nn.Dropout(config.dropout)
         d_ff = config.d_ff or 4 * C
-        self.encoder = nn.ModuleList(EncoderLayer(C, config.n_head, d_ff, config.dropout, config.bias, config.norm_first)
-                                     for _ in range(config.n_layer))
+        self.encoder = nn.ModuleList(
+            EncoderLayer(C, config.n_head, d_ff, config.dropout, config.bias, config.norm_first)
+            for _ in range(config.n_layer)
+        )
         self.decoder = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_decoder_layer or config.n_layer))
         # Pre-LN stacks end un-normalised; the paper's post-LN blocks already end with a norm.
         self.encoder_norm = nn.LayerNorm(C, bias=config.bias) if config.norm_first else nn.Identity()
@@ -145,12 +156,12 @@ class EncDec(nn.Module):
         in_projs = {module.in_proj for module in self.modules() if isinstance(module, Attention)}
         for module in self.modules():
             if isinstance(module, nn.Linear):
-                for rows in ((module.weight[:C], module.weight[C:]) if module in in_projs else (module.weight,)):
+                for rows in (module.weight[:C], module.weight[C:]) if module in in_projs else (module.weight,):
                     nn.init.xavier_uniform_(rows)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):
-                nn.init.normal_(module.weight, mean=0.0, std=C ** -0.5)
+                nn.init.normal_(module.weight, mean=0.0, std=C**-0.5)
                 if module.padding_idx is not None:
                     with torch.no_grad():
                         module.weight[module.padding_idx].zero_()
@@ -176,8 +187,9 @@ class EncDec(nn.Module):
     def new_cache(self) -> list[dict]:
         return [{"self": {}, "cross": {}} for _ in self.decoder]
 
-    def decode(self, tgt: torch.Tensor, memory: torch.Tensor, memory_pad: torch.Tensor,
-               cache: list[dict] | None = None) -> torch.Tensor:
+    def decode(
+        self, tgt: torch.Tensor, memory: torch.Tensor, memory_pad: torch.Tensor, cache: list[dict] | None = None
+    ) -> torch.Tensor:
         """tgt: (B, T) target tokens -> logits (B, T, V). With a cache (from new_cache()), tgt holds only
         the tokens after those already decoded, and the cache grows by them."""
         offset = cache[0]["self"]["k"].size(2) if cache is not None and "k" in cache[0]["self"] else 0

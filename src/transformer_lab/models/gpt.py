@@ -91,7 +91,7 @@ class GPT(nn.Module):
         if config.tie_weights:
             self.lm_head.weight = self.wte.weight
 
-        std = config.init_std or config.n_embd ** -0.5
+        std = config.init_std or config.n_embd**-0.5
         self.apply(partial(self._init_weights, std=std))
         if config.scale_residual_init:
             # GPT-2: residual projections scaled down so the residual stream's variance stays put with depth.
@@ -139,9 +139,15 @@ class GPT(nn.Module):
         return self.lm_head(self.ln_f(x))  # (B, T, V)
 
     @torch.no_grad()
-    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                 top_k: int | None = None, generator: torch.Generator | None = None,
-                 use_cache: bool = True) -> torch.Tensor:
+    def generate(
+        self,
+        idx: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+        use_cache: bool = True,
+    ) -> torch.Tensor:
         """Sample max_new_tokens continuations of idx (B, T); temperature 0 means greedy.
 
         The key/value cache serves while the sequence fits in block_size; past that the window slides and
@@ -151,7 +157,7 @@ class GPT(nn.Module):
             if cache is not None and idx.size(1) <= self.config.block_size:
                 logits = self(idx if step == 0 else idx[:, -1:], cache)[:, -1, :]  # (B, V)
             else:
-                logits = self(idx[:, -self.config.block_size:])[:, -1, :]
+                logits = self(idx[:, -self.config.block_size :])[:, -1, :]
             if temperature == 0:
                 next_id = logits.argmax(dim=-1, keepdim=True)
             else:

@@ -17,7 +17,7 @@ Norm = choice("Norm", "layernorm", "rmsnorm", "none")
 
 
 def make_norm(kind: str, dim: int, bias: bool = True, eps: float = 1e-5) -> nn.Module:
-    """"layernorm" (nn.LayerNorm, optionally without bias) | "rmsnorm" (nn.RMSNorm) | "none"."""
+    """ "layernorm" (nn.LayerNorm, optionally without bias) | "rmsnorm" (nn.RMSNorm) | "none"."""
     if kind == "layernorm":
         return nn.LayerNorm(dim, eps=eps, bias=bias)
     if kind == "rmsnorm":
@@ -51,7 +51,7 @@ class RotaryEmbedding(nn.Module):
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         # x: (B, nh, T, hd) at positions offset .. offset + T - 1
-        cos, sin = (t[offset:offset + x.size(-2)].to(x.dtype) for t in (self.cos, self.sin))
+        cos, sin = (t[offset : offset + x.size(-2)].to(x.dtype) for t in (self.cos, self.sin))
         x1, x2 = x.chunk(2, dim=-1)
         rotated = torch.cat([-x2, x1], dim=-1)
         return x * cos + rotated * sin
@@ -68,8 +68,15 @@ class Attention(nn.Module):
 
     LEGACY = {"in_proj": (("c_attn",), ("q_proj", "kv_proj"), ("q", "k", "v")), "out_proj": (("c_proj",), ("o",))}
 
-    def __init__(self, n_embd: int, n_head: int, bias: bool = True, dropout: float = 0.0,
-                 rotary: RotaryEmbedding | None = None, scale: float | None = None):
+    def __init__(
+        self,
+        n_embd: int,
+        n_head: int,
+        bias: bool = True,
+        dropout: float = 0.0,
+        rotary: RotaryEmbedding | None = None,
+        scale: float | None = None,
+    ):
         super().__init__()
         assert n_embd % n_head == 0, "n_embd must be divisible by n_head"
         self.n_head, self.dropout, self.rotary, self.scale = n_head, dropout, rotary, scale
@@ -81,8 +88,15 @@ class Attention(nn.Module):
         B, L, C = t.shape
         return t.view(B, L, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, L, hd)
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None, pad: torch.Tensor | None = None,
-                causal: bool = False, bias: torch.Tensor | None = None, cache: dict | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor | None = None,
+        pad: torch.Tensor | None = None,
+        causal: bool = False,
+        bias: torch.Tensor | None = None,
+        cache: dict | None = None,
+    ) -> torch.Tensor:
         # x: (B, T, C) queries; memory: (B, S, C), None for self-attention; pad: (B, S) True at padded keys;
         # causal: each query sees the keys up to its own position; bias: added to the logits, (1|B, nh, T, S).
         # cache: self-attention appends each call's keys and values to it, so a call may bring a chunk of
@@ -113,8 +127,15 @@ class Attention(nn.Module):
         if bias is not None:
             bias = bias.to(q.dtype)
             mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=self.scale,
-                                           dropout_p=self.dropout if self.training else 0.0)  # (B, nh, T, hd)
+        y = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            is_causal=causal,
+            scale=self.scale,
+            dropout_p=self.dropout if self.training else 0.0,
+        )  # (B, nh, T, hd)
         return self.out_proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
 
@@ -124,10 +145,17 @@ class FeedForward(nn.Module):
     activation: "relu" | "gelu" (exact) | "swiglu" (SiLU gate, Shazeer 2020) | "gated-gelu" (tanh-GELU
     gate, T5.1.1)."""
 
-    LEGACY = {"gate": (("c_gate",), ("wi_gate",)), "up": (("c_fc",), ("linear1",), ("wi",)),
-              "down": (("c_proj",), ("linear2",), ("wo",))}
-    ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swiglu": F.silu,
-                   "gated-gelu": lambda h: F.gelu(h, approximate="tanh")}
+    LEGACY = {
+        "gate": (("c_gate",), ("wi_gate",)),
+        "up": (("c_fc",), ("linear1",), ("wi",)),
+        "down": (("c_proj",), ("linear2",), ("wo",)),
+    }
+    ACTIVATIONS = {
+        "relu": F.relu,
+        "gelu": F.gelu,
+        "swiglu": F.silu,
+        "gated-gelu": lambda h: F.gelu(h, approximate="tanh"),
+    }
 
     def __init__(self, n_embd: int, hidden: int, activation: str = "relu", bias: bool = True, dropout: float = 0.0):
         super().__init__()

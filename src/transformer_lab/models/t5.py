@@ -24,7 +24,6 @@ from transformer_lab.errors import ConfigError
 from transformer_lab.models.flops import attention_flops, linear_flops
 from transformer_lab.models.layers import Attention, FeedForward
 
-
 FeedForwardKind = choice("FeedForwardKind", "relu", "gated-gelu")
 
 
@@ -47,12 +46,16 @@ class T5Config:
         if self.d_ff < 1:
             raise ConfigError("d_ff", f"must be positive, got {self.d_ff}")
         if self.num_buckets < 4 or self.max_distance <= self.num_buckets // 2:
-            raise ConfigError("num_buckets", "needs num_buckets >= 4 and max_distance > num_buckets / 2, got "
-                                             f"{self.num_buckets} and {self.max_distance}")
+            raise ConfigError(
+                "num_buckets",
+                "needs num_buckets >= 4 and max_distance > num_buckets / 2, got "
+                f"{self.num_buckets} and {self.max_distance}",
+            )
 
 
-def relative_position_bucket(relative_position: torch.Tensor, bidirectional: bool, num_buckets: int,
-                             max_distance: int) -> torch.Tensor:
+def relative_position_bucket(
+    relative_position: torch.Tensor, bidirectional: bool, num_buckets: int, max_distance: int
+) -> torch.Tensor:
     """Bucket of each key-minus-query distance: half the buckets are exact distances 0, 1, 2, ..., the
     rest log-spaced up to max_distance (and beyond it the last). Bidirectional: separate halves for keys
     before and after the query. Causal: only keys at or before the query count; later ones go to 0."""
@@ -93,16 +96,27 @@ class Block(nn.Module):
         self.self_norm, self.self_attn = nn.RMSNorm(C, eps=1e-6), Attention(C, nh, False, dropout, scale=1.0)
         self.cross_norm = nn.RMSNorm(C, eps=1e-6) if cross else None
         self.cross_attn = Attention(C, nh, False, dropout, scale=1.0) if cross else None
-        self.ff_norm, self.ff = nn.RMSNorm(C, eps=1e-6), FeedForward(C, config.d_ff, config.feed_forward, False, dropout)
+        self.ff_norm, self.ff = (
+            nn.RMSNorm(C, eps=1e-6),
+            FeedForward(C, config.d_ff, config.feed_forward, False, dropout),
+        )
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x: torch.Tensor, position_bias: torch.Tensor, pad: torch.Tensor | None = None,
-                memory: torch.Tensor | None = None, memory_pad: torch.Tensor | None = None,
-                causal: bool = False, cache: dict | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        position_bias: torch.Tensor,
+        pad: torch.Tensor | None = None,
+        memory: torch.Tensor | None = None,
+        memory_pad: torch.Tensor | None = None,
+        causal: bool = False,
+        cache: dict | None = None,
+    ) -> torch.Tensor:
         # x: (B, T, C); position_bias: (1, nh, T, T + cached); pad: (B, T) and memory_pad: (B, S), True at padding
         self_cache, cross_cache = (cache["self"], cache["cross"]) if cache is not None else (None, None)
-        x = x + self.dropout(self.self_attn(self.self_norm(x), pad=pad, causal=causal, bias=position_bias,
-                                            cache=self_cache))
+        x = x + self.dropout(
+            self.self_attn(self.self_norm(x), pad=pad, causal=causal, bias=position_bias, cache=self_cache)
+        )
         if self.cross_attn is not None:  # no position bias across the two sequences
             x = x + self.dropout(self.cross_attn(self.cross_norm(x), memory, memory_pad, cache=cross_cache))
         return x + self.dropout(self.ff(self.ff_norm(x)))
@@ -137,18 +151,18 @@ class T5(nn.Module):
             if isinstance(module, Attention):
                 w = module.in_proj.weight  # rows [q; k; v]
                 nn.init.normal_(w[:C], std=(C * d_head) ** -0.5)
-                nn.init.normal_(w[C:2 * C], std=C ** -0.5)
-                nn.init.normal_(w[2 * C:], std=C ** -0.5)
-                nn.init.normal_(module.out_proj.weight, std=C ** -0.5)
+                nn.init.normal_(w[C : 2 * C], std=C**-0.5)
+                nn.init.normal_(w[2 * C :], std=C**-0.5)
+                nn.init.normal_(module.out_proj.weight, std=C**-0.5)
             elif isinstance(module, FeedForward):
                 for linear in (module.up, module.gate):
                     if linear is not None:
-                        nn.init.normal_(linear.weight, std=C ** -0.5)
-                nn.init.normal_(module.down.weight, std=self.config.d_ff ** -0.5)
+                        nn.init.normal_(linear.weight, std=C**-0.5)
+                nn.init.normal_(module.down.weight, std=self.config.d_ff**-0.5)
             elif isinstance(module, RelativePositionBias):
-                nn.init.normal_(module.table.weight, std=C ** -0.5)
+                nn.init.normal_(module.table.weight, std=C**-0.5)
         if not self.config.tie_weights:
-            nn.init.normal_(self.lm_head.weight, std=C ** -0.5)
+            nn.init.normal_(self.lm_head.weight, std=C**-0.5)
 
     def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """src: (B, S) -> memory (B, S, C) and the padding mask (B, S), True at padding."""
@@ -163,19 +177,26 @@ class T5(nn.Module):
     def new_cache(self) -> list[dict]:
         return [{"self": {}, "cross": {}} for _ in self.decoder]
 
-    def decode(self, tgt: torch.Tensor, memory: torch.Tensor, memory_pad: torch.Tensor,
-               cache: list[dict] | None = None) -> torch.Tensor:
+    def decode(
+        self, tgt: torch.Tensor, memory: torch.Tensor, memory_pad: torch.Tensor, cache: list[dict] | None = None
+    ) -> torch.Tensor:
         """tgt: (B, T) decoder input (starting with pad_id) -> logits (B, T, V). With a cache (from
         new_cache()), tgt holds only the tokens after those already decoded, and the cache grows by them."""
         past = cache[0]["self"]["k"].size(2) if cache is not None and "k" in cache[0]["self"] else 0
         position_bias = self.decoder_bias(tgt.size(1), past + tgt.size(1), tgt.device)  # (1, nh, T, past+T)
         x = self.drop(self.embed(tgt))
         for i, block in enumerate(self.decoder):
-            x = block(x, position_bias, memory=memory, memory_pad=memory_pad, causal=True,
-                      cache=cache[i] if cache is not None else None)
+            x = block(
+                x,
+                position_bias,
+                memory=memory,
+                memory_pad=memory_pad,
+                causal=True,
+                cache=cache[i] if cache is not None else None,
+            )
         x = self.drop(self.decoder_norm(x))
         if self.config.tie_weights:
-            x = x * self.config.n_embd ** -0.5  # T5 rescales before a tied output projection
+            x = x * self.config.n_embd**-0.5  # T5 rescales before a tied output projection
         return self.lm_head(x)
 
     def forward_flops(self, S: int, T: int) -> int:

@@ -30,10 +30,14 @@ class Task(L.LightningModule):
         self.truncated_outputs = 0  # of this evaluation's outputs, those stopped at the model's length limit
 
     @classmethod
-    def build(cls, cfg, model: torch.nn.Module, datamodule, checkpoint_meta: dict) -> "Task":
+    def build(cls, cfg, model: torch.nn.Module, datamodule, checkpoint_meta: dict) -> Task:
         """The task for a run's config, model and data module (the factory's one call)."""
-        return cls(model, OmegaConf.to_container(cfg.optim, resolve=True), checkpoint_meta=checkpoint_meta,
-                   **cls.settings(cfg, datamodule))
+        return cls(
+            model,
+            OmegaConf.to_container(cfg.optim, resolve=True),
+            checkpoint_meta=checkpoint_meta,
+            **cls.settings(cfg, datamodule),
+        )
 
     @classmethod
     def settings(cls, cfg, datamodule) -> dict:
@@ -50,8 +54,14 @@ class Task(L.LightningModule):
             return
         self.log(f"{split}/truncated", float(truncated))
         if truncated and self.trainer.is_global_zero:
-            log.warning("%s: %d of %d outputs reached the model's length limit (%d positions) before their end; "
-                        "they are cut there", split, truncated, len(self.hypotheses), self.model.config.block_size)
+            log.warning(
+                "%s: %d of %d outputs reached the model's length limit (%d positions) before their end; "
+                "they are cut there",
+                split,
+                truncated,
+                len(self.hypotheses),
+                self.model.config.block_size,
+            )
         datamodule = self.trainer.datamodule
         rows = sorted(self.hypotheses)
         hypotheses = [self.hypotheses[r] for r in rows]
@@ -63,8 +73,9 @@ class Task(L.LightningModule):
         sources = [datamodule.pairs[split][r][0] for r in rows[:3]]
         text = "\n".join(f"  src: {s}\n  out: {h}\n  ref: {r}" for s, h, r in zip(sources, hypotheses, references))
         table = [[split, self.global_step, s, h, r] for s, h, r in zip(sources, hypotheses, references)]
-        self.show_examples(f"{split} translations", text, "translations",
-                           ["split", "step", "source", "output", "reference"], table)
+        self.show_examples(
+            f"{split} translations", text, "translations", ["split", "step", "source", "output", "reference"], table
+        )
 
     def show_examples(self, title: str, text: str, table: str, columns: list[str], rows: list[list]) -> None:
         """Print examples (samples, translations) to the console, and keep them in a W&B table."""
@@ -101,7 +112,8 @@ class Task(L.LightningModule):
         if not self.optim["skip_nonfinite"]:
             raise NonFiniteLossError(
                 f"the loss is {loss.item()} at step {self.global_step}; training stopped. The last good "
-                "checkpoint is kept; lower optim.lr, or set optim.skip_nonfinite=true to skip such steps.")
+                "checkpoint is kept; lower optim.lr, or set optim.skip_nonfinite=true to skip such steps."
+            )
         self.skipped_steps += 1
         self.log("train/skipped_steps", float(self.skipped_steps))
         return None
@@ -116,8 +128,9 @@ class Task(L.LightningModule):
             fused = None
         optimizer = adamw(self.model, o["lr"], o["weight_decay"], tuple(o["betas"]), o["eps"], fused)
         decay_steps = o["decay_steps"] or max(self.trainer.max_steps, 1)
-        schedule = partial(warmup_cosine, lr=o["lr"], min_lr=o["min_lr"], warmup_steps=o["warmup_steps"],
-                           decay_steps=decay_steps)
+        schedule = partial(
+            warmup_cosine, lr=o["lr"], min_lr=o["min_lr"], warmup_steps=o["warmup_steps"], decay_steps=decay_steps
+        )
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: schedule(step) / o["lr"])
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 

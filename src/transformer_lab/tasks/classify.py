@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -13,8 +14,9 @@ from transformer_lab.tasks.base import Task
 
 
 class ClassificationTask(Task):
-    def __init__(self, model: torch.nn.Module, optim: dict, decode: Callable[[Any], str],
-                 checkpoint_meta: dict | None = None):
+    def __init__(
+        self, model: torch.nn.Module, optim: dict, decode: Callable[[Any], str], checkpoint_meta: dict | None = None
+    ):
         super().__init__(model, optim, checkpoint_meta)
         self.decode = decode
         n_classes = model.config.n_classes
@@ -42,8 +44,11 @@ class ClassificationTask(Task):
         self.val_acc.update(logits, y)
         if batch_idx == 0 and not self.trainer.sanity_checking:
             guesses = logits.argmax(-1)
-            lines = [f"{self.decode(x[i].tolist())} {guesses[i].item()}   "
-                     f"({'ok' if guesses[i] == y[i] else f'expected {y[i].item()}'})" for i in range(min(4, len(y)))]
+            lines = [
+                f"{self.decode(x[i].tolist())} {guesses[i].item()}   "
+                f"({'ok' if guesses[i] == y[i] else f'expected {y[i].item()}'})"
+                for i in range(min(4, len(y)))
+            ]
             text = "\n".join(lines)
             self.show_examples("examples", text, "examples", ["step", "text"], [[self.global_step, text]])
 

@@ -48,7 +48,7 @@ def greedy(model, src: torch.Tensor, max_len: int, bos: int, eos: int) -> list[l
         if done.all():
             break
     rows = torch.stack(out, dim=1).tolist()
-    return [row[:row.index(eos)] if eos in row else row for row in rows]
+    return [row[: row.index(eos)] if eos in row else row for row in rows]
 
 
 def length_normalised(score: float, length: int, alpha: float) -> float:
@@ -57,8 +57,9 @@ def length_normalised(score: float, length: int, alpha: float) -> float:
 
 
 @torch.no_grad()
-def beam_search(model, src: torch.Tensor, beam_size: int, max_len: int, bos: int, eos: int,
-                length_penalty: float = 0.6) -> list[list[int]]:
+def beam_search(
+    model, src: torch.Tensor, beam_size: int, max_len: int, bos: int, eos: int, length_penalty: float = 0.6
+) -> list[list[int]]:
     """Keeps the beam_size best partial outputs per source; a finished output is ranked by its
     length-normalised log-probability. beam_size 1 is greedy decoding. Outputs have at most max_len
     tokens (at most the model's block_size)."""
@@ -71,7 +72,7 @@ def beam_search(model, src: torch.Tensor, beam_size: int, max_len: int, bos: int
     scores = torch.full((B, K), float("-inf"), device=src.device)
     scores[:, 0] = 0.0  # all beams start identical: keep one
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
-    for step in range(max_len):
+    for _ in range(max_len):
         logp = F.log_softmax(model.decode(sequences[:, -1:], memory, pad, cache)[:, -1].float(), dim=-1)
         V = logp.size(-1)
         candidates = (scores[:, :, None] + logp.view(B, K, V)).view(B, K * V)
@@ -106,8 +107,9 @@ def beam_search(model, src: torch.Tensor, beam_size: int, max_len: int, bos: int
             for k in range(K):
                 if scores[b, k] > float("-inf"):
                     hypothesis = sequences[b * K + k, 1:].tolist()
-                    finished[b].append((length_normalised(scores[b, k].item(), len(hypothesis), length_penalty),
-                                        hypothesis))
+                    finished[b].append(
+                        (length_normalised(scores[b, k].item(), len(hypothesis), length_penalty), hypothesis)
+                    )
     return [max(f, key=lambda item: item[0])[1] for f in finished]
 
 
@@ -124,8 +126,9 @@ def fit_sources(src: torch.Tensor, limit: int, pad: int, eos: int) -> tuple[torc
     return src, int(cut.sum()), longest
 
 
-def decode(model, src: torch.Tensor, beam_size: int, max_len: int, bos: int, eos: int,
-           length_penalty: float = 0.6) -> Decoded:
+def decode(
+    model, src: torch.Tensor, beam_size: int, max_len: int, bos: int, eos: int, length_penalty: float = 0.6
+) -> Decoded:
     """Beam search, or for beam_size 1 the batched greedy loop that gives the same outputs faster.
     Never asks the model for a position past its block_size: see the module's docstring."""
     limit = model.config.block_size
@@ -161,14 +164,15 @@ class PrefixLM:
         return self.model(prompts if not layers[0] else tokens, layers)  # the prompt first (its <bos> unused)
 
 
-def continue_prompts(model, prompts: torch.Tensor, max_new: int, eos: int, beam_size: int = 1,
-                     length_penalty: float = 0.6) -> Decoded:
+def continue_prompts(
+    model, prompts: torch.Tensor, max_new: int, eos: int, beam_size: int = 1, length_penalty: float = 0.6
+) -> Decoded:
     """A decoder-only model's outputs after prompts of one length (B, P), up to <eos> (left out) or max_new
     tokens, within its block_size (an output stopped there is counted as truncated)."""
     room = model.config.block_size - prompts.size(1)
     if beam_size == 1:  # every model's generate(); no cache needed
-        rows = model.generate(prompts, min(max_new, room), temperature=0)[:, prompts.size(1):].tolist()
-        outputs = [row[:row.index(eos)] if eos in row else row for row in rows]
+        rows = model.generate(prompts, min(max_new, room), temperature=0)[:, prompts.size(1) :].tolist()
+        outputs = [row[: row.index(eos)] if eos in row else row for row in rows]
     else:
         outputs = beam_search(PrefixLM(model, prompts.size(1)), prompts, beam_size, max_new, eos, eos, length_penalty)
     return Decoded(outputs, sum(len(ids) >= room for ids in outputs) if max_new > room else 0)

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -18,16 +19,29 @@ from transformer_lab.tasks.decoding import continue_prompts
 
 
 class LanguageModelTask(Task):
-    def __init__(self, model: torch.nn.Module, optim: dict, sample: dict, decode: Callable[[Any], str],
-                 answer_only: bool = False, prompt_ids: list[int] | None = None,
-                 checkpoint_meta: dict | None = None, kind: str = "text", decode_cfg: dict | None = None):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optim: dict,
+        sample: dict,
+        decode: Callable[[Any], str],
+        answer_only: bool = False,
+        prompt_ids: list[int] | None = None,
+        checkpoint_meta: dict | None = None,
+        kind: str = "text",
+        decode_cfg: dict | None = None,
+    ):
         super().__init__(model, optim, checkpoint_meta)
         self.sample, self.kind = sample, kind
         self.decode_cfg = decode_cfg or {"beam_size": 1, "val_beam_size": 1, "length_penalty": 0.6, "max_extra_len": 50}
         if kind == "bleu" and not hasattr(model, "new_cache"):  # beam search continues prompts with a cache
             for key in ("beam_size", "val_beam_size"):
-                require(self.decode_cfg[key] == 1, f"decode.{key}", f"{type(model).__name__} has no key/value "
-                        "cache (new_cache()) for beam search: set it to 1 (greedy)")
+                require(
+                    self.decode_cfg[key] == 1,
+                    f"decode.{key}",
+                    f"{type(model).__name__} has no key/value "
+                    "cache (new_cache()) for beam search: set it to 1 (greedy)",
+                )
         self.decode, self.answer_only = decode, answer_only
         self.prompt_ids = prompt_ids or [0]
         vocab_size = model.config.vocab_size
@@ -40,9 +54,14 @@ class LanguageModelTask(Task):
             prompt_ids = datamodule.sample_prompt_ids()
         except ValueError as e:
             raise ConfigError("data.sample_prompt", str(e)) from None
-        return {"sample": OmegaConf.to_container(cfg.sample, resolve=True), "decode": datamodule.decode,
-                "answer_only": datamodule.answer_only, "prompt_ids": prompt_ids, "kind": datamodule.kind,
-                "decode_cfg": OmegaConf.to_container(cfg.decode, resolve=True)}
+        return {
+            "sample": OmegaConf.to_container(cfg.sample, resolve=True),
+            "decode": datamodule.decode,
+            "answer_only": datamodule.answer_only,
+            "prompt_ids": prompt_ids,
+            "kind": datamodule.kind,
+            "decode_cfg": OmegaConf.to_container(cfg.decode, resolve=True),
+        }
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.model(idx)
@@ -76,8 +95,14 @@ class LanguageModelTask(Task):
         output that reaches it first is cut there (counted as truncated)."""
         d = self.decode_cfg
         prompt_len = int((x[0] == SEP).nonzero()[0]) + 1
-        decoded = continue_prompts(self.model, x[:, :prompt_len], prompt_len + d["max_extra_len"], EOS,
-                                   d["beam_size" if self.trainer.testing else "val_beam_size"], d["length_penalty"])
+        decoded = continue_prompts(
+            self.model,
+            x[:, :prompt_len],
+            prompt_len + d["max_extra_len"],
+            EOS,
+            d["beam_size" if self.trainer.testing else "val_beam_size"],
+            d["length_penalty"],
+        )
         self.truncated_outputs += decoded.truncated
         for row, ids in zip(rows.tolist(), decoded.outputs):
             self.hypotheses[row] = self.decode(ids)
@@ -107,8 +132,9 @@ class LanguageModelTask(Task):
     def _text_samples(self):
         prompt = torch.tensor([self.prompt_ids], device=self.device)
         generator = torch.Generator(device=self.device).manual_seed(self.sample["seed"])
-        out = self.model.generate(prompt, self.sample["max_new_tokens"], self.sample["temperature"],
-                                  self.sample["top_k"], generator=generator)
+        out = self.model.generate(
+            prompt, self.sample["max_new_tokens"], self.sample["temperature"], self.sample["top_k"], generator=generator
+        )
         text = self.decode(out[0].tolist())
         self.show_examples("sample", text, "samples", ["step", "text"], [[self.global_step, text]])
 

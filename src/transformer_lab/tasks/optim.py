@@ -8,8 +8,9 @@ import torch
 from torch import nn
 
 
-def adamw(model: nn.Module, lr: float, weight_decay: float, betas: tuple[float, float], eps: float,
-          fused: bool | None) -> torch.optim.AdamW:
+def adamw(
+    model: nn.Module, lr: float, weight_decay: float, betas: tuple[float, float], eps: float, fused: bool | None
+) -> torch.optim.AdamW:
     """Matrices (linear and embedding weights) decay; biases and norm gains (1-D tensors) do not."""
     params = {id(p): p for p in model.parameters() if p.requires_grad}.values()  # tied weights once
     groups = [

@@ -8,8 +8,8 @@ from omegaconf import OmegaConf
 from torchmetrics import MeanMetric
 
 from transformer_lab.data.tokens import BOS, EOS, PAD
-from transformer_lab.tasks.base import Task
 from transformer_lab.tasks import decoding
+from transformer_lab.tasks.base import Task
 
 
 class Seq2SeqTask(Task):
@@ -18,8 +18,9 @@ class Seq2SeqTask(Task):
     label-smoothed cross-entropy (optim.label_smoothing); `val/loss` and `test/loss` are the plain one,
     comparable across smoothing settings."""
 
-    def __init__(self, model: torch.nn.Module, optim: dict, decode: dict, datamodule,
-                 checkpoint_meta: dict | None = None):
+    def __init__(
+        self, model: torch.nn.Module, optim: dict, decode: dict, datamodule, checkpoint_meta: dict | None = None
+    ):
         super().__init__(model, optim, checkpoint_meta)
         self.decode_cfg = decode
         self.detokenize = datamodule.decode
@@ -44,8 +45,7 @@ class Seq2SeqTask(Task):
 
     def loss(self, src, tgt, smoothing: float) -> torch.Tensor:
         logits = self.model(src, tgt[:, :-1])  # teacher forcing: predict tgt[1:] from tgt[:-1]
-        return F.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=PAD,
-                               label_smoothing=smoothing)
+        return F.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=PAD, label_smoothing=smoothing)
 
     def training_step(self, batch, batch_idx):
         src, tgt = batch
@@ -53,7 +53,9 @@ class Seq2SeqTask(Task):
 
     def translate(self, src: torch.Tensor, beam_size: int) -> decoding.Decoded:
         d = self.decode_cfg
-        return decoding.decode(self.model, src, beam_size, src.size(1) + d["max_extra_len"], BOS, EOS, d["length_penalty"])
+        return decoding.decode(
+            self.model, src, beam_size, src.size(1) + d["max_extra_len"], BOS, EOS, d["length_penalty"]
+        )
 
     def _eval_step(self, batch):
         src, tgt = batch[0], batch[1]
@@ -63,8 +65,10 @@ class Seq2SeqTask(Task):
             predicted = self.model(src, tgt[:, :1])[:, 0].argmax(-1)
             self.eval_acc.update((predicted == tgt[:, 1]).float())
             if not self.trainer.sanity_checking and not self.hypotheses:
-                self.hypotheses = {i: f"{self.detokenize(src[i].tolist())} {self.detokenize([predicted[i]])}"
-                                   for i in range(min(4, len(src)))}
+                self.hypotheses = {
+                    i: f"{self.detokenize(src[i].tolist())} {self.detokenize([predicted[i]])}"
+                    for i in range(min(4, len(src)))
+                }
         elif not self.trainer.sanity_checking:
             beam_size = self.decode_cfg["beam_size" if self.trainer.testing else "val_beam_size"]
             decoded = self.translate(src, beam_size)

@@ -14,8 +14,9 @@ from transformer_lab.tasks.decoding import fill_spans_greedy
 
 
 class SpanCorruptionTask(Task):
-    def __init__(self, model: torch.nn.Module, optim: dict, datamodule, checkpoint_meta: dict | None = None,
-                 n_examples: int = 2):
+    def __init__(
+        self, model: torch.nn.Module, optim: dict, datamodule, checkpoint_meta: dict | None = None, n_examples: int = 2
+    ):
         super().__init__(model, optim, checkpoint_meta)
         self.pad_id, self.eos_id = datamodule.pad_id, datamodule.eos_id
         self.first_sentinel, self.decode = datamodule.first_sentinel, datamodule.decode
@@ -49,11 +50,13 @@ class SpanCorruptionTask(Task):
     def validation_step(self, batch, batch_idx):
         inputs, targets = batch
         logits = self(inputs, targets)
-        self.val_loss.update(F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=self.pad_id),
-                             weight=(targets != self.pad_id).sum())
+        self.val_loss.update(
+            F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=self.pad_id),
+            weight=(targets != self.pad_id).sum(),
+        )
         self.val_acc.update(logits.flatten(0, 1), targets.flatten())
         if batch_idx == 0 and not self.trainer.sanity_checking:
-            self._examples(inputs[:self.n_examples], targets[:self.n_examples])
+            self._examples(inputs[: self.n_examples], targets[: self.n_examples])
 
     def on_validation_epoch_end(self):
         self.log("val/loss", self.val_loss.compute(), prog_bar=True)
@@ -68,7 +71,9 @@ class SpanCorruptionTask(Task):
             original = self.decode(fill_spans(x, y, self.first_sentinel, self.eos_id))
             row = [self.global_step, original, self.decode(x), self.decode(y), self.decode(guess)]
             rows.append(row)
-            lines.append(f"  original:  {row[1]!r}\n  corrupted: {row[2]!r}\n  target:    {row[3]!r}\n"
-                         f"  predicted: {row[4]!r}")
-        self.show_examples("span fills", "\n".join(lines), "span_fills",
-                           ["step", "original", "corrupted", "target", "predicted"], rows)
+            lines.append(
+                f"  original:  {row[1]!r}\n  corrupted: {row[2]!r}\n  target:    {row[3]!r}\n  predicted: {row[4]!r}"
+            )
+        self.show_examples(
+            "span fills", "\n".join(lines), "span_fills", ["step", "original", "corrupted", "target", "predicted"], rows
+        )
