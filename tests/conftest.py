@@ -1,3 +1,4 @@
+import json
 import os
 import subprocess
 import sys
@@ -74,3 +75,28 @@ def run_train(*overrides, cwd=ROOT, env=None, timeout=300):
         timeout=timeout,
         env={**os.environ, "WANDB_SILENT": "true", **(env or {})},
     )
+
+
+class TrainProcess:
+    """`python train.py ARGS` for many short runs (bad inputs: each ends before training): every run goes
+    through train.py as __main__ in one long-lived process (tests/train_driver.py), so the imports are paid
+    once. Results look like subprocess.run's."""
+
+    def __init__(self, env=None):
+        self.process = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "train_driver.py")],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "WANDB_SILENT": "true", **(env or {})},
+        )
+
+    def run(self, *overrides):
+        self.process.stdin.write(json.dumps([str(o) for o in overrides]) + "\n")
+        self.process.stdin.flush()
+        return subprocess.CompletedProcess(overrides, **json.loads(self.process.stdout.readline()))
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait(timeout=60)

@@ -6,7 +6,7 @@ import hashlib
 import pytest
 import torch
 
-from conftest import ROOT, TINY, run_train
+from conftest import ROOT, TINY, TrainProcess, run_train
 
 MODULAR = ["data=modular", "data.p=11", *TINY]
 OFFLINE = {"https_proxy": "http://127.0.0.1:9", "http_proxy": "http://127.0.0.1:9"}  # refused at once
@@ -102,6 +102,14 @@ def workspace(tmp_path_factory):
     return ws
 
 
+@pytest.fixture(scope="module")
+def train_process():
+    """train.py for every case, in one process (offline: a download is refused at once)."""
+    process = TrainProcess(env=OFFLINE)
+    yield process
+    process.close()
+
+
 def snapshot(folder):
     return {
         p.relative_to(folder): hashlib.sha256(p.read_bytes()).hexdigest()
@@ -116,7 +124,7 @@ def test_the_table_is_long_enough():
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("overrides,fragment", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_input_gives_one_clear_message(overrides, fragment, workspace, tmp_path):
+def test_bad_input_gives_one_clear_message(overrides, fragment, workspace, train_process, tmp_path):
     if "hardware=gpu" in overrides and torch.cuda.is_available():
         pytest.skip("a GPU is present")
     needs_text = not any(o.startswith(("data=modular", "data=translation")) for o in overrides)
@@ -134,7 +142,7 @@ def test_bad_input_gives_one_clear_message(overrides, fragment, workspace, tmp_p
     overrides = [o.replace("{ws}", str(workspace)) for o in overrides]
     if not any(o.startswith("hydra.run.dir=") for o in overrides):
         overrides.append(f"hydra.run.dir={run_dir}")
-    result = run_train(*overrides, "logger=none", env=OFFLINE)
+    result = train_process.run(*overrides, "logger=none")
 
     output = result.stdout + result.stderr
     assert result.returncode != 0
