@@ -67,6 +67,8 @@ CASES = [
     ("unwritable-output", ["hydra.run.dir={ws}/a-file/run"], "cannot create the run directory, {ws}/a-file is a file"),
     ("prompt-vocabulary", ["data.sample_prompt=@"], "data.sample_prompt: characters not in the vocabulary: ['@']"),
     ("model-data-pair", ["model=encdec", "data=shakespeare"], "model=encdec does not train on data=shakespeare; combi"),
+    ("t5-equations", ["model=t5", "data=modular"], "model=t5 does not train on data=modular"),
+    ("t5-sentinels", ["model=t5", "span.extra_ids=5"], "span.extra_ids: windows of 141 tokens have 7 noise spans"),
     (
         "malformed-tsv",
         ["model=encdec", "data=translation", "data.path={ws}/bad.tsv"],

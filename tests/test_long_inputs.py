@@ -160,6 +160,7 @@ def test_training_with_a_short_max_length_completes_with_test_bleu(tmp_path):
         "data.max_length=12",
         "data.val_batch_size=256",
         *TINY,
+        "trainer.limit_test_batches=2",
         "model.n_embd=64",
         "trainer.max_steps=20",
         "trainer.val_check_interval=20",

@@ -35,10 +35,8 @@ HELPERS = {"PYTHONPATH": str(ROOT / "tests")}
 # Measurements of the process that ran, not results: a resumed run measures only its own steps.
 NOT_COMPARED = {
     "tokens_per_sec",
-    "throughput/tokens_per_sec",
     "flops_per_token",
     "mfu",
-    "throughput/mfu",
     "wall_time_s",
     "peak_mem_mb",
 }

@@ -206,14 +206,6 @@ def test_translation_pairs_train_end_to_end(tmp_path):
 
 
 @pytest.mark.e2e
-def test_unsupported_pairs_list_what_works(tmp_path):
-    result = run_train("model=encdec", "data=shakespeare", "logger=none", f"hydra.run.dir={tmp_path}")
-    assert result.returncode == 2
-    assert "model=encdec does not train on data=shakespeare" in result.stderr
-    assert "model=gpt data=shakespeare" in result.stderr and "model=encdec data=translation" in result.stderr
-
-
-@pytest.mark.e2e
 def test_gpt_translates_as_a_prefix_lm(tmp_path):
     pairs = write_pairs(tmp_path / "pairs.tsv", n=600)
     run = tmp_path / "run"

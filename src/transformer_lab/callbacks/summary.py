@@ -34,7 +34,9 @@ class Summary(L.Callback):
 
     def _collect(self, trainer) -> None:
         for name, value in trainer.callback_metrics.items():
-            if name == "step":  # the step Lightning's loggers write at (StepAxis), not a metric
+            # `step` is the step Lightning's loggers write at (StepAxis), not a metric; `throughput/*` are
+            # windows of a few steps for the loggers' curves: the whole run's figures are written apart.
+            if name == "step" or name.startswith("throughput/"):
                 continue
             value = float(value.item() if isinstance(value, torch.Tensor) else value)
             self.final[name] = value
