@@ -60,9 +60,10 @@ def test_loggers_instantiate(logger, tmp_path):
     if logger == "none":
         assert not cfg.logger
         return
+    assert list(cfg.logger) == [logger]  # each logger has its own section, so several can be chosen
     if logger == "wandb":
-        cfg.logger.offline = True  # instantiating creates no run; nothing reaches the network
-    instance = hydra.utils.instantiate(cfg.logger)
+        cfg.logger.wandb.offline = True  # instantiating creates no run; nothing reaches the network
+    instance = hydra.utils.instantiate(cfg.logger[logger])
     assert type(instance).__name__.lower() == f"{logger}logger"
 
 

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 from omegaconf import OmegaConf
+from test_wandb import records
 
 from conftest import ROOT, TINY, needs_shakespeare, run_train
 from transformer_lab.checkpoint import load_model
@@ -224,8 +225,9 @@ def test_modular_answer_accuracy_rises(tmp_path):
 
 
 @pytest.mark.e2e
-def test_wandb_without_credentials_runs_offline(tmp_path):
+def test_wandb_without_credentials_runs_offline_beside_another_logger(tmp_path):
     env = {"WANDB_API_KEY": "", "WANDB_MODE": "", "NETRC": str(tmp_path / "no-netrc"), "HOME": str(tmp_path)}
+    run = tmp_path / "run"
     result = run_train(
         "data=modular",
         "data.p=7",
@@ -233,13 +235,16 @@ def test_wandb_without_credentials_runs_offline(tmp_path):
         "trainer.max_steps=5",
         "trainer.val_check_interval=5",
         "callbacks=none",
-        f"hydra.run.dir={tmp_path / 'run'}",
+        "logger=[wandb,csv]",
+        f"hydra.run.dir={run}",
         env=env,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     output = result.stdout + result.stderr
     assert "logging offline" in output and "wandb sync" in output
-    assert list((tmp_path / "run" / "wandb").glob("offline-run-*"))
+    # both loggers got the run: W&B's offline history (read back with its own tool) and the CSV file
+    history = records(run)["history"]
+    assert [h["item"]["val/loss"] for h in history if "val/loss" in h["item"]] == logged(run, "val/loss")
 
 
 @pytest.mark.e2e

@@ -55,7 +55,8 @@ def test_multirun_jobs_are_named_grouped_tagged_with_resolved_config(tmp_path):
         (config,) = [c["update"] for c in run_records["config"] if "data" in c["update"]]
         assert config["data"]["p"] == int(p) and config["paths"]["output_dir"] == str(tmp_path / job)  # resolved
         assert config["data"]["seed"] == config["seed"] == 1337  # an interpolation, resolved
-        assert config["logger"]["group"] == str(tmp_path) and config["logger"]["name"] == run["display_name"]  # as used
+        used = config["logger"]["wandb"]  # the settings the logger was built with
+        assert used["group"] == str(tmp_path) and used["name"] == run["display_name"]
         val_losses = [h["item"]["val/loss"] for h in run_records["history"] if "val/loss" in h["item"]]
         local = [json.loads(line) for line in (tmp_path / job / "metrics.jsonl").read_text().splitlines()]
         assert val_losses == [r["val/loss"] for r in local if "val/loss" in r] and len(val_losses) == 2

@@ -26,9 +26,9 @@ def has_wandb_credentials() -> bool:
         return False
 
 
-def wandb_identity(cfg: DictConfig) -> dict:
+def wandb_identity(cfg: DictConfig, section: DictConfig) -> dict:
     """A W&B run's name (its overrides), group (its sweep, in a multirun) and tags (model, data, hardware),
-    wherever the logger config leaves them unset."""
+    wherever its logger section leaves them unset."""
     name, group, hardware = None, None, None
     if HydraConfig.initialized():
         hydra_cfg = HydraConfig.get()
@@ -39,25 +39,27 @@ def wandb_identity(cfg: DictConfig) -> dict:
         hardware = hydra_cfg.runtime.choices.get("hardware")
     tags = [f"model={cfg.model.name}", f"data={cfg.data.name}"] + ([f"hardware={hardware}"] if hardware else [])
     return {
-        "name": cfg.logger.name or name,
-        "group": cfg.logger.group or group,
-        "tags": list(cfg.logger.tags or []) + [t for t in tags if t not in (cfg.logger.tags or [])],
+        "name": section.name or name,
+        "group": section.group or group,
+        "tags": list(section.tags or []) + [t for t in tags if t not in (section.tags or [])],
     }
 
 
-def build_logger(cfg: DictConfig) -> tuple:
-    """The logger and the settings it was built with (W&B: name, group, tags and offline filled in)."""
-    if not cfg.logger:
-        return False, None
-    logger_cfg = cfg.logger
-    if logger_cfg._target_.endswith("WandbLogger"):
-        logger_cfg = OmegaConf.merge(logger_cfg, wandb_identity(cfg))
-        mode = os.environ.get("WANDB_MODE")
-        if not logger_cfg.offline and mode not in ("online", "offline", "disabled") and not has_wandb_credentials():
-            logger_cfg = OmegaConf.merge(logger_cfg, {"offline": True})
-            log.info(
-                "W&B: no credentials found (WANDB_API_KEY or `wandb login`), logging offline. "
-                "Sync afterwards with: wandb sync %s/wandb/offline-run-*",
-                cfg.paths.output_dir,
-            )
-    return hydra.utils.instantiate(logger_cfg), OmegaConf.to_container(logger_cfg, resolve=True)
+def build_loggers(cfg: DictConfig) -> tuple[list, dict]:
+    """The run's loggers, one per section of `logger` (`logger=[wandb,csv]`: both), and the settings each
+    was built with (W&B: name, group, tags and offline filled in)."""
+    loggers, settings = [], {}
+    for name, section in (cfg.logger or {}).items():
+        if section._target_.endswith("WandbLogger"):
+            section = OmegaConf.merge(section, wandb_identity(cfg, section))
+            mode = os.environ.get("WANDB_MODE")
+            if not section.offline and mode not in ("online", "offline", "disabled") and not has_wandb_credentials():
+                section = OmegaConf.merge(section, {"offline": True})
+                log.info(
+                    "W&B: no credentials found (WANDB_API_KEY or `wandb login`), logging offline. "
+                    "Sync afterwards with: wandb sync %s/wandb/offline-run-*",
+                    cfg.paths.output_dir,
+                )
+        loggers.append(hydra.utils.instantiate(section))
+        settings[name] = OmegaConf.to_container(section, resolve=True)
+    return loggers, settings

@@ -23,7 +23,7 @@ from transformer_lab.errors import UserError, exit_on_user_error
 from transformer_lab.errors import require as _require
 from transformer_lab.factory import build
 from transformer_lab.launch import distributed_job, submitit_tasks_as_processes
-from transformer_lab.loggers import build_logger
+from transformer_lab.loggers import build_loggers
 from transformer_lab.resume import resume_config
 from transformer_lab.validate import validate
 
@@ -72,18 +72,19 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
     if not cfg.trainer.enable_progress_bar:  # Lightning refuses a progress bar callback then
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     throughput = next((c for c in callbacks if isinstance(c, Throughput)), None)
-    logger, logger_settings = build_logger(cfg)
+    loggers, logger_settings = build_loggers(cfg)
     trainer = L.Trainer(
         **OmegaConf.to_container(cfg.trainer),
-        logger=logger,
+        logger=loggers or False,
         callbacks=callbacks,
         plugins=[AtomicCheckpointIO()],
         default_root_dir=str(output_dir),
     )
-    if trainer.logger and trainer.is_global_zero:
-        trainer.logger.log_hyperparams(
-            {**OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "logger": logger_settings}
-        )
+    if trainer.is_global_zero:
+        for logger in trainer.loggers:
+            logger.log_hyperparams(
+                {**OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "logger": logger_settings}
+            )
 
     status = "failed"
     try:
@@ -117,7 +118,7 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
                 ),
             )
             log.info("summary: %s", output_dir / "summary.json")
-        if type(logger).__name__ == "WandbLogger" and trainer.is_global_zero:
+        if any(type(logger).__name__ == "WandbLogger" for logger in loggers) and trainer.is_global_zero:
             # Otherwise the next job of a multirun would log into this run (WandbLogger reuses an open run).
             import wandb
 

@@ -82,8 +82,9 @@ class Task(L.LightningModule):
         if self.trainer.is_global_zero:
             log.info("%s at step %d:\n%s", title, self.global_step, text)
         self.example_tables[table] += rows
-        if self.logger is not None and type(self.logger).__name__ == "WandbLogger":
-            self.logger.log_text(key=table, columns=columns, data=self.example_tables[table])
+        for logger in self.loggers:
+            if type(logger).__name__ == "WandbLogger":
+                logger.log_text(key=table, columns=columns, data=self.example_tables[table])
 
     def batch_tokens(self, batch) -> int:
         """Token positions a training batch feeds the model (for throughput)."""
