@@ -201,3 +201,13 @@ def test_data_schemas_are_the_data_modules_signatures(tmp_path):
         for key, parameter in parameters.items():
             if key not in ("self", "layout", "data_dir", "seed"):  # those two come from paths.data_dir and seed
                 assert section[key] == parameter.default, (name, key)
+
+
+def test_debug_presets_configure_the_trainer(tmp_path):
+    from transformer_lab.train import trainer_arguments
+
+    profile = trainer_arguments(compose_cfg(["debug=profile"], tmp_path))["profiler"]
+    assert type(profile).__name__ == "SimpleProfiler" and profile.dirpath == str(tmp_path)
+    assert compose_cfg(["debug=anomaly"], tmp_path).trainer.detect_anomaly is True
+    fast = compose_cfg(["debug=fast"], tmp_path)
+    assert fast.trainer.fast_dev_run == 3 and not fast.logger and fast.callbacks.last_checkpoint is None

@@ -318,3 +318,26 @@ def test_a_run_shorter_than_every_interval_still_records_its_last_step(tmp_path,
     with open(tmp_path / "csv" / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
     assert [r["step"] for r in local] == [steps] * 2 and [int(r["step"]) for r in rows] == [steps] * 2  # train, val
+
+
+@pytest.mark.e2e
+@needs_shakespeare
+def test_debug_overfit_drives_the_loss_near_zero_and_fast_writes_no_files(tmp_path):
+    overfit = tmp_path / "overfit"
+    result = run_train(
+        "debug=overfit", *TINY, "data.block_size=32", "data.batch_size=8", "optim.lr=1e-2", f"hydra.run.dir={overfit}"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    losses = logged_jsonl(overfit, "train/loss")
+    assert losses[0] > 2.5 and losses[-1] < 0.1, losses  # one batch learnt by heart (ln 65 = 4.2 untrained)
+    fast = tmp_path / "fast"
+    result = run_train("debug=fast", *TINY, f"hydra.run.dir={fast}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((fast / "summary.json").read_text())
+    assert summary["global_step"] == 3 and "val/loss" in summary
+    assert sorted(p.name for p in fast.iterdir()) == [".hydra", "metrics.jsonl", "summary.json", "train.log"]
+
+
+def logged_jsonl(run_dir, name):
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [line[name] for line in lines if name in line]

@@ -103,6 +103,11 @@ class TrainerConfig:
     benchmark: Optional[bool] = None
     enable_progress_bar: bool = True
     enable_model_summary: bool = True
+    # debugging (conf/debug/: debug=fast, overfit, profile, anomaly)
+    fast_dev_run: Any = False  # N (or true: 1) batches of training, validation and test; no checkpoints, no logger
+    overfit_batches: Any = 0  # train (and validate) on the first N batches (int) or fraction (float), again and again
+    profiler: Any = None  # "simple", "advanced", "pytorch", or a profiler's config (_target_: ...)
+    detect_anomaly: bool = False  # torch.autograd's anomaly detection: the op that made a nan, named
 
 
 @dataclass

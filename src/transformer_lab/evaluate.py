@@ -34,13 +34,13 @@ def evaluate(target: str, split: str = "val", overrides: list[str] = (), out: st
         raise UserError(f"split must be val or test, got {split!r}")
     import lightning as L
     from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
 
     import transformer_lab.config  # noqa: F401  (registers the config schemas)
     from transformer_lab.checkpoint import check_compatible, check_state_fits, checkpoint_of, read_checkpoint
     from transformer_lab.errors import ConfigError
     from transformer_lab.factory import build, target_class
     from transformer_lab.resume import merge_overrides, run_overrides
+    from transformer_lab.train import trainer_arguments
     from transformer_lab.validate import validate
 
     path = checkpoint_of(target)
@@ -72,7 +72,7 @@ def evaluate(target: str, split: str = "val", overrides: list[str] = (), out: st
         datamodule, model, task = build(cfg, given, checkpoint_meta=meta)
     check_state_fits(str(path), shapes, meta["config"], cfg, task)
     trainer = L.Trainer(
-        **OmegaConf.to_container(cfg.trainer),
+        **trainer_arguments(cfg),
         logger=False,
         callbacks=[],
         enable_checkpointing=False,

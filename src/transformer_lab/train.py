@@ -48,6 +48,14 @@ def peak_memory_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
+def trainer_arguments(cfg: DictConfig) -> dict:
+    """lightning.Trainer's keyword arguments from `trainer`; a profiler given as a config is built."""
+    arguments = OmegaConf.to_container(cfg.trainer, resolve=True)
+    if OmegaConf.is_dict(cfg.trainer.profiler):
+        arguments["profiler"] = hydra.utils.instantiate(cfg.trainer.profiler)
+    return arguments
+
+
 def run(cfg: DictConfig, start_time: float | None = None) -> dict:
     """Train one configuration and return its summary (also written to summary.json in the run dir)."""
     start_time = start_time or time.time()
@@ -67,14 +75,14 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
         log.info(report)
     summary = Summary()
     interrupt = GracefulInterrupt(output_dir / "checkpoints" / "last.ckpt")
-    callbacks = [hydra.utils.instantiate(c) for c in (cfg.callbacks or {}).values()]
+    callbacks = [hydra.utils.instantiate(c) for c in (cfg.callbacks or {}).values() if c is not None]  # null: dropped
     callbacks += [summary, History(output_dir / "metrics.jsonl"), StepAxis(), interrupt]
     if not cfg.trainer.enable_progress_bar:  # Lightning refuses a progress bar callback then
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     throughput = next((c for c in callbacks if isinstance(c, Throughput)), None)
     loggers, logger_settings = build_loggers(cfg)
     trainer = L.Trainer(
-        **OmegaConf.to_container(cfg.trainer),
+        **trainer_arguments(cfg),
         logger=loggers or False,
         callbacks=callbacks,
         plugins=[AtomicCheckpointIO()],

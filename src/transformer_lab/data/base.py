@@ -16,7 +16,6 @@ from typing import Any
 
 import lightning as L
 
-
 # Model settings the data decides: a model config's fields of these names are filled from the data
 # module's attributes of the same names (`block_size` from `sequence_length`, where the user sets none).
 DATA_DECIDED = ("vocab_size", "src_vocab_size", "n_classes", "pad_id", "block_size")
@@ -86,6 +85,15 @@ class DataModule(L.LightningDataModule):
     def sample_prompt_ids(self) -> list[int] | None:
         """Where text samples start ("lm" on text), or None for no samples. A ValueError names what is wrong."""
         return None
+
+    def batches_done(self) -> int:
+        """Training batches already drawn, where a training stream starts: from the trainer's step count,
+        which a checkpoint restores, so a resumed run continues the stream exactly. With
+        `trainer.overfit_batches` always 0: the same first batches, again and again."""
+        trainer = self.trainer
+        if trainer is None or trainer.overfit_batches:
+            return 0
+        return trainer.global_step * trainer.accumulate_grad_batches
 
     def checkpoint_meta(self) -> dict[str, Any]:
         """What a checkpoint must carry to turn ids back into text (a vocabulary, a tokenizer)."""

@@ -8,7 +8,7 @@ shift dropout's random stream between a run and its resumption.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -24,7 +24,7 @@ class Batches:
 
     def __iter__(self):
         for i in range(0, len(self.x), self.batch_size):
-            yield self.x[i:i + self.batch_size], self.y[i:i + self.batch_size]
+            yield self.x[i : i + self.batch_size], self.y[i : i + self.batch_size]
 
 
 class ShuffledBatches:
@@ -34,8 +34,9 @@ class ShuffledBatches:
     done; a run resumed mid-epoch therefore sees the same order and continues at the next batch.
     """
 
-    def __init__(self, x: torch.Tensor, y: torch.Tensor, batch_size: int, seed: int,
-                 position: Callable[[], tuple[int, int]]):
+    def __init__(
+        self, x: torch.Tensor, y: torch.Tensor, batch_size: int, seed: int, position: Callable[[], tuple[int, int]]
+    ):
         self.x, self.y, self.batch_size, self.seed, self.position = x, y, batch_size, seed, position
 
     def __len__(self) -> int:
@@ -45,7 +46,7 @@ class ShuffledBatches:
         epoch, done = self.position()
         order = torch.randperm(len(self.x), generator=torch.Generator().manual_seed(self.seed * 1_000_003 + epoch))
         for i in range(done, len(self)):
-            rows = order[i * self.batch_size:(i + 1) * self.batch_size]
+            rows = order[i * self.batch_size : (i + 1) * self.batch_size]
             yield self.x[rows], self.y[rows]
 
 
@@ -85,7 +86,7 @@ class RankShard:
 
     def __iter__(self):
         for batch in self.batches:
-            yield tuple(t[self.rank::self.world_size] for t in batch)
+            yield tuple(t[self.rank :: self.world_size] for t in batch)
 
 
 def for_this_rank(batches, trainer):

@@ -15,9 +15,9 @@ import re
 
 import torch
 
+from transformer_lab.choices import choice
 from transformer_lab.data.base import DataModule
 from transformer_lab.data.batches import Batches, ShuffledBatches, for_this_rank
-from transformer_lab.choices import choice
 from transformer_lab.data.tokens import BOS, EOS, PAD, SPECIALS
 from transformer_lab.errors import require
 
@@ -42,8 +42,9 @@ def apply_op(op: str, a: torch.Tensor, b: torch.Tensor, p: int) -> torch.Tensor:
     raise ValueError(f"unknown operator {op!r}")
 
 
-def make_equations(p: int, op: str, terms: int = 2, max_examples: int = 1_000_000,
-                   seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def make_equations(
+    p: int, op: str, terms: int = 2, max_examples: int = 1_000_000, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """All equations (or a random max_examples of them): operands (N, terms) and answers (N,)."""
     # Every operand after the first is a divisor for "/", so it ranges over 1..p-1 there.
     low = 1 if op == "/" else 0
@@ -68,17 +69,19 @@ class ModularDataModule(DataModule):
     answer_only = True  # loss and accuracy on the answer token only
     length_key = "terms"
 
-    def __init__(self,
-                 p: int = 97,  # a prime modulus
-                 op: Op = Op("+"),
-                 terms: int = 2,  # operands per equation: (a op b op c ...) mod p
-                 train_fraction: float = 0.5,
-                 split_seed: int = 0,  # which equations go to training
-                 batch_size: int = 512,
-                 val_batch_size: int | None = None,  # default: batch_size
-                 max_examples: int = 1_000_000,  # with many terms, sample this many equations instead of all
-                 seed: int = 1337,
-                 layout: str = "lm"):
+    def __init__(
+        self,
+        p: int = 97,  # a prime modulus
+        op: Op = Op("+"),  # noqa: B008  (an enum member, immutable)
+        terms: int = 2,  # operands per equation: (a op b op c ...) mod p
+        train_fraction: float = 0.5,
+        split_seed: int = 0,  # which equations go to training
+        batch_size: int = 512,
+        val_batch_size: int | None = None,  # default: batch_size
+        max_examples: int = 1_000_000,  # with many terms, sample this many equations instead of all
+        seed: int = 1337,
+        layout: str = "lm",
+    ):
         super().__init__(layout)
         require(is_prime(p), "data.p", f"must be a prime (division needs inverses), got {p}")
         require(terms >= 2, "data.terms", f"must be at least 2, got {terms}")
@@ -118,7 +121,7 @@ class ModularDataModule(DataModule):
         symbols = re.findall(r"\d+|\S", text)
         if symbols and symbols[-1] == "=":
             symbols.pop()
-        form = " ".join(["a", *[f"{self.op} {name}" for name in "bcdefgh"[:self.terms - 1]], "="])
+        form = " ".join(["a", *[f"{self.op} {name}" for name in "bcdefgh"[: self.terms - 1]], "="])
         numbers, ops = symbols[0::2], symbols[1::2]
         if len(symbols) != 2 * self.terms - 1 or any(op != self.op for op in ops):
             raise ValueError(f"expected an equation of the form `{form}` (data.op={self.op}, data.terms={self.terms})")
@@ -153,8 +156,9 @@ class ModularDataModule(DataModule):
 
     def train_dataloader(self):
         i = self.train_idx
-        return for_this_rank(ShuffledBatches(self.x[i], self.y[i], self.batch_size, self.seed, self._position),
-                             self.trainer)
+        return for_this_rank(
+            ShuffledBatches(self.x[i], self.y[i], self.batch_size, self.seed, self._position), self.trainer
+        )
 
     def _position(self) -> tuple[int, int]:
         """(epoch, batches of it already done), from the trainer's step count, which a checkpoint restores.
@@ -163,7 +167,7 @@ class ModularDataModule(DataModule):
         if trainer is None:
             return 0, 0
         per_epoch = min(math.ceil(len(self.train_idx) / self.batch_size), trainer.num_training_batches)
-        return divmod(trainer.global_step * trainer.accumulate_grad_batches, per_epoch)
+        return divmod(self.batches_done(), per_epoch)
 
     def val_dataloader(self):
         i = self.val_idx

@@ -46,16 +46,18 @@ class ShakespeareDataModule(DataModule):
     endless = True
     length_key = "block_size"
 
-    def __init__(self,
-                 data_dir: str = "data",
-                 path: str | None = None,  # a UTF-8 text file to use instead of Tiny Shakespeare
-                 block_size: int = 256,  # context length of each training window
-                 batch_size: int = 64,
-                 val_batch_size: int | None = None,  # default: batch_size
-                 val_fraction: float = 0.1,  # the last 10% of the text is held out
-                 seed: int = 1337,
-                 sample_prompt: str = "\n",  # where text samples at each validation start
-                 layout: str = "lm"):
+    def __init__(
+        self,
+        data_dir: str = "data",
+        path: str | None = None,  # a UTF-8 text file to use instead of Tiny Shakespeare
+        block_size: int = 256,  # context length of each training window
+        batch_size: int = 64,
+        val_batch_size: int | None = None,  # default: batch_size
+        val_fraction: float = 0.1,  # the last 10% of the text is held out
+        seed: int = 1337,
+        sample_prompt: str = "\n",  # where text samples at each validation start
+        layout: str = "lm",
+    ):
         super().__init__(layout)
         require(block_size >= 1, "data.block_size", f"must be a positive integer, got {block_size}")
         require(0 < val_fraction < 1, "data.val_fraction", f"must be in (0, 1), got {val_fraction}")
@@ -78,7 +80,9 @@ class ShakespeareDataModule(DataModule):
         try:
             return self.path.read_text(encoding="utf-8")
         except UnicodeDecodeError as e:
-            raise DataUnavailableError(f"data.path: {self.path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+            raise DataUnavailableError(
+                f"data.path: {self.path} is not UTF-8 text ({e.reason} at byte {e.start})"
+            ) from None
 
     def prepare_data(self) -> None:
         if self.given_path is None:
@@ -97,13 +101,16 @@ class ShakespeareDataModule(DataModule):
         try:
             tokens = torch.tensor(self.tokenizer.encode(text), dtype=torch.long)
         except ValueError as e:  # only with a checkpoint's vocabulary
-            raise DataUnavailableError(f"data.path: {self.path} has {e}; the model knows only "
-                                       f"{''.join(self.tokenizer.chars)!r}") from None
+            raise DataUnavailableError(
+                f"data.path: {self.path} has {e}; the model knows only {''.join(self.tokenizer.chars)!r}"
+            ) from None
         n_train = 0 if self.whole_file else int(len(tokens) * (1 - self.val_fraction))
         self.train_tokens, self.val_tokens = tokens[:n_train], tokens[n_train:]
         if len(self.val_tokens) <= self.block_size:
-            raise DataUnavailableError(f"{self.path}: {len(self.val_tokens)} characters to validate on, fewer than "
-                                       f"one window of data.block_size + 1 = {self.block_size + 1}")
+            raise DataUnavailableError(
+                f"{self.path}: {len(self.val_tokens)} characters to validate on, fewer than "
+                f"one window of data.block_size + 1 = {self.block_size + 1}"
+            )
         self.ready = True
 
     @property
@@ -129,11 +136,10 @@ class ShakespeareDataModule(DataModule):
     def train_dataloader(self):
         # Batch i depends only on (seed, i), so a run resumed from a checkpoint continues the stream
         # where it stopped instead of replaying it from the start.
-        start = 0
-        if self.trainer is not None:
-            start = self.trainer.global_step * self.trainer.accumulate_grad_batches
-        return for_this_rank(RandomWindows(self.train_tokens, self.block_size, self.batch_size, self.seed, start),
-                             self.trainer)
+        start = self.batches_done()
+        return for_this_rank(
+            RandomWindows(self.train_tokens, self.block_size, self.batch_size, self.seed, start), self.trainer
+        )
 
     def val_windows(self) -> tuple[torch.Tensor, torch.Tensor]:
         n = (len(self.val_tokens) - 1) // self.block_size
@@ -144,9 +150,15 @@ class ShakespeareDataModule(DataModule):
 
     def token_streams(self):
         """The splits for span corruption: character ids moved up by two, for <pad> (0) and <eos> (1)."""
-        return TokenStreams(self.train_tokens + 2, self.val_tokens + 2, self.vocab_size + 2, pad_id=0, eos_id=1,
-                            decode=lambda ids: self.tokenizer.decode(i - 2 for i in ids if i >= 2),
-                            encode=lambda text: [i + 2 for i in self.tokenizer.encode(text)])
+        return TokenStreams(
+            self.train_tokens + 2,
+            self.val_tokens + 2,
+            self.vocab_size + 2,
+            pad_id=0,
+            eos_id=1,
+            decode=lambda ids: self.tokenizer.decode(i - 2 for i in ids if i >= 2),
+            encode=lambda text: [i + 2 for i in self.tokenizer.encode(text)],
+        )
 
     def val_dataloader(self):
         x, y = self.val_windows()

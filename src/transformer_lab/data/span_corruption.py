@@ -12,7 +12,7 @@ fits `input_length` (T5's `random_spans_helper`: 512 <- 568 with targets of 114)
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -46,12 +46,13 @@ def num_noise_spans(length: int, noise_density: float, mean_noise_span_length: f
 def random_segmentation(num_items: int, num_segments: int, generator: torch.Generator) -> torch.Tensor:
     """Lengths of a uniformly random split of num_items into num_segments non-empty segments."""
     first_in_segment = torch.zeros(num_items, dtype=torch.long)
-    first_in_segment[1 + torch.randperm(num_items - 1, generator=generator)[:num_segments - 1]] = 1
+    first_in_segment[1 + torch.randperm(num_items - 1, generator=generator)[: num_segments - 1]] = 1
     return torch.bincount(first_in_segment.cumsum(0), minlength=num_segments)
 
 
-def random_spans_noise_mask(length: int, noise_density: float, mean_noise_span_length: float,
-                            generator: torch.Generator) -> torch.Tensor:
+def random_spans_noise_mask(
+    length: int, noise_density: float, mean_noise_span_length: float, generator: torch.Generator
+) -> torch.Tensor:
     """(length,) bool, True at noise tokens: alternating kept and noise spans, kept first."""
     noise = min(max(round(length * noise_density), 1), length - 1)
     spans = num_noise_spans(length, noise_density, mean_noise_span_length)
@@ -69,12 +70,16 @@ def spans_to_sentinels(tokens: torch.Tensor, mask: torch.Tensor, vocab_size: int
     return torch.where(first, sentinels, tokens)[~(mask & previous)]
 
 
-def corrupt(tokens: torch.Tensor, mask: torch.Tensor, vocab_size: int, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def corrupt(
+    tokens: torch.Tensor, mask: torch.Tensor, vocab_size: int, eos_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(input, target) of one window: noise spans -> sentinels in the input, kept spans -> sentinels in
     the target, EOS after both."""
     eos = torch.tensor([eos_id])
-    return (torch.cat([spans_to_sentinels(tokens, mask, vocab_size), eos]),
-            torch.cat([spans_to_sentinels(tokens, ~mask, vocab_size), eos]))
+    return (
+        torch.cat([spans_to_sentinels(tokens, mask, vocab_size), eos]),
+        torch.cat([spans_to_sentinels(tokens, ~mask, vocab_size), eos]),
+    )
 
 
 def fill_spans(inputs: list[int], targets: list[int], first_sentinel: int, eos_id: int) -> list[int]:
@@ -101,8 +106,15 @@ class SpanCorruptionBatches:
     from a generator seeded with (seed, i), so the stream is reproducible and resumable at any batch.
     Every window has the same raw length, so inputs and targets need no padding."""
 
-    def __init__(self, stream: torch.Tensor, raw_length: int, batch_size: int, corrupt_window: Callable,
-                 seed: int, start: int = 0):
+    def __init__(
+        self,
+        stream: torch.Tensor,
+        raw_length: int,
+        batch_size: int,
+        corrupt_window: Callable,
+        seed: int,
+        start: int = 0,
+    ):
         self.stream, self.raw_length, self.batch_size = stream, raw_length, batch_size
         self.corrupt_window, self.seed, self.start = corrupt_window, seed, start
 
@@ -126,20 +138,38 @@ class SpanCorruptionDataModule(DataModule):
     kind = "span_corruption"
     endless = True
 
-    def __init__(self, base: DataModule, input_length: int = 128, noise_density: float = 0.15,
-                 mean_noise_span_length: float = 3.0, extra_ids: int = 100, batch_size: int = 64,
-                 val_batch_size: int | None = None, seed: int = 1337):
+    def __init__(
+        self,
+        base: DataModule,
+        input_length: int = 128,
+        noise_density: float = 0.15,
+        mean_noise_span_length: float = 3.0,
+        extra_ids: int = 100,
+        batch_size: int = 64,
+        val_batch_size: int | None = None,
+        seed: int = 1337,
+    ):
         super().__init__("spans")
         require(0 < noise_density < 1, "span.noise_density", f"must be in (0, 1), got {noise_density}")
-        require(mean_noise_span_length >= 1, "span.mean_noise_span_length",
-                f"must be at least 1, got {mean_noise_span_length}")
+        require(
+            mean_noise_span_length >= 1,
+            "span.mean_noise_span_length",
+            f"must be at least 1, got {mean_noise_span_length}",
+        )
         require(input_length >= 4, "span.input_length", f"must be at least 4, got {input_length}")
         raw, _ = raw_and_target_length(input_length, noise_density, mean_noise_span_length)
         spans = num_noise_spans(raw, noise_density, mean_noise_span_length)
-        require(extra_ids >= spans, "span.extra_ids",
-                f"windows of {raw} tokens have {spans} noise spans, each needing a sentinel; got {extra_ids}")
+        require(
+            extra_ids >= spans,
+            "span.extra_ids",
+            f"windows of {raw} tokens have {spans} noise spans, each needing a sentinel; got {extra_ids}",
+        )
         self.base = base
-        self.input_length, self.noise_density, self.mean_noise_span_length = input_length, noise_density, mean_noise_span_length
+        self.input_length, self.noise_density, self.mean_noise_span_length = (
+            input_length,
+            noise_density,
+            mean_noise_span_length,
+        )
         self.extra_ids, self.batch_size = extra_ids, batch_size
         self.val_batch_size, self.seed = val_batch_size or batch_size, seed
         self.raw_length, self.target_length = raw_and_target_length(input_length, noise_density, mean_noise_span_length)
@@ -159,7 +189,7 @@ class SpanCorruptionDataModule(DataModule):
         self.base.setup(stage)
         self.streams = self.base.token_streams()
         n = len(self.streams.val) // self.raw_length
-        windows = self.streams.val[:n * self.raw_length].view(n, self.raw_length)
+        windows = self.streams.val[: n * self.raw_length].view(n, self.raw_length)
         pairs = [self.corrupt_window(w, torch.Generator().manual_seed(i)) for i, w in enumerate(windows)]
         self.val_inputs = torch.stack([p[0] for p in pairs])
         self.val_targets = torch.stack([p[1] for p in pairs])
@@ -214,9 +244,13 @@ class SpanCorruptionDataModule(DataModule):
         return "".join(out + [self.streams.decode(text)])
 
     def train_dataloader(self):
-        start = self.trainer.global_step * self.trainer.accumulate_grad_batches if self.trainer else 0
-        return for_this_rank(SpanCorruptionBatches(self.streams.train, self.raw_length, self.batch_size,
-                                                   self.corrupt_window, self.seed, start), self.trainer)
+        start = self.batches_done()
+        return for_this_rank(
+            SpanCorruptionBatches(
+                self.streams.train, self.raw_length, self.batch_size, self.corrupt_window, self.seed, start
+            ),
+            self.trainer,
+        )
 
     def val_dataloader(self):
         return Batches(self.val_inputs, self.val_targets, self.val_batch_size)

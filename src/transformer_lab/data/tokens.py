@@ -3,8 +3,8 @@ the token streams span corruption reads."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -15,6 +15,7 @@ PAD, BOS, EOS, SEP, UNK = range(len(SPECIALS))
 @dataclass
 class TokenStreams:
     """What span corruption needs from a text dataset: its splits as token streams, and the vocabulary."""
+
     train: torch.Tensor  # (N,) token ids
     val: torch.Tensor
     vocab_size: int  # before sentinels

@@ -7,8 +7,8 @@ import gzip
 import hashlib
 import logging
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
@@ -74,8 +74,7 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> Tokenizer:
     tokenizer.normalizer = normalizers.NFKC()
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
     tokenizer.decoder = decoders.Metaspace()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS, min_frequency=2,
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS, min_frequency=2, show_progress=False)
     tokenizer.train_from_iterator(texts, trainer)
     return tokenizer
 
@@ -104,7 +103,7 @@ def prefix_lm(src: torch.Tensor, tgt: torch.Tensor) -> tuple[torch.Tensor, torch
     part is predicted (-100 elsewhere). The prompt to decode from is inputs[:len(src) + 1]."""
     sequence = torch.cat([torch.tensor([BOS]), src[:-1], torch.tensor([SEP]), tgt[1:]])  # src ends in <eos>
     targets = sequence[1:].clone()
-    targets[:len(src)] = -100  # the source and <sep> are given, not predicted
+    targets[: len(src)] = -100  # the source and <sep> are given, not predicted
     return sequence[:-1], targets
 
 
@@ -113,10 +112,24 @@ class LengthGroupedBatches:
     seeded with (seed, epoch) shuffles the pairs, sorts pools of 50 batches by length, cuts them into
     batches and shuffles the batches; `position()` gives (epoch, batches done) for an exact resume."""
 
-    def __init__(self, src: list[torch.Tensor], tgt: list[torch.Tensor], batch_size: int, seed: int,
-                 position: Callable[[], tuple[int, int]] = lambda: (0, 0), pool: int = 50,
-                 pad_values: tuple[int, int] = (PAD, PAD)):
-        self.src, self.tgt, self.batch_size, self.seed, self.position, self.pool = src, tgt, batch_size, seed, position, pool
+    def __init__(
+        self,
+        src: list[torch.Tensor],
+        tgt: list[torch.Tensor],
+        batch_size: int,
+        seed: int,
+        position: Callable[[], tuple[int, int]] = lambda: (0, 0),
+        pool: int = 50,
+        pad_values: tuple[int, int] = (PAD, PAD),
+    ):
+        self.src, self.tgt, self.batch_size, self.seed, self.position, self.pool = (
+            src,
+            tgt,
+            batch_size,
+            seed,
+            position,
+            pool,
+        )
         self.pad_values = pad_values
 
     def __len__(self) -> int:
@@ -128,15 +141,17 @@ class LengthGroupedBatches:
         pool = self.pool * self.batch_size
         batches = []
         for start in range(0, len(order), pool):
-            chunk = sorted(order[start:start + pool], key=lambda i: (len(self.src[i]), len(self.tgt[i])))
-            batches += [chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
+            chunk = sorted(order[start : start + pool], key=lambda i: (len(self.src[i]), len(self.tgt[i])))
+            batches += [chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
         return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
 
     def __iter__(self):
         epoch, done = self.position()
         for rows in self.batches(epoch)[done:]:
-            yield (pad_batch([self.src[i] for i in rows], self.pad_values[0]),
-                   pad_batch([self.tgt[i] for i in rows], self.pad_values[1]))
+            yield (
+                pad_batch([self.src[i] for i in rows], self.pad_values[0]),
+                pad_batch([self.tgt[i] for i in rows], self.pad_values[1]),
+            )
 
     def padding_fraction(self) -> float:
         """Share of padding among all source and target positions of an epoch's batches."""
@@ -154,8 +169,14 @@ class EvalBatches:
     references). With `prompt_lengths`, a batch holds one prompt length only, so a decoder-only
     model's prompts line up without padding."""
 
-    def __init__(self, src: list[torch.Tensor], tgt: list[torch.Tensor], batch_size: int,
-                 pad_values: tuple[int, int] = (PAD, PAD), prompt_lengths: list[int] | None = None):
+    def __init__(
+        self,
+        src: list[torch.Tensor],
+        tgt: list[torch.Tensor],
+        batch_size: int,
+        pad_values: tuple[int, int] = (PAD, PAD),
+        prompt_lengths: list[int] | None = None,
+    ):
         self.src, self.tgt, self.pad_values = src, tgt, pad_values
         key = prompt_lengths or [len(s) for s in src]
         self.batches: list[list[int]] = []
@@ -171,8 +192,11 @@ class EvalBatches:
 
     def __iter__(self):
         for rows in self.batches:
-            yield (pad_batch([self.src[i] for i in rows], self.pad_values[0]),
-                   pad_batch([self.tgt[i] for i in rows], self.pad_values[1]), torch.tensor(rows))
+            yield (
+                pad_batch([self.src[i] for i in rows], self.pad_values[0]),
+                pad_batch([self.tgt[i] for i in rows], self.pad_values[1]),
+                torch.tensor(rows),
+            )
 
 
 class TranslationDataModule(DataModule):
@@ -184,32 +208,40 @@ class TranslationDataModule(DataModule):
     has_test_split = True
     length_key = "max_length"
 
-    def __init__(self,
-                 data_dir: str = "data",
-                 source: str = "de",  # Multi30k languages: de, en, fr
-                 target: str = "en",
-                 path: str | None = None,  # a file of `source<TAB>target` lines to use instead of Multi30k
-                 val_fraction: float = 0.05,  # with path: the shares held out for validation and test
-                 test_fraction: float = 0.05,
-                 split_seed: int = 0,
-                 vocab_size: int = 8000,  # BPE vocabulary size, trained on the training split only
-                 shared_vocab: bool = True,  # one vocabulary for both languages (false: one each)
-                 max_length: int = 128,  # tokens per sentence, longer ones are cut
-                 batch_size: int = 128,  # sentence pairs, grouped by length
-                 val_batch_size: int | None = None,  # default: batch_size
-                 seed: int = 1337,
-                 layout: str = "seq2seq"):
+    def __init__(
+        self,
+        data_dir: str = "data",
+        source: str = "de",  # Multi30k languages: de, en, fr
+        target: str = "en",
+        path: str | None = None,  # a file of `source<TAB>target` lines to use instead of Multi30k
+        val_fraction: float = 0.05,  # with path: the shares held out for validation and test
+        test_fraction: float = 0.05,
+        split_seed: int = 0,
+        vocab_size: int = 8000,  # BPE vocabulary size, trained on the training split only
+        shared_vocab: bool = True,  # one vocabulary for both languages (false: one each)
+        max_length: int = 128,  # tokens per sentence, longer ones are cut
+        batch_size: int = 128,  # sentence pairs, grouped by length
+        val_batch_size: int | None = None,  # default: batch_size
+        seed: int = 1337,
+        layout: str = "seq2seq",
+    ):
         super().__init__(layout)
         if path is None:
             for key, language in (("source", source), ("target", target)):
-                require(language in LANGUAGES, f"data.{key}",
-                        f"Multi30k has {', '.join(LANGUAGES)}; got {language!r} (or give data.path=FILE)")
+                require(
+                    language in LANGUAGES,
+                    f"data.{key}",
+                    f"Multi30k has {', '.join(LANGUAGES)}; got {language!r} (or give data.path=FILE)",
+                )
             require(source != target, "data.target", f"is the same language as data.source ({source})")
         for key, fraction in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
             require(0 < fraction < 0.5, f"data.{key}", f"must be in (0, 0.5), got {fraction}")
         require(vocab_size >= 100, "data.vocab_size", f"must be at least 100, got {vocab_size}")
-        require(shared_vocab or layout != "lm", "data.shared_vocab",
-                "a decoder-only model reads source and target as one sequence, so it needs one vocabulary (true)")
+        require(
+            shared_vocab or layout != "lm",
+            "data.shared_vocab",
+            "a decoder-only model reads source and target as one sequence, so it needs one vocabulary (true)",
+        )
         require(max_length >= 4, "data.max_length", f"must be at least 4, got {max_length}")
         self.shared_vocab = shared_vocab
         self.prefix_lm = layout == "lm"  # batches for a decoder-only model: `<bos> src <sep> tgt <eos>`
@@ -226,16 +258,26 @@ class TranslationDataModule(DataModule):
 
     def load_pairs(self) -> dict[str, list[tuple[str, str]]]:
         if self.path is None:
-            return {split: list(zip(read_multi30k(self.data_dir, split, self.source),
-                                    read_multi30k(self.data_dir, split, self.target), strict=True))
-                    for split in SPLIT_FILES}
+            return {
+                split: list(
+                    zip(
+                        read_multi30k(self.data_dir, split, self.source),
+                        read_multi30k(self.data_dir, split, self.target),
+                        strict=True,
+                    )
+                )
+                for split in SPLIT_FILES
+            }
         pairs = read_pairs(self.path)
         if self.whole_file:
             return {"train": [], "val": pairs, "test": pairs}
         order = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(self.split_seed)).tolist()
         n_val, n_test = round(len(pairs) * self.val_fraction), round(len(pairs) * self.test_fraction)
-        return {"val": [pairs[i] for i in order[:n_val]], "test": [pairs[i] for i in order[n_val:n_val + n_test]],
-                "train": [pairs[i] for i in order[n_val + n_test:]]}
+        return {
+            "val": [pairs[i] for i in order[:n_val]],
+            "test": [pairs[i] for i in order[n_val : n_val + n_test]],
+            "train": [pairs[i] for i in order[n_val + n_test :]],
+        }
 
     def prepare_data(self) -> None:
         if self.path is None:
@@ -259,23 +301,35 @@ class TranslationDataModule(DataModule):
                 texts = [text for pair in self.pairs["train"] for text in pair]
                 self.tokenizer = self.source_tokenizer = cached_tokenizer(cache, texts, self.bpe_vocab_size)
             else:
-                self.source_tokenizer = cached_tokenizer(cache, [s for s, _ in self.pairs["train"]], self.bpe_vocab_size)
+                self.source_tokenizer = cached_tokenizer(
+                    cache, [s for s, _ in self.pairs["train"]], self.bpe_vocab_size
+                )
                 self.tokenizer = cached_tokenizer(cache, [t for _, t in self.pairs["train"]], self.bpe_vocab_size)
         self.encoded = {split: self.encode_pairs(pairs) for split, pairs in self.pairs.items()}
         self.warn_cut_sentences()
         if self.prefix_lm:
             self.prompt_lengths = {split: [len(s) + 1 for s in src] for split, (src, _) in self.encoded.items()}
-            self.encoded = {split: ([], []) if not src else tuple(map(list, zip(*map(prefix_lm, src, tgt))))
-                            for split, (src, tgt) in self.encoded.items()}
+            self.encoded = {
+                split: ([], []) if not src else tuple(map(list, zip(*map(prefix_lm, src, tgt))))
+                for split, (src, tgt) in self.encoded.items()
+            }
         self.pad_values = (PAD, -100) if self.prefix_lm else (PAD, PAD)
-        self.train_batches = LengthGroupedBatches(*self.encoded["train"], self.batch_size, self.seed, self._position,
-                                                  pad_values=self.pad_values)
+        self.train_batches = LengthGroupedBatches(
+            *self.encoded["train"], self.batch_size, self.seed, self._position, pad_values=self.pad_values
+        )
         if self.pairs["train"]:  # (none when a trained model is evaluated on a whole file)
             self.padding_fraction = self.train_batches.padding_fraction()
         self.ready = True
-        log.info("translation %s->%s: %s pairs; vocabulary %d%s", self.source, self.target,
-                 {k: len(v) for k, v in self.pairs.items()}, self.vocab_size,
-                 f"; padding {100 * self.padding_fraction:.1f}% of training positions" if self.padding_fraction is not None else "")
+        log.info(
+            "translation %s->%s: %s pairs; vocabulary %d%s",
+            self.source,
+            self.target,
+            {k: len(v) for k, v in self.pairs.items()},
+            self.vocab_size,
+            f"; padding {100 * self.padding_fraction:.1f}% of training positions"
+            if self.padding_fraction is not None
+            else "",
+        )
 
     @property
     def vocab_size(self) -> int:
@@ -295,8 +349,10 @@ class TranslationDataModule(DataModule):
         return 2 * self.max_length if self.prefix_lm else self.max_length  # a prefix LM sees both sides
 
     def checkpoint_meta(self) -> dict:
-        return {"tokenizer": self.tokenizer.to_str(),
-                "source_tokenizer": None if self.shared_vocab else self.source_tokenizer.to_str()}
+        return {
+            "tokenizer": self.tokenizer.to_str(),
+            "source_tokenizer": None if self.shared_vocab else self.source_tokenizer.to_str(),
+        }
 
     def encode_pairs(self, pairs: list[tuple[str, str]]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Sentences longer than max_length - 2 tokens are cut to it (warn_cut_sentences says so)."""
@@ -304,15 +360,22 @@ class TranslationDataModule(DataModule):
         src = self.source_tokenizer.encode_batch([s for s, _ in pairs])
         tgt = self.tokenizer.encode_batch([t for _, t in pairs])
         self.cut_lengths += [len(e.ids) for e in (*src, *tgt) if len(e.ids) > limit]
-        return ([torch.tensor(e.ids[:limit] + [EOS]) for e in src],
-                [torch.tensor([BOS] + e.ids[:limit] + [EOS]) for e in tgt])
+        return (
+            [torch.tensor(e.ids[:limit] + [EOS]) for e in src],
+            [torch.tensor([BOS] + e.ids[:limit] + [EOS]) for e in tgt],
+        )
 
     def warn_cut_sentences(self) -> None:
         """One line for the whole run: how many sentences data.max_length cut, and the longest."""
         if self.cut_lengths:
-            log.warning("translation: %d sentences (of all splits, either side) are longer than data.max_length=%d "
-                        "allows (%d tokens) and are cut to it; the longest has %d tokens", len(self.cut_lengths),
-                        self.max_length, self.max_length - 2, max(self.cut_lengths))
+            log.warning(
+                "translation: %d sentences (of all splits, either side) are longer than data.max_length=%d "
+                "allows (%d tokens) and are cut to it; the longest has %d tokens",
+                len(self.cut_lengths),
+                self.max_length,
+                self.max_length - 2,
+                max(self.cut_lengths),
+            )
 
     def encode(self, text: str) -> list[int]:
         return self.source_input(self.source_tokenizer.encode(text).ids)
@@ -320,7 +383,7 @@ class TranslationDataModule(DataModule):
     def source_input(self, ids: list[int]) -> list[int]:
         """A source sentence's ids as the model reads them: cut to max_length - 2 as in training, then <eos>;
         for a decoder-only model, the prompt `<bos> source <sep>`."""
-        ids = ids[:self.max_length - 2]
+        ids = ids[: self.max_length - 2]
         return [BOS, *ids, SEP] if self.prefix_lm else [*ids, EOS]
 
     def decode(self, ids) -> str:
@@ -333,26 +396,38 @@ class TranslationDataModule(DataModule):
     def token_streams(self):
         """The splits for span corruption: every sentence (both sides with a shared vocabulary, else the
         target side) tokenized and concatenated, as T5 packs its documents."""
+
         def stream(split: str) -> torch.Tensor:
             texts = [text for pair in self.pairs[split] for text in (pair if self.shared_vocab else pair[1:])]
             return torch.tensor([i for e in self.tokenizer.encode_batch(texts) for i in e.ids])
 
-        return TokenStreams(stream("train"), stream("val"), self.vocab_size, pad_id=PAD, eos_id=EOS,
-                            decode=self.decode, encode=lambda text: self.tokenizer.encode(text).ids)
+        return TokenStreams(
+            stream("train"),
+            stream("val"),
+            self.vocab_size,
+            pad_id=PAD,
+            eos_id=EOS,
+            decode=self.decode,
+            encode=lambda text: self.tokenizer.encode(text).ids,
+        )
 
     def _position(self) -> tuple[int, int]:
         trainer = self.trainer
         if trainer is None:
             return 0, 0
         per_epoch = min(len(self.train_batches), trainer.num_training_batches)
-        return divmod(trainer.global_step * trainer.accumulate_grad_batches, per_epoch)
+        return divmod(self.batches_done(), per_epoch)
 
     def train_dataloader(self):
         return for_this_rank(self.train_batches, self.trainer)
 
     def _eval_batches(self, split: str) -> EvalBatches:
-        return EvalBatches(*self.encoded[split], self.val_batch_size, self.pad_values,
-                           self.prompt_lengths[split] if self.prefix_lm else None)
+        return EvalBatches(
+            *self.encoded[split],
+            self.val_batch_size,
+            self.pad_values,
+            self.prompt_lengths[split] if self.prefix_lm else None,
+        )
 
     def val_dataloader(self):
         return self._eval_batches("val")
