@@ -1,12 +1,13 @@
 """The compare command: a table of differing overrides and results that matches summary.json, and plots."""
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT, TINY, run_train
+from conftest import ROOT, TINY, compose_cfg, run_train
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,11 @@ def sweep(tmp_path_factory):
 
 def compare(*args):
     return subprocess.run(
-        [sys.executable, "-m", "transformer_lab.compare", *map(str, args)], capture_output=True, text=True, cwd=ROOT
+        [sys.executable, "-m", "transformer_lab.compare", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "200"},  # wide enough for runs as rows
     )
 
 
@@ -71,3 +76,44 @@ def test_table_shows_what_differs_and_the_summaries(sweep, tmp_path):
 def test_no_runs_is_a_clear_error(tmp_path):
     result = compare(tmp_path)
     assert result.returncode == 2 and "no run directories" in result.stderr
+
+
+def fake_run(run_dir, overrides, val_loss):
+    """A run directory as train.py leaves it, without training: its composed config (interpolations and
+    Hydra's `${hydra:...}` unresolved, as Hydra writes it), summary.json and metrics.jsonl."""
+    from omegaconf import OmegaConf
+
+    (run_dir / ".hydra").mkdir(parents=True)
+    cfg = compose_cfg(overrides, output_dir="${hydra:runtime.output_dir}")
+    OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")
+    OmegaConf.save(
+        {"hydra": {"runtime": {"output_dir": str(run_dir), "cwd": str(ROOT)}}}, run_dir / ".hydra" / "hydra.yaml"
+    )
+    (run_dir / "summary.json").write_text(json.dumps({"val/loss": val_loss, "global_step": 10, "status": "completed"}))
+    (run_dir / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "val/loss": val_loss + 1 / s}) + "\n" for s in (5, 10))
+    )
+    return run_dir
+
+
+def test_table_shows_resolved_settings_that_differ_in_100_columns(tmp_path, capsys, monkeypatch):
+    from transformer_lab.compare import main
+
+    runs = [
+        fake_run(tmp_path / "defaults", ["data=modular"], 2.0),  # nothing overridden: modular's defaults
+        fake_run(tmp_path / "preset", ["experiment=grokking"], 1.0),  # a preset's defaults
+        fake_run(tmp_path / "small_p", ["data=modular", "data.p=11", "model.n_layer=1"], 3.0),
+    ]
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main([*map(str, runs), "--plot", "val/loss"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    settings = {line.split()[0]: line.split()[1:] for line in lines if line.startswith(("data.", "model.", "val/"))}
+    # sorted by val/loss (preset, defaults, small_p); every run's own value, defaults included
+    assert settings["val/loss"] == ["1", "2", "3"]
+    assert settings["data.p"] == ["113", "97", "11"] and settings["model.n_layer"] == ["1", "6", "1"]
+    assert settings["model.mlp"] == ["relu", "gelu", "gelu"]  # a default the preset changed
+    assert "data.name" not in settings  # the same in all three
+    assert not [line for line in lines if line.startswith(("paths.", "hydra.", "logger.", "callbacks.best"))]
+    assert (runs[0] / "compare.png").read_bytes().startswith(b"\x89PNG")  # into the first run's directory

@@ -5,8 +5,11 @@
     python -m transformer_lab.compare RUNS... --sort val/acc --metrics val/acc train/loss
     python -m transformer_lab.compare RUNS... --plot train/acc val/acc --logx --out curves.png
 
-A run directory is one with a summary.json. Its overrides come from .hydra/overrides.yaml (only keys
-whose values differ between the runs are shown), its curves from metrics.jsonl.
+A run directory is one with a summary.json. The table shows the settings that differ between the runs'
+resolved configs (.hydra/config.yaml: a default that differs counts as much as an override; settings
+that only name the run's own directory are left out), then their results; a table wider than the
+terminal (100 columns when not one) is turned so that each run is a column, in groups that fit. Curves
+come from metrics.jsonl; the plot goes to the first run's directory unless --out says where.
 """
 
 from __future__ import annotations
@@ -14,11 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import yaml
 
 from transformer_lab.callbacks.history import read_history
 
@@ -40,11 +42,43 @@ DEFAULT_METRICS = (
 class Run:
     path: Path
     summary: dict
-    overrides: dict[str, str] = field(default_factory=dict)
+    settings: dict[str, str] = field(default_factory=dict)  # the resolved config, flattened
 
     def history(self) -> list[dict]:
         path = self.path / "metrics.jsonl"
         return read_history(path) if path.exists() else []
+
+
+def resolved_settings(run_dir: Path) -> dict[str, str]:
+    """The run's composed config (.hydra/config.yaml) resolved, as `key: value` text, less what names
+    the run's own directory. Hydra's `${hydra:...}` values are read from .hydra/hydra.yaml."""
+    from omegaconf import OmegaConf
+
+    config_file, hydra_file = run_dir / ".hydra" / "config.yaml", run_dir / ".hydra" / "hydra.yaml"
+    if not config_file.exists():
+        return {}
+    config = OmegaConf.create(config_file.read_text().replace("${hydra:", "${hydra."))
+    if hydra_file.exists():
+        config = OmegaConf.merge(config, OmegaConf.load(hydra_file))
+    flat = {}
+
+    def walk(node, prefix: str) -> None:
+        for key in node:
+            name = f"{prefix}{key}"
+            try:
+                value = OmegaConf.select(node, str(key), throw_on_missing=False)
+            except Exception:  # noqa: BLE001  (an interpolation this file cannot resolve: shown as written)
+                value = node._get_node(key)._value()
+            if OmegaConf.is_dict(value):
+                walk(value, f"{name}.")
+            else:
+                text = str(OmegaConf.to_container(value, resolve=True) if OmegaConf.is_list(value) else value)
+                if str(run_dir.resolve()) not in text:
+                    flat[name] = text
+
+    walk(config, "")
+    # (`_target_` says again what the option's name says)
+    return {k: v for k, v in flat.items() if not k.startswith("hydra.") and not k.endswith("._target_")}
 
 
 def find_runs(paths: list[str]) -> list[Run]:
@@ -53,21 +87,17 @@ def find_runs(paths: list[str]) -> list[Run]:
         for summary in sorted(
             [path / "summary.json"] if (path / "summary.json").exists() else path.rglob("summary.json")
         ):
-            run_dir = summary.parent
-            overrides_file = run_dir / ".hydra" / "overrides.yaml"
-            overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.exists() else []
-            pairs = dict(o.split("=", 1) for o in overrides or [] if "=" in o and not o.startswith("hydra."))
-            runs.append(Run(run_dir, json.loads(summary.read_text()), pairs))
+            runs.append(Run(summary.parent, json.loads(summary.read_text()), resolved_settings(summary.parent)))
     return runs
 
 
 def differing_keys(runs: list[Run]) -> list[str]:
-    keys = sorted({k for r in runs for k in r.overrides})
-    return [k for k in keys if len({r.overrides.get(k) for r in runs}) > 1 or len(runs) == 1]
+    keys = sorted({k for r in runs for k in r.settings})
+    return [k for k in keys if len({r.settings.get(k) for r in runs}) > 1]
 
 
 def label(run: Run, keys: list[str]) -> str:
-    return " ".join(f"{k}={run.overrides[k]}" for k in keys if k in run.overrides) or run.path.name
+    return " ".join(f"{k}={run.settings[k]}" for k in keys if k in run.settings) or run.path.name
 
 
 def fmt(value) -> str:
@@ -77,7 +107,7 @@ def fmt(value) -> str:
 
 
 def table(runs: list[Run], metrics: list[str], sort: str | None, descending: bool) -> list[list[str]]:
-    """Header and rows: the run, the differing overrides, the metrics."""
+    """Header and rows: the run, the differing settings, the metrics."""
     keys = differing_keys(runs)
     if sort:
         missing = [r for r in runs if not isinstance(r.summary.get(sort), (int, float))]
@@ -85,16 +115,38 @@ def table(runs: list[Run], metrics: list[str], sort: str | None, descending: boo
         runs = present + missing
     header = ["run", *keys, *metrics]
     rows = [
-        [str(r.path), *(r.overrides.get(k, "-") for k in keys), *(fmt(r.summary.get(m)) for m in metrics)] for r in runs
+        [str(r.path), *(r.settings.get(k, "-") for k in keys), *(fmt(r.summary.get(m)) for m in metrics)] for r in runs
     ]
     return [header, *rows]
 
 
-def render(rows: list[list[str]]) -> str:
+def render(rows: list[list[str]], width: int = 100) -> str:
+    """Runs as rows; wider than `width`, runs as columns (#1, #2, ... named above), as many as fit."""
+    lines = _aligned(rows)
+    if max(len(line) for line in lines) <= width:
+        return "\n".join(lines)
+    header, runs = rows[0], [[row[0], *(_cut(cell) for cell in row[1:])] for row in rows[1:]]
+    out = [f"#{i}  {row[0]}" for i, row in enumerate(runs, 1)]
+    names = header[1:]
+    name_width = max(len(n) for n in names)
+    per_group = max(1, (width - name_width) // (max(len(c) for row in runs for c in row[1:]) + 2))
+    for start in range(0, len(runs), per_group):
+        group = runs[start : start + per_group]
+        turned = [["", *(f"#{start + i}" for i in range(1, len(group) + 1))]]
+        turned += [[name, *(row[j + 1] for row in group)] for j, name in enumerate(names)]
+        out += ["", *_aligned(turned)]
+    return "\n".join(out)
+
+
+def _cut(cell: str, limit: int = 24) -> str:
+    return cell if len(cell) <= limit else cell[: limit - 1] + "…"
+
+
+def _aligned(rows: list[list[str]]) -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return lines
 
 
 def plot(runs: list[Run], metrics: list[str], out: Path, logx: bool = False) -> Path:
@@ -140,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--descending", action="store_true", help="largest first (e.g. for val/acc, test/bleu)")
     parser.add_argument("--plot", nargs="+", metavar="METRIC", help="plot these metrics against step")
     parser.add_argument("--logx", action="store_true", help="logarithmic step axis")
-    parser.add_argument("--out", default="compare.png", help="where the plot goes (default: compare.png)")
+    parser.add_argument("--out", help="where the plot goes (default: compare.png in the first run's directory)")
     args = parser.parse_args(argv)
 
     runs = find_runs(args.paths)
@@ -149,9 +201,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     metrics = args.metrics or [m for m in DEFAULT_METRICS if any(m in r.summary for r in runs)]
     sort = args.sort or ("val/loss" if any("val/loss" in r.summary for r in runs) else None)
-    print(render(table(runs, metrics, sort, args.descending)))
+    print(render(table(runs, metrics, sort, args.descending), shutil.get_terminal_size((100, 24)).columns))
     if args.plot:
-        print(f"plot: {plot(runs, args.plot, Path(args.out), args.logx)}")
+        out = Path(args.out) if args.out else runs[0].path / "compare.png"
+        print(f"plot: {plot(runs, args.plot, out, args.logx)}")
     return 0
 
 
