@@ -40,9 +40,13 @@ def test_shakespeare_stream_continues_after_a_resume():
     dm.setup()
     stream = iter(dm.train_dataloader())
     first_ten = [next(stream)[0] for _ in range(10)]
-    dm.trainer = SimpleNamespace(global_step=7, accumulate_grad_batches=1, world_size=1)  # as restored
+    dm.trainer = SimpleNamespace(
+        global_step=7, accumulate_grad_batches=1, world_size=1, overfit_batches=0
+    )  # as restored
     resumed = iter(dm.train_dataloader())
     assert torch.equal(next(resumed)[0], first_ten[7]) and torch.equal(next(resumed)[0], first_ten[8])
+    dm.trainer.overfit_batches = 1  # debug=overfit: every epoch starts the stream again
+    assert torch.equal(next(iter(dm.train_dataloader()))[0], first_ten[0])
 
 
 @needs_shakespeare
