@@ -25,7 +25,7 @@ DEFAULTS = {"ckpt": None, "text": None, "top": 1, "batch_size": 256, "device": "
 def classify(args: dict, lines: Iterable[str], warn: Callable[[str], None] = warn) -> Iterator[tuple[str, list]]:
     """(line, [(class, probability), ...] best first) per line of `lines`, in order."""
     args = with_defaults(args, DEFAULTS)
-    model, _, datamodule, _ = load(args["ckpt"], "classify", args["device"])
+    model, datamodule = load(args["ckpt"], "classify", args["device"])
     encode, top = encoder(datamodule), min(args["top"], model.config.n_classes)
     for chunk in batched(lines, args["batch_size"]):
         outputs: list[tuple[str, list]] = [(line, []) for _, line in chunk]

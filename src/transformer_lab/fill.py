@@ -28,7 +28,7 @@ DEFAULTS = {"ckpt": None, "text": None, "max_len": 100, "spans": False, "batch_s
 def fill(args: dict, lines: Iterable[str], warn: Callable[[str], None] = warn) -> Iterator[str]:
     """One filled text per line of `lines`, in order."""
     args = with_defaults(args, DEFAULTS)
-    model, _, datamodule, _ = load(args["ckpt"], "fill", args["device"])
+    model, datamodule = load(args["ckpt"], "fill", args["device"])
     encode, first_sentinel = encoder(datamodule), datamodule.first_sentinel
     for chunk in batched(lines, args["batch_size"]):
         outputs = [""] * len(chunk)

@@ -21,8 +21,8 @@ def command_for(layout: str, kind: str) -> str | None:
 
 
 def load(target: str | None, command: str, device: str = "cpu"):
-    """(model in eval mode, checkpoint metadata, data module with the checkpoint's vocabulary, path) of a run
-    directory or checkpoint file, refused in one message unless `command` is the one for it."""
+    """(model in eval mode, data module with the checkpoint's vocabulary) of a run directory or checkpoint
+    file, refused in one message unless `command` is the one for it."""
     from transformer_lab.checkpoint import checkpoint_of, load_model
     from transformer_lab.factory import datamodule_from_checkpoint
 
@@ -43,7 +43,7 @@ def load(target: str | None, command: str, device: str = "cpu"):
             f"{path} holds a model={config['model']['name']} data={config['data']['name']} checkpoint, "
             f"which `{command}` cannot use: {hint}"
         )
-    return model, meta, datamodule, path
+    return model, datamodule
 
 
 def encoder(datamodule) -> Callable[[str], list[int]]:

@@ -29,7 +29,7 @@ DEFAULTS = {
 
 def sample(args: dict) -> list[str]:
     args = with_defaults(args, DEFAULTS)
-    model, _, datamodule, _ = load(args["ckpt"], "sample", args["device"])
+    model, datamodule = load(args["ckpt"], "sample", args["device"])
     try:
         prompt_ids = encoder(datamodule)(str(args["prompt"]))
     except ValueError as e:

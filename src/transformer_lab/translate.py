@@ -71,7 +71,7 @@ OUTPUTS = {"seq2seq": encoder_decoder_outputs, "lm": prefix_lm_outputs}  # by th
 def translate(args: dict, lines: Iterable[str], warn: Callable[[str], None] = warn) -> Iterator[str]:
     """One translation per line of `lines`, in order, batch by batch."""
     args = with_defaults(args, DEFAULTS)
-    model, meta, datamodule, _ = load(args["ckpt"], "translate", args["device"])
+    model, datamodule = load(args["ckpt"], "translate", args["device"])
     source_tokenizer, outputs_of = datamodule.source_tokenizer, OUTPUTS[model.layout]
     limit = datamodule.max_length - 2  # source tokens the model read in training
     cut: list[tuple[int, int]] = []  # (line number, tokens) of the lines cut to the limit
