@@ -11,13 +11,11 @@ a warning on stderr.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
-from transformer_lab.errors import exit_on_user_error
-from transformer_lab.inference import batched, encoder, input_lines, load, parse_args, print_help, warn, with_defaults
+from transformer_lab.inference import batched, encoder, input_lines, load, run_command, warn, with_defaults
 
 DEFAULTS = {"ckpt": None, "text": None, "top": 1, "batch_size": 256, "device": "cpu"}
 
@@ -47,13 +45,11 @@ def classify(args: dict, lines: Iterable[str], warn: Callable[[str], None] = war
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = argv if argv is not None else sys.argv[1:]
-    if {"-h", "--help"} & set(argv):
-        return print_help(__doc__, DEFAULTS)
-    with exit_on_user_error():
-        args = parse_args(argv, DEFAULTS, text_keys=("ckpt", "text", "device"))
+    def lines(args: dict):
         for line, ranked in classify(args, input_lines(args.pop("text"))):
-            print("\t".join([line, *(f"{c}\t{p:.3f}" for c, p in ranked)]), flush=True)
+            yield "\t".join([line, *(f"{c}\t{p:.3f}" for c, p in ranked)])
+
+    run_command(argv, __doc__, DEFAULTS, lines)
 
 
 if __name__ == "__main__":

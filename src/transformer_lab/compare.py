@@ -59,24 +59,21 @@ def resolved_settings(run_dir: Path) -> dict[str, str]:
         return {}
     config = OmegaConf.create(config_file.read_text().replace("${hydra:", "${hydra."))
     if hydra_file.exists():
-        config = OmegaConf.merge(config, OmegaConf.load(hydra_file))
-    flat = {}
+        config.hydra = {"runtime": OmegaConf.load(hydra_file).hydra.runtime}  # what ${hydra:runtime.*} reads
+    try:
+        values = OmegaConf.to_container(config, resolve=True)
+    except Exception:  # noqa: BLE001  (an interpolation these files cannot resolve: shown as written)
+        values = OmegaConf.to_container(config)
+    flat: dict[str, str] = {}
 
-    def walk(node, prefix: str) -> None:
-        for key in node:
-            name = f"{prefix}{key}"
-            try:
-                value = OmegaConf.select(node, str(key), throw_on_missing=False)
-            except Exception:  # noqa: BLE001  (an interpolation this file cannot resolve: shown as written)
-                value = node._get_node(key)._value()
-            if OmegaConf.is_dict(value):
-                walk(value, f"{name}.")
-            else:
-                text = str(OmegaConf.to_container(value, resolve=True) if OmegaConf.is_list(value) else value)
-                if str(run_dir.resolve()) not in text:
-                    flat[name] = text
+    def walk(node: dict, prefix: str) -> None:
+        for key, value in node.items():
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+            elif str(run_dir.resolve()) not in str(value):
+                flat[f"{prefix}{key}"] = str(value)
 
-    walk(config, "")
+    walk(values, "")
     # (`_target_` says again what the option's name says)
     return {k: v for k, v in flat.items() if not k.startswith("hydra.") and not k.endswith("._target_")}
 

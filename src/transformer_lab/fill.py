@@ -12,14 +12,12 @@ the model left empty is dropped). spans=true prints what the model put in each g
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
 from transformer_lab.data.span_corruption import fill_spans
-from transformer_lab.errors import exit_on_user_error
-from transformer_lab.inference import batched, encoder, input_lines, load, parse_args, print_help, warn, with_defaults
+from transformer_lab.inference import batched, encoder, input_lines, load, run_command, warn, with_defaults
 from transformer_lab.tasks.decoding import fill_spans_greedy
 
 DEFAULTS = {"ckpt": None, "text": None, "max_len": 100, "spans": False, "batch_size": 64, "device": "cpu"}
@@ -54,13 +52,7 @@ def fill(args: dict, lines: Iterable[str], warn: Callable[[str], None] = warn) -
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = argv if argv is not None else sys.argv[1:]
-    if {"-h", "--help"} & set(argv):
-        return print_help(__doc__, DEFAULTS)
-    with exit_on_user_error():
-        args = parse_args(argv, DEFAULTS, text_keys=("ckpt", "text", "device"))
-        for line in fill(args, input_lines(args.pop("text"))):
-            print(line, flush=True)
+    run_command(argv, __doc__, DEFAULTS, lambda args: fill(args, input_lines(args.pop("text"))))
 
 
 if __name__ == "__main__":

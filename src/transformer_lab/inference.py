@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import yaml
 
-from transformer_lab.errors import UserError
+from transformer_lab.errors import UserError, exit_on_user_error
 
 # The command that serves a checkpoint: by the model's layout, else by what its data is (the data module's kind).
 BY_LAYOUT = {"spans": "fill", "classify": "classify"}
@@ -59,6 +59,23 @@ def encoder(datamodule) -> Callable[[str], list[int]]:
             ) from None
 
     return encode
+
+
+def run_command(
+    argv: list[str] | None,
+    doc: str,
+    defaults: dict,
+    outputs: Callable[[dict], Iterable[str]],
+    text_keys: tuple[str, ...] = ("ckpt", "text", "device"),
+) -> None:
+    """A command's main: --help, or its options parsed and each line of `outputs(options)` printed as soon
+    as it comes; a user's mistake is one `error:` line and exit code 2."""
+    argv = argv if argv is not None else sys.argv[1:]
+    if {"-h", "--help"} & set(argv):
+        return print_help(doc, defaults)
+    with exit_on_user_error():
+        for line in outputs(parse_args(argv, defaults, text_keys)):
+            print(line, flush=True)
 
 
 def print_help(doc: str, defaults: dict) -> None:

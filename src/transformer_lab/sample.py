@@ -8,12 +8,10 @@ The first argument is a run directory (its checkpoints/best.ckpt, else last.ckpt
 
 from __future__ import annotations
 
-import sys
-
 import torch
 
-from transformer_lab.errors import UserError, exit_on_user_error
-from transformer_lab.inference import encoder, load, parse_args, print_help, with_defaults
+from transformer_lab.errors import UserError
+from transformer_lab.inference import encoder, load, run_command, with_defaults
 
 DEFAULTS = {
     "ckpt": None,
@@ -41,14 +39,11 @@ def sample(args: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = argv if argv is not None else sys.argv[1:]
-    if {"-h", "--help"} & set(argv):
-        return print_help(__doc__, DEFAULTS)
-    with exit_on_user_error():
-        for i, text in enumerate(sample(parse_args(argv, DEFAULTS, text_keys=("prompt", "ckpt", "device")))):
-            if i:
-                print("-" * 40)
-            print(text)
+    def samples(args: dict):
+        for i, text in enumerate(sample(args)):
+            yield from (["-" * 40] if i else []) + [text]
+
+    run_command(argv, __doc__, DEFAULTS, samples, text_keys=("prompt", "ckpt", "device"))
 
 
 if __name__ == "__main__":

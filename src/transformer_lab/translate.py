@@ -14,14 +14,12 @@ cut to it; an output that reaches the model's length stops there.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
 from transformer_lab.data.translation import BOS, EOS, UNK
-from transformer_lab.errors import exit_on_user_error
-from transformer_lab.inference import batched, input_lines, load, parse_args, print_help, warn, with_defaults
+from transformer_lab.inference import batched, input_lines, load, run_command, warn, with_defaults
 from transformer_lab.tasks.decoding import Decoded, continue_prompts, decode
 
 DEFAULTS = {
@@ -120,13 +118,7 @@ def translate(args: dict, lines: Iterable[str], warn: Callable[[str], None] = wa
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = argv if argv is not None else sys.argv[1:]
-    if {"-h", "--help"} & set(argv):
-        return print_help(__doc__, DEFAULTS)
-    with exit_on_user_error():
-        args = parse_args(argv, DEFAULTS, text_keys=("ckpt", "text", "device"))
-        for line in translate(args, input_lines(args.pop("text"))):
-            print(line, flush=True)
+    run_command(argv, __doc__, DEFAULTS, lambda args: translate(args, input_lines(args.pop("text"))))
 
 
 if __name__ == "__main__":
