@@ -5,13 +5,16 @@ import time
 START_TIME = time.time()
 
 import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 import transformer_lab.config  # noqa: E402,F401  (registers the config schemas)
-from transformer_lab.train import main as run_main  # noqa: E402
-from transformer_lab.train import output_dir_problem  # noqa: E402
+from transformer_lab.main import composition_problem, output_dir_problem, print_help  # noqa: E402
+from transformer_lab.main import main as run_main  # noqa: E402
+
+CONFIG_DIR = str(Path(__file__).resolve().parent / "conf")
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
@@ -20,7 +23,15 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
-    if problem := output_dir_problem(sys.argv[1:]):
+    arguments = sys.argv[1:]
+    overrides = [a for a in arguments if not a.startswith("-")]
+    if {"--help", "-h"} & set(arguments):
+        print_help(CONFIG_DIR, overrides)
+        sys.exit(0)
+    problem = output_dir_problem(arguments)
+    if not problem and overrides == arguments:  # a single run (a sweep's jobs are checked one by one)
+        problem = composition_problem(CONFIG_DIR, overrides)
+    if problem:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
     main()

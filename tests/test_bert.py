@@ -9,7 +9,7 @@ from test_train import logged
 from torch import nn
 
 from conftest import TINY, run_train
-from transformer_lab.models import Bert, BertConfig
+from transformer_lab.models.bert import Bert, BertConfig
 
 C, H, FF = 32, 4, 64
 

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from conftest import ROOT, compose_cfg
 from transformer_lab.callbacks import RichProgressBar
 from transformer_lab.errors import ConfigError
-from transformer_lab.factory import build_model, check_model_settings, make_datamodule
+from transformer_lab.factory import build_model, make_datamodule
 from transformer_lab.validate import validate
 
 # DESIGN.md's model x data matrix; the code computes it from what models and data modules declare.
@@ -158,7 +158,6 @@ def test_bad_values_name_the_key(overrides, key, fragment, tmp_path):
     with pytest.raises(ConfigError) as info:
         validate(cfg)
         make_datamodule(cfg)  # checks of the data beside the model (no file read)
-        check_model_settings(cfg)
     assert info.value.key == key and fragment in str(info.value)
 
 
@@ -189,18 +188,26 @@ def test_a_wrong_choice_fails_while_composing_and_lists_the_choices(overrides, c
     assert OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)[key.split(".")[0]][key.split(".")[1]] == value
 
 
-def test_data_schemas_are_the_data_modules_signatures(tmp_path):
-    import inspect
+def test_schemas_are_the_settings_dataclasses_the_classes_declare(tmp_path):
+    import dataclasses
 
-    from transformer_lab.config import DATA
+    from hydra.utils import get_class
 
-    for name, data_cls in DATA.items():
-        section = compose_cfg([f"data={name}"], tmp_path).data
-        parameters = inspect.signature(data_cls.__init__).parameters
-        assert set(section) == {"_target_", "name"} | set(parameters) - {"self", "layout"}
-        for key, parameter in parameters.items():
-            if key not in ("self", "layout", "data_dir", "seed"):  # those two come from paths.data_dir and seed
-                assert section[key] == parameter.default, (name, key)
+    from transformer_lab.config import DATA, MODELS
+    from transformer_lab.data.configs import DATA_DECIDED
+
+    for group, options in (("data", DATA), ("model", MODELS)):
+        for name, (target, config_class) in options.items():
+            assert get_class(target).config_class is config_class, target
+            section = compose_cfg([f"{group}={name}"], tmp_path)[group]
+            fields = {f.name: f.default for f in dataclasses.fields(config_class)}
+            if group == "model":
+                fields = {k: v for k, v in fields.items() if k not in DATA_DECIDED}
+                assert section.compile is False and section.get("block_size", None) is None
+            assert set(section) - {"_target_", "name", "compile"} == set(fields) | ({"block_size"} & set(section)), target
+            for key, default in fields.items():
+                if key not in ("data_dir", "seed"):  # those two come from paths.data_dir and seed
+                    assert section[key] == default, (name, key)
 
 
 def test_debug_presets_configure_the_trainer(tmp_path):

@@ -17,7 +17,7 @@ UNREACHABLE = "http://127.0.0.1:9/input.txt"  # the discard port: refused at onc
 @needs_shakespeare
 def test_shakespeare_split_vocabulary_and_windows(tmp_path):
     assert sha256_of(SHAKESPEARE) == SHA256
-    dm = ShakespeareDataModule(str(SHAKESPEARE.parents[1]), block_size=32, batch_size=5, seed=1)
+    dm = ShakespeareDataModule(data_dir=str(SHAKESPEARE.parents[1]), block_size=32, batch_size=5, seed=1)
     dm.setup()
     assert dm.vocab_size == 65
     assert len(dm.train_tokens) == 1_003_854 and len(dm.val_tokens) == 111_540  # 90 / 10
@@ -28,7 +28,7 @@ def test_shakespeare_split_vocabulary_and_windows(tmp_path):
     x, y = next(iter(dm.train_dataloader()))
     assert x.shape == y.shape == (5, 32)
     assert torch.equal(x[:, 1:], y[:, :-1])  # targets are the inputs shifted by one
-    same_seed = ShakespeareDataModule(str(SHAKESPEARE.parents[1]), block_size=32, batch_size=5, seed=1)
+    same_seed = ShakespeareDataModule(data_dir=str(SHAKESPEARE.parents[1]), block_size=32, batch_size=5, seed=1)
     same_seed.setup()
     again = next(iter(same_seed.train_dataloader()))
     assert torch.equal(again[0], x)
@@ -36,7 +36,7 @@ def test_shakespeare_split_vocabulary_and_windows(tmp_path):
 
 @needs_shakespeare
 def test_shakespeare_stream_continues_after_a_resume():
-    dm = ShakespeareDataModule(str(SHAKESPEARE.parents[1]), block_size=16, batch_size=4, seed=3)
+    dm = ShakespeareDataModule(data_dir=str(SHAKESPEARE.parents[1]), block_size=16, batch_size=4, seed=3)
     dm.setup()
     stream = iter(dm.train_dataloader())
     first_ten = [next(stream)[0] for _ in range(10)]
@@ -51,7 +51,7 @@ def test_shakespeare_stream_continues_after_a_resume():
 
 @needs_shakespeare
 def test_shakespeare_validation_set_is_fixed_and_disjoint_windows():
-    dm = ShakespeareDataModule(str(SHAKESPEARE.parents[1]), block_size=64, batch_size=12)
+    dm = ShakespeareDataModule(data_dir=str(SHAKESPEARE.parents[1]), block_size=64, batch_size=12)
     dm.setup()
     first = [b for b in dm.val_dataloader()]
     second = [b for b in dm.val_dataloader()]
@@ -66,13 +66,13 @@ def test_shakespeare_validation_set_is_fixed_and_disjoint_windows():
 
 def test_missing_file_offline_names_file_url_and_checksum(tmp_path, monkeypatch):
     monkeypatch.setattr(shakespeare, "URL", UNREACHABLE)
-    dm = ShakespeareDataModule(str(tmp_path))
+    dm = ShakespeareDataModule(data_dir=str(tmp_path))
     with pytest.raises(DataUnavailableError) as info:
         dm.prepare_data()
     message = str(info.value)
     assert "input.txt" in message and UNREACHABLE in message and SHA256 in message
     assert str(tmp_path / "shakespeare" / "input.txt") in message
-    assert list((tmp_path / "shakespeare").iterdir()) == []  # no partial file left behind
+    assert list(tmp_path.iterdir()) == []  # no partial file left behind, nor the folder made for it
 
 
 def test_corrupt_file_is_reported_not_used(tmp_path):
@@ -80,7 +80,7 @@ def test_corrupt_file_is_reported_not_used(tmp_path):
     path.parent.mkdir()
     path.write_text("not shakespeare")
     with pytest.raises(DataUnavailableError, match="corrupt"):
-        ShakespeareDataModule(str(tmp_path)).prepare_data()
+        ShakespeareDataModule(data_dir=str(tmp_path)).prepare_data()
 
 
 @needs_shakespeare

@@ -6,7 +6,10 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from transformer_lab.callbacks.throughput import device_peak_flops
-from transformer_lab.models import GPT, T5, Bert, BertConfig, EncDec, EncDecConfig, GPTConfig, T5Config
+from transformer_lab.models.bert import Bert, BertConfig
+from transformer_lab.models.encdec import EncDec, EncDecConfig
+from transformer_lab.models.gpt import GPT, GPTConfig
+from transformer_lab.models.t5 import T5, T5Config
 
 
 def counted_flops(step) -> int:

@@ -5,8 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_lab.models import GPT, GPTConfig
-from transformer_lab.models.gpt import Block
+from transformer_lab.models.gpt import GPT, Block, GPTConfig
 from transformer_lab.models.layers import Attention
 
 

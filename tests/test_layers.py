@@ -6,8 +6,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_lab.models import GPT, T5, Bert, BertConfig, EncDec, EncDecConfig, GPTConfig, T5Config
+from transformer_lab.models.bert import Bert, BertConfig
+from transformer_lab.models.encdec import EncDec, EncDecConfig
+from transformer_lab.models.gpt import GPT, GPTConfig
 from transformer_lab.models.layers import Attention, FeedForward
+from transformer_lab.models.t5 import T5, T5Config
 
 SMALL = dict(n_layer=2, n_head=4, n_embd=32)
 PIECES = [(0, 4), (4, 7), (7, 8), (8, 12)]  # a prefix, a chunk of three, one token, a chunk of four

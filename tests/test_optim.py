@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from transformer_lab.models import GPT, GPTConfig
+from transformer_lab.models.gpt import GPT, GPTConfig
 from transformer_lab.tasks.optim import adamw, warmup_cosine
 
 

@@ -73,13 +73,13 @@ def test_missing_pair_file(tmp_path):
 
 def test_pair_file_splits_and_cached_tokenizer(tmp_path):
     path = write_pairs(tmp_path / "pairs.tsv")
-    dm = TranslationDataModule(str(tmp_path / "data"), path=str(path), vocab_size=120, batch_size=16)
+    dm = TranslationDataModule(data_dir=str(tmp_path / "data"), path=str(path), vocab_size=120, batch_size=16)
     dm.setup()
     assert (len(dm.pairs["train"]), len(dm.pairs["val"]), len(dm.pairs["test"])) == (360, 20, 20)
     assert not {p for p in dm.pairs["train"]} & {p for p in dm.pairs["test"]} - {p for p in dm.pairs["train"]}
     cached = list((tmp_path / "data" / "tokenizers").glob("bpe-120-*.json"))
     assert len(cached) == 1
-    again = TranslationDataModule(str(tmp_path / "data"), path=str(path), vocab_size=120, batch_size=16)
+    again = TranslationDataModule(data_dir=str(tmp_path / "data"), path=str(path), vocab_size=120, batch_size=16)
     again.setup()  # reuses the cache: the same vocabulary
     assert again.tokenizer.get_vocab() == dm.tokenizer.get_vocab()
     src, tgt = next(iter(dm.train_dataloader()))
@@ -89,10 +89,10 @@ def test_pair_file_splits_and_cached_tokenizer(tmp_path):
 
 def test_corrupt_tokenizer_cache_is_reported_and_rebuilt(tmp_path, caplog):
     path = write_pairs(tmp_path / "pairs.tsv")
-    TranslationDataModule(str(tmp_path / "data"), path=str(path), vocab_size=120).setup()
+    TranslationDataModule(data_dir=str(tmp_path / "data"), path=str(path), vocab_size=120).setup()
     cache = next((tmp_path / "data" / "tokenizers").glob("*.json"))
     cache.write_text(cache.read_text()[:100])
-    dm = TranslationDataModule(str(tmp_path / "data"), path=str(path), vocab_size=120)
+    dm = TranslationDataModule(data_dir=str(tmp_path / "data"), path=str(path), vocab_size=120)
     dm.setup()
     assert "unreadable" in caplog.text and json.loads(cache.read_text())  # rebuilt whole
 
@@ -246,7 +246,7 @@ def test_prefix_lm_sequences_predict_only_the_target():
 @pytest.mark.e2e
 def test_separate_vocabularies(tmp_path):
     pairs = write_pairs(tmp_path / "pairs.tsv", n=300)
-    dm = TranslationDataModule(str(tmp_path / "data"), path=str(pairs), vocab_size=100, shared_vocab=False)
+    dm = TranslationDataModule(data_dir=str(tmp_path / "data"), path=str(pairs), vocab_size=100, shared_vocab=False)
     dm.setup()
     assert dm.source_tokenizer is not dm.tokenizer and dm.source_vocab_size is not None
 

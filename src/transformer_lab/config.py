@@ -8,7 +8,6 @@ that need more than a type (n_embd divisible by n_head, ...) are in `validate.py
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import typing
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -18,54 +17,42 @@ from typing import Any, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-from transformer_lab.data.base import DATA_DECIDED
-from transformer_lab.data.modular import ModularDataModule
-from transformer_lab.data.shakespeare import ShakespeareDataModule
-from transformer_lab.data.translation import TranslationDataModule
+from transformer_lab.data.configs import DATA_DECIDED, ModularConfig, ShakespeareConfig, TranslationConfig
 from transformer_lab.errors import ConfigError, exit_on_user_error
-from transformer_lab.models.bert import Bert
-from transformer_lab.models.encdec import EncDec
-from transformer_lab.models.gpt import GPT
-from transformer_lab.models.t5 import T5
+from transformer_lab.models.configs import BertConfig, EncDecConfig, GPTConfig, T5Config
+
+# The options of the model and data groups this repository ships: the class each builds (its `_target_`)
+# and the dataclass of its settings, which needs no torch (tests/test_config.py checks that each class
+# declares that dataclass as its `config_class`). A user's own option names its class in its YAML alone.
+MODELS = {
+    "gpt": ("transformer_lab.models.gpt.GPT", GPTConfig),
+    "encdec": ("transformer_lab.models.encdec.EncDec", EncDecConfig),
+    "bert": ("transformer_lab.models.bert.Bert", BertConfig),
+    "t5": ("transformer_lab.models.t5.T5", T5Config),
+}
+DATA = {
+    "shakespeare": ("transformer_lab.data.shakespeare.ShakespeareDataModule", ShakespeareConfig),
+    "modular": ("transformer_lab.data.modular.ModularDataModule", ModularConfig),
+    "translation": ("transformer_lab.data.translation.TranslationDataModule", TranslationConfig),
+}
+# A class (`_target_`) -> the dataclass of its settings, to check them before any heavy import (validate.py).
+SETTINGS = {target: config_class for target, config_class in (*MODELS.values(), *DATA.values())}
 
 
-def _data_schema(name: str, data_cls: type) -> type:
-    """A data group schema from the data module's constructor: its arguments, types and defaults (less
-    `layout`, which the model decides), plus the class it builds (`_target_`) and the option's name."""
-    hints = typing.get_type_hints(data_cls.__init__)
-    fields = [
-        ("_target_", str, field(default=f"{data_cls.__module__}.{data_cls.__qualname__}")),
-        ("name", str, field(default=name)),
-    ]
-    for parameter in list(inspect.signature(data_cls.__init__).parameters.values())[1:]:
-        if parameter.name != "layout":
-            fields.append((parameter.name, hints[parameter.name], field(default=parameter.default)))
-    return dataclasses.make_dataclass(f"{data_cls.__name__}Schema", fields)
-
-
-def _model_schema(name: str, model_cls: type) -> type:
-    """A model group schema from the model's own config dataclass, less what the data decides
-    (vocab_size, ...; block_size, where the model has one, becomes an optional maximum), plus the class
-    it builds (`_target_`) and the option's name."""
-    config_cls = model_cls.config_class
-    hints = typing.get_type_hints(config_cls)
-    fields = [
-        ("_target_", str, field(default=f"{model_cls.__module__}.{model_cls.__qualname__}")),
-        ("name", str, field(default=name)),
-    ]
-    if "block_size" in hints:
+def _schema(name: str, target: str, config_class: type, model: bool) -> type:
+    """A group option's schema: the settings dataclass's fields (for a model, less what the data decides;
+    block_size, where the model has one, becomes an optional maximum), the class it builds (`_target_`)
+    and the option's name."""
+    hints = typing.get_type_hints(config_class)
+    fields = [("_target_", str, field(default=target)), ("name", str, field(default=name))]
+    if model and "block_size" in hints:
         fields.append(("block_size", Optional[int], field(default=None)))  # None: the data's sequence length
-    for f in dataclasses.fields(config_cls):
-        if f.name not in DATA_DECIDED:
+    for f in dataclasses.fields(config_class):
+        if not (model and f.name in DATA_DECIDED):
             fields.append((f.name, hints[f.name], field(default=f.default)))
-    fields.append(("compile", bool, field(default=False)))  # torch.compile the model (in place)
-    return dataclasses.make_dataclass(f"{config_cls.__name__}Schema", fields)
-
-
-# The options of the model and data groups this repository ships, and the classes they build: the one
-# place that maps their names to code. (A user's own option names its class in its YAML alone.)
-MODELS = {"gpt": GPT, "encdec": EncDec, "bert": Bert, "t5": T5}
-DATA = {"shakespeare": ShakespeareDataModule, "modular": ModularDataModule, "translation": TranslationDataModule}
+    if model:
+        fields.append(("compile", bool, field(default=False)))  # torch.compile the model (in place)
+    return dataclasses.make_dataclass(f"{config_class.__name__}Schema", fields)
 
 
 @dataclass
@@ -170,10 +157,10 @@ def register() -> None:
     OmegaConf.register_new_resolver("tasks_per_node", tasks_per_node, replace=True)
     cs = ConfigStore.instance()
     # Kept out of the data/ and model/ groups, so `--help` and error messages list only real options.
-    for name, data_cls in DATA.items():
-        cs.store(group="schema/data", name=name, node=_data_schema(name, data_cls))
-    for name, model_cls in MODELS.items():
-        cs.store(group="schema/model", name=name, node=_model_schema(name, model_cls))
+    for name, (target, config_class) in DATA.items():
+        cs.store(group="schema/data", name=name, node=_schema(name, target, config_class, model=False))
+    for name, (target, config_class) in MODELS.items():
+        cs.store(group="schema/model", name=name, node=_schema(name, target, config_class, model=True))
     cs.store(name="trainer_schema", node=TrainerConfig, package="trainer")
     cs.store(name="optim_schema", node=OptimConfig, package="optim")
     cs.store(name="sample_schema", node=SampleConfig, package="sample")

@@ -14,14 +14,12 @@ So a model or dataset of your own is one Python file and one YAML (README: "Your
 from __future__ import annotations
 
 import dataclasses
-import typing
 from functools import cache
 
 import torch
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
-from transformer_lab.choices import Choice
 from transformer_lab.data.base import DATA_DECIDED, DataModule
 from transformer_lab.data.span_corruption import SpanCorruptionDataModule
 from transformer_lab.errors import ConfigError
@@ -29,12 +27,10 @@ from transformer_lab.tasks.classify import ClassificationTask
 from transformer_lab.tasks.lm import LanguageModelTask
 from transformer_lab.tasks.seq2seq import Seq2SeqTask
 from transformer_lab.tasks.span_corruption import SpanCorruptionTask
-from transformer_lab.validate import check_pair
+from transformer_lab.validate import NOT_SETTINGS, check_pair, check_settings
 
 # A model's layout -> the task that trains it.
 TASKS = {"lm": LanguageModelTask, "seq2seq": Seq2SeqTask, "classify": ClassificationTask, "spans": SpanCorruptionTask}
-# Config keys that select and describe, not settings of the model's dataclass.
-NOT_SETTINGS = ("_target_", "name", "compile")  # (and a data section's `_target_` and `name`)
 
 
 def target_class(section: DictConfig | dict, key: str) -> type:
@@ -126,23 +122,11 @@ def make_datamodule(cfg: DictConfig) -> DataModule:
     return datamodule
 
 
-def check_model_settings(cfg: DictConfig) -> None:
-    """The model's own checks of its settings (its config dataclass's __post_init__), before the data is
-    read; the sizes the data decides keep their defaults here."""
-    cls = model_class(cfg)
-    types = typing.get_type_hints(cls.config_class)
-    settings = {
-        k: v
-        for k, v in OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True).items()
-        if k in types and not (k in DATA_DECIDED and v is None)
-    }
-    for key, value in settings.items():  # (this repository's options check their choices while composing)
-        if isinstance(types[key], type) and issubclass(types[key], Choice) and value not in types[key].__members__:
-            raise ConfigError(f"model.{key}", f"must be one of {', '.join(types[key].__members__)}, got {value!r}")
-    try:
-        cls.config_class(**settings)
-    except ConfigError as e:
-        raise ConfigError(f"model.{e.key}", e.message) from None
+def check_buildable(cfg: DictConfig) -> None:
+    """The checks of build() that need the classes but read no file: the model and data declarations fit,
+    the data module's and the model's own checks of their settings."""
+    make_datamodule(cfg)
+    check_settings(cfg, "model", model_class(cfg).config_class)
 
 
 def data_decided(config_class: type, datamodule: DataModule, settings: dict) -> dict:
@@ -182,8 +166,8 @@ def build(cfg: DictConfig, overrides: list[str] | None = None, checkpoint_meta: 
     """Data module (set up), model and task of a run; `overrides`, those the config was composed from, go
     into its checkpoints (to resume it from them alone). With `checkpoint_meta`, the data takes that
     checkpoint's vocabulary (to evaluate its model)."""
+    check_buildable(cfg)
     datamodule = make_datamodule(cfg)
-    check_model_settings(cfg)
     if checkpoint_meta is not None:
         datamodule.for_checkpoint(checkpoint_meta)
     datamodule.prepare_data()

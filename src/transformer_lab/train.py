@@ -1,9 +1,8 @@
-"""The run: validate the config, build data, model, task, logger and callbacks, fit, write summary.json."""
+"""The run (train.py's entry is main.py): validate the config, build data, model, task, logger and callbacks, fit, write summary.json."""
 
 from __future__ import annotations
 
 import logging
-import os
 import resource
 import time
 import warnings
@@ -12,17 +11,14 @@ from pathlib import Path
 import hydra
 import lightning as L
 import torch
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from lightning.pytorch.callbacks import ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.callbacks import GracefulInterrupt, History, StepAxis, Summary, Throughput
 from transformer_lab.checkpoint import AtomicCheckpointIO, check_state_fits, init_weights
-from transformer_lab.errors import UserError, exit_on_user_error
 from transformer_lab.errors import require as _require
 from transformer_lab.factory import build
-from transformer_lab.launch import distributed_job, submitit_tasks_as_processes
+from transformer_lab.launch import ddp_process_command  # noqa: F401  (importing it patches Lightning's DDP launcher)
 from transformer_lab.loggers import build_loggers
 from transformer_lab.resume import resume_config
 from transformer_lab.validate import validate
@@ -132,53 +128,3 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
 
             wandb.finish(exit_code=0 if status == "completed" else 1)
     return result
-
-
-def output_dir_problem(argv: list[str]) -> str | None:
-    """Why the run directory cannot be created, checked before Hydra tries (its failure is a traceback)."""
-    dirs = [
-        (key.lstrip("+~"), value)
-        for key, _, value in (a.partition("=") for a in argv)
-        if key.lstrip("+~") in ("hydra.run.dir", "hydra.sweep.dir")
-    ]
-    for key, value in dirs or [("hydra.run.dir", "outputs")]:
-        existing = Path(value.split("${")[0] or ".").absolute()
-        while not existing.exists():
-            existing = existing.parent
-        if not existing.is_dir():
-            return f"{key}={value}: cannot create the run directory, {existing} is a file"
-        if not os.access(existing, os.W_OK | os.X_OK):
-            return f"{key}={value}: cannot create the run directory, {existing} is not writable"
-    return None
-
-
-class TrialFailed(Exception):
-    """A multirun job that could not produce its objective: the sweeper records it as failed and goes on."""
-
-
-def objective_value(cfg: DictConfig, summary: dict) -> float | None:
-    """The metric a sweeper optimises (`objective`, a summary.json key), or None when none is named."""
-    if cfg.objective is None:
-        return None
-    value = summary.get(cfg.objective)
-    if not isinstance(value, (int, float)) or value != value:  # missing, or nan
-        found = ", ".join(k for k, v in sorted(summary.items()) if isinstance(v, (int, float)))
-        raise TrialFailed(f"objective={cfg.objective} is not a number in this run's summary.json (it has: {found})")
-    return float(value)
-
-
-def main(cfg: DictConfig, start_time: float | None = None) -> float | None:
-    """Entry for @hydra.main: a user's mistake becomes one clear message and exit code 2; in a multirun it
-    fails only its own job (the sweep goes on). Returns the objective for sweepers."""
-    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
-        with distributed_job():
-            submitit_tasks_as_processes()
-            try:  # wall_time_s from the job's start: the process's start was the first job's
-                summary = run(cfg, None)
-                return objective_value(cfg, summary) if summary else None
-            except UserError as e:
-                log.error("error: %s", e)
-                raise TrialFailed(str(e)) from None
-    with exit_on_user_error():
-        summary = run(cfg, start_time)
-    return objective_value(cfg, summary) if summary else None  # the other DDP processes have no summary

@@ -8,14 +8,47 @@ the factory builds it, a model its settings in its config's __post_init__ (both 
 
 from __future__ import annotations
 
-import torch
+import typing
+
 from omegaconf import DictConfig, OmegaConf
 
+from transformer_lab.choices import Choice
+from transformer_lab.data.configs import DATA_DECIDED
+from transformer_lab.errors import ConfigError, no_such_key
 from transformer_lab.errors import require as _require
 
+# Keys of a model or data section that select and describe, not settings of its dataclass.
+NOT_SETTINGS = ("_target_", "name", "compile")
 
-def _gpu_name() -> str:
-    return torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
+
+def _torch():
+    """torch, imported only by the checks that need it (a config is checked before anything heavy loads)."""
+    import torch
+
+    return torch
+
+
+def check_settings(cfg: DictConfig, section: str, config_class: type) -> None:
+    """A model's or data module's own checks of its settings (its dataclass's __post_init__, a ConfigError
+    naming the key), before any file is read; a model's sizes that the data decides keep their defaults."""
+    types = typing.get_type_hints(config_class)
+    for key in cfg[section]:  # one added with `+` (a mistyped one was refused while composing)
+        if key not in types and key not in NOT_SETTINGS:
+            raise no_such_key(f"{section}.{key}", [k for k in types if k in cfg[section] or k not in DATA_DECIDED])
+    settings = {
+        k: v
+        for k, v in OmegaConf.to_container(cfg[section], resolve=True, enum_to_str=True).items()
+        if k in types and k not in NOT_SETTINGS and not (k in DATA_DECIDED and v is None)
+    }
+    for key, value in settings.items():  # (this repository's options check their choices while composing)
+        kind = types[key]
+        if isinstance(kind, type) and issubclass(kind, Choice) and value not in kind.__members__:
+            raise ConfigError(f"{section}.{key}", f"must be one of {', '.join(kind.__members__)}, got {value!r}")
+    try:
+        config_class(**settings)
+    except ConfigError as e:
+        key = e.key if e.key.startswith(f"{section}.") else f"{section}.{e.key}"
+        raise ConfigError(key, e.message) from None
 
 
 def _positive(cfg: DictConfig, section: str, key: str) -> None:
@@ -48,6 +81,15 @@ def check_pair(cfg: DictConfig, datamodule) -> None:
 
 def validate(cfg: DictConfig) -> None:
     data, model, trainer, optim, sample = cfg.data, cfg.model, cfg.trainer, cfg.optim, cfg.sample
+    from transformer_lab.config import SETTINGS  # (config.py registers the schemas this check follows)
+
+    seed = cfg.seed
+    _require(isinstance(seed, int) and not isinstance(seed, bool), "seed", f"must be an integer, got {seed!r}")
+
+    # this repository's models and data check their own settings here; a user's own, once imported (factory.py)
+    for section in ("model", "data"):
+        if cfg[section].get("_target_") in SETTINGS:
+            check_settings(cfg, section, SETTINGS[cfg[section]._target_])
 
     # the keys most data modules and models have (a data module or model checks its own in its constructor,
     # data/*.py, or its config's __post_init__, models/*.py; choices are enums the schemas check)
@@ -100,15 +142,19 @@ def validate(cfg: DictConfig) -> None:
         f"must be a positive number of steps (int) or fraction of an epoch (float), got {vci!r}",
     )
 
-    _require(
-        trainer.accelerator not in ("gpu", "cuda") or torch.cuda.is_available(),
-        "hardware",
-        f"trainer.accelerator={trainer.accelerator} asks for a CUDA GPU but torch sees none "
-        f"(torch {torch.__version__}, torch.cuda.is_available() is False); use hardware=cpu or hardware=auto",
-    )
+    if trainer.accelerator in ("gpu", "cuda"):
+        torch = _torch()
+        _require(
+            torch.cuda.is_available(),
+            "hardware",
+            f"trainer.accelerator={trainer.accelerator} asks for a CUDA GPU but torch sees none "
+            f"(torch {torch.__version__}, torch.cuda.is_available() is False); use hardware=cpu or hardware=auto",
+        )
 
     precision = str(trainer.precision)
-    on_gpu = trainer.accelerator in ("gpu", "cuda") or (trainer.accelerator == "auto" and torch.cuda.is_available())
+    on_gpu = precision.startswith(("16", "bf16")) and (
+        trainer.accelerator in ("gpu", "cuda") or (trainer.accelerator == "auto" and _torch().cuda.is_available())
+    )
     _require(
         not precision.startswith("16") or on_gpu,
         "hardware",
@@ -116,9 +162,10 @@ def validate(cfg: DictConfig) -> None:
         "instead; use hardware=bf16 there",
     )
     _require(
-        not precision.startswith("bf16") or not on_gpu or torch.cuda.is_bf16_supported(),
+        not precision.startswith("bf16") or not on_gpu or _torch().cuda.is_bf16_supported(),
         "hardware",
-        f"bf16 (trainer.precision={precision}) is not supported by this GPU ({_gpu_name()}); use hardware=fp16",
+        f"bf16 (trainer.precision={precision}) is not supported by this GPU "
+        f"({on_gpu and _torch().cuda.get_device_name()}); use hardware=fp16",
     )
 
     peak = OmegaConf.select(cfg, "callbacks.throughput.peak_flops")

@@ -16,9 +16,7 @@ from typing import Any
 
 import lightning as L
 
-# Model settings the data decides: a model config's fields of these names are filled from the data
-# module's attributes of the same names (`block_size` from `sequence_length`, where the user sets none).
-DATA_DECIDED = ("vocab_size", "src_vocab_size", "n_classes", "pad_id", "block_size")
+from transformer_lab.data.configs import DATA_DECIDED  # noqa: F401 (the factory's contract, re-exported)
 
 
 class DataModule(L.LightningDataModule):
@@ -30,9 +28,16 @@ class DataModule(L.LightningDataModule):
     length_key: str | None = None  # the data.* key that sets `sequence_length` (named in messages)
     padding_fraction: float | None = None  # share of padding in training batches, once set up (summary.json)
 
-    def __init__(self, layout: str):
+    # The dataclass of its settings (the data.* keys; data/configs.py), or None: its constructor's arguments
+    # are its settings. A dataclass needs no torch, so its types and checks apply while the command line is
+    # checked; the module reads the values from `self.config`.
+    config_class: type | None = None
+
+    def __init__(self, layout: str, **settings):
         super().__init__()
         self.layout = layout
+        if self.config_class is not None:
+            self.config = self.config_class(**settings)
 
     # Sizes the model is built with; available after setup(). None where a layout has no such thing.
     @property

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import urllib.request
@@ -36,6 +37,7 @@ def ensure_file(path: str | os.PathLike, url: str, sha256: str, timeout: float =
             )
         return path
 
+    made = [folder for folder in path.parents if not folder.exists()]  # deepest first
     try:
         with atomic_write(path) as out, urllib.request.urlopen(url, timeout=timeout) as response:
             digest = hashlib.sha256()
@@ -44,8 +46,13 @@ def ensure_file(path: str | os.PathLike, url: str, sha256: str, timeout: float =
                 digest.update(chunk)
             if digest.hexdigest() != sha256:
                 raise DataUnavailableError(f"download from {url} has SHA-256 {digest.hexdigest()}, expected {sha256}")
-    except OSError as e:  # URLError and timeouts are OSErrors
-        raise DataUnavailableError(
+    except BaseException as e:
+        for folder in made:  # a failed download leaves no empty folders behind
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        if not isinstance(e, OSError):
+            raise
+        raise DataUnavailableError(  # URLError and timeouts are OSErrors
             f"could not download {path.name} ({e}).\n"
             f"  Fetch it from {url}\n"
             f"  (SHA-256 {sha256})\n"

@@ -15,18 +15,10 @@ import re
 
 import torch
 
-from transformer_lab.choices import choice
 from transformer_lab.data.base import DataModule
 from transformer_lab.data.batches import Batches, ShuffledBatches, for_this_rank
+from transformer_lab.data.configs import OPS, ModularConfig
 from transformer_lab.data.tokens import BOS, EOS, PAD, SPECIALS
-from transformer_lab.errors import require
-
-OPS = ["+", "-", "*", "/"]
-Op = choice("Op", *OPS)
-
-
-def is_prime(n: int) -> bool:
-    return n >= 2 and all(n % d for d in range(2, int(n**0.5) + 1))
 
 
 def apply_op(op: str, a: torch.Tensor, b: torch.Tensor, p: int) -> torch.Tensor:
@@ -69,29 +61,18 @@ class ModularDataModule(DataModule):
     answer_only = True  # loss and accuracy on the answer token only
     length_key = "terms"
 
-    def __init__(
-        self,
-        p: int = 97,  # a prime modulus
-        op: Op = Op("+"),  # noqa: B008  (an enum member, immutable)
-        terms: int = 2,  # operands per equation: (a op b op c ...) mod p
-        train_fraction: float = 0.5,
-        split_seed: int = 0,  # which equations go to training
-        batch_size: int = 512,
-        val_batch_size: int | None = None,  # default: batch_size
-        max_examples: int = 1_000_000,  # with many terms, sample this many equations instead of all
-        seed: int = 1337,
-        layout: str = "lm",
-    ):
-        super().__init__(layout)
-        require(is_prime(p), "data.p", f"must be a prime (division needs inverses), got {p}")
-        require(terms >= 2, "data.terms", f"must be at least 2, got {terms}")
-        require(0 < train_fraction < 1, "data.train_fraction", f"must be in (0, 1), got {train_fraction}")
+    config_class = ModularConfig
+
+    def __init__(self, layout: str = "lm", **settings):  # settings: ModularConfig's
+        super().__init__(layout, **settings)
+        p, op, terms = self.config.p, self.config.op, self.config.terms
         assert layout in self.layouts, layout
         self.offset = 0 if layout == "lm" else len(SPECIALS)
         self.p, self.op, self.terms = p, op, terms
-        self.train_fraction, self.split_seed = train_fraction, split_seed
-        self.batch_size, self.val_batch_size = batch_size, val_batch_size or batch_size
-        self.max_examples, self.seed = max_examples, seed
+        self.train_fraction, self.split_seed = self.config.train_fraction, self.config.split_seed
+        self.batch_size = self.config.batch_size
+        self.val_batch_size = self.config.val_batch_size or self.batch_size
+        self.max_examples, self.seed = self.config.max_examples, self.config.seed
         self.op_id = p + OPS.index(op)
         self.eq_id = p + len(OPS)
         self.ready = False

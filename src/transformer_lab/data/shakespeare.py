@@ -9,9 +9,10 @@ import torch
 
 from transformer_lab.data.base import DataModule
 from transformer_lab.data.batches import Batches, RandomWindows, for_this_rank
+from transformer_lab.data.configs import ShakespeareConfig
 from transformer_lab.data.download import ensure_file
 from transformer_lab.data.tokens import TokenStreams
-from transformer_lab.errors import DataUnavailableError, require
+from transformer_lab.errors import DataUnavailableError
 
 URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
@@ -46,27 +47,18 @@ class ShakespeareDataModule(DataModule):
     endless = True
     length_key = "block_size"
 
-    def __init__(
-        self,
-        data_dir: str = "data",
-        path: str | None = None,  # a UTF-8 text file to use instead of Tiny Shakespeare
-        block_size: int = 256,  # context length of each training window
-        batch_size: int = 64,
-        val_batch_size: int | None = None,  # default: batch_size
-        val_fraction: float = 0.1,  # the last 10% of the text is held out
-        seed: int = 1337,
-        sample_prompt: str = "\n",  # where text samples at each validation start
-        layout: str = "lm",
-    ):
-        super().__init__(layout)
-        require(block_size >= 1, "data.block_size", f"must be a positive integer, got {block_size}")
-        require(0 < val_fraction < 1, "data.val_fraction", f"must be in (0, 1), got {val_fraction}")
+    config_class = ShakespeareConfig
+
+    def __init__(self, layout: str = "lm", **settings):  # settings: ShakespeareConfig's
+        super().__init__(layout, **settings)
+        c = self.config
+        path, data_dir, block_size, batch_size = c.path, c.data_dir, c.block_size, c.batch_size
         self.given_path = path
         self.path = Path(path) if path else Path(data_dir) / "shakespeare" / "input.txt"
         self.block_size, self.batch_size = block_size, batch_size
-        self.val_batch_size = val_batch_size or batch_size
-        self.val_fraction, self.seed = val_fraction, seed
-        self.sample_prompt = sample_prompt
+        self.val_batch_size = c.val_batch_size or batch_size
+        self.val_fraction, self.seed = c.val_fraction, c.seed
+        self.sample_prompt = c.sample_prompt
         self.tokenizer: CharTokenizer | None = None
         self.whole_file = False  # evaluating a trained model on another text: all of it is validation
         self.train_tokens = self.val_tokens = torch.empty(0, dtype=torch.long)

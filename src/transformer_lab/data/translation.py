@@ -16,6 +16,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformer_lab.atomic import atomic_write
 from transformer_lab.data.base import DataModule
 from transformer_lab.data.batches import for_this_rank
+from transformer_lab.data.configs import TranslationConfig
 from transformer_lab.data.download import ensure_file
 from transformer_lab.data.tokens import BOS, EOS, PAD, SEP, SPECIALS, UNK, TokenStreams  # noqa: F401 (re-exported)
 from transformer_lab.errors import DataUnavailableError, require
@@ -35,7 +36,6 @@ SHA256 = {
     "test_2016_flickr.fr.gz": "6d326e188d259fb1d04ac19eae3af956559b3a0b93d7635e56c90987c40c8b90",
 }
 SPLIT_FILES = {"train": "train", "val": "val", "test": "test_2016_flickr"}
-LANGUAGES = ("de", "en", "fr")
 
 
 def read_multi30k(data_dir: str | Path, split: str, language: str) -> list[str]:
@@ -208,47 +208,23 @@ class TranslationDataModule(DataModule):
     has_test_split = True
     length_key = "max_length"
 
-    def __init__(
-        self,
-        data_dir: str = "data",
-        source: str = "de",  # Multi30k languages: de, en, fr
-        target: str = "en",
-        path: str | None = None,  # a file of `source<TAB>target` lines to use instead of Multi30k
-        val_fraction: float = 0.05,  # with path: the shares held out for validation and test
-        test_fraction: float = 0.05,
-        split_seed: int = 0,
-        vocab_size: int = 8000,  # BPE vocabulary size, trained on the training split only
-        shared_vocab: bool = True,  # one vocabulary for both languages (false: one each)
-        max_length: int = 128,  # tokens per sentence, longer ones are cut
-        batch_size: int = 128,  # sentence pairs, grouped by length
-        val_batch_size: int | None = None,  # default: batch_size
-        seed: int = 1337,
-        layout: str = "seq2seq",
-    ):
-        super().__init__(layout)
-        if path is None:
-            for key, language in (("source", source), ("target", target)):
-                require(
-                    language in LANGUAGES,
-                    f"data.{key}",
-                    f"Multi30k has {', '.join(LANGUAGES)}; got {language!r} (or give data.path=FILE)",
-                )
-            require(source != target, "data.target", f"is the same language as data.source ({source})")
-        for key, fraction in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
-            require(0 < fraction < 0.5, f"data.{key}", f"must be in (0, 0.5), got {fraction}")
-        require(vocab_size >= 100, "data.vocab_size", f"must be at least 100, got {vocab_size}")
+    config_class = TranslationConfig
+
+    def __init__(self, layout: str = "seq2seq", **settings):  # settings: TranslationConfig's
+        super().__init__(layout, **settings)
+        c = self.config
+        shared_vocab, data_dir, source, target, path = c.shared_vocab, c.data_dir, c.source, c.target, c.path
         require(
             shared_vocab or layout != "lm",
             "data.shared_vocab",
             "a decoder-only model reads source and target as one sequence, so it needs one vocabulary (true)",
         )
-        require(max_length >= 4, "data.max_length", f"must be at least 4, got {max_length}")
         self.shared_vocab = shared_vocab
         self.prefix_lm = layout == "lm"  # batches for a decoder-only model: `<bos> src <sep> tgt <eos>`
         self.data_dir, self.source, self.target, self.path = Path(data_dir), source, target, path
-        self.val_fraction, self.test_fraction, self.split_seed = val_fraction, test_fraction, split_seed
-        self.bpe_vocab_size, self.max_length = vocab_size, max_length
-        self.batch_size, self.val_batch_size, self.seed = batch_size, val_batch_size or batch_size, seed
+        self.val_fraction, self.test_fraction, self.split_seed = c.val_fraction, c.test_fraction, c.split_seed
+        self.bpe_vocab_size, self.max_length = c.vocab_size, c.max_length
+        self.batch_size, self.val_batch_size, self.seed = c.batch_size, c.val_batch_size or c.batch_size, c.seed
         self.tokenizer: Tokenizer | None = None  # the target side's (and the source's, when shared)
         self.source_tokenizer: Tokenizer | None = None
         self.cut_lengths: list[int] = []  # token counts of the sentences max_length cuts

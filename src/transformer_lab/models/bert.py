@@ -11,37 +11,12 @@ over real tokens, and a linear classification head. Runs on its own:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
-from transformer_lab.choices import choice
-from transformer_lab.errors import ConfigError
+from transformer_lab.models.configs import BertConfig
 from transformer_lab.models.encdec import EncoderLayer
 from transformer_lab.models.flops import attention_flops, linear_flops
-
-Pooling = choice("Pooling", "cls", "mean")
-
-
-@dataclass
-class BertConfig:
-    vocab_size: int = 30522
-    n_classes: int = 2
-    block_size: int = 512  # the longest sequence (position embeddings)
-    n_layer: int = 4
-    n_head: int = 4
-    n_embd: int = 256
-    d_ff: int | None = None  # default: 4 * n_embd
-    dropout: float = 0.1
-    bias: bool = True
-    norm_first: bool = False  # BERT's post-LN; True: pre-LN (with a final LayerNorm)
-    pooling: Pooling = Pooling.cls  # cls: the first position, through a tanh layer; mean: over real tokens
-    pad_id: int = 0
-
-    def __post_init__(self):
-        if self.d_ff is not None and self.d_ff < 1:
-            raise ConfigError("d_ff", f"must be positive or null, got {self.d_ff}")
 
 
 class Bert(nn.Module):

@@ -13,42 +13,13 @@ incremental decoding. Runs on its own:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from transformer_lab.choices import choice
-from transformer_lab.errors import ConfigError
+from transformer_lab.models.configs import EncDecConfig
 from transformer_lab.models.flops import attention_flops, linear_flops
 from transformer_lab.models.layers import Attention, FeedForward
-
-Positions = choice("Positions", "sinusoidal", "learned")
-
-
-@dataclass
-class EncDecConfig:
-    vocab_size: int = 8000  # the target vocabulary, and the source's unless src_vocab_size is given
-    src_vocab_size: int | None = None  # a separate source vocabulary (its own embedding matrix)
-    block_size: int = 256  # the longest source or target sequence
-    n_layer: int = 3  # encoder layers
-    n_decoder_layer: int | None = None  # default: n_layer
-    n_head: int = 8
-    n_embd: int = 256
-    d_ff: int | None = None  # default: 4 * n_embd
-    dropout: float = 0.1
-    bias: bool = True
-    norm_first: bool = True  # pre-LN; False is the paper's post-LN
-    pos_encoding: Positions = Positions.sinusoidal
-    tie_weights: bool = True  # output projection shares the embedding matrix
-    pad_id: int = 0
-
-    def __post_init__(self):
-        for key in ("n_decoder_layer", "d_ff"):
-            if getattr(self, key) is not None and getattr(self, key) < 1:
-                raise ConfigError(key, f"must be positive or null, got {getattr(self, key)}")
-        if self.pos_encoding == "sinusoidal" and self.n_embd % 2:
-            raise ConfigError("n_embd", f"sinusoidal positions need an even width, got {self.n_embd}")
 
 
 def sinusoids(length: int, dim: int) -> torch.Tensor:

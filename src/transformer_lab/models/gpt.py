@@ -12,45 +12,15 @@ residual projections scaled by 1/sqrt(2 * n_layer). Runs on its own:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_lab.choices import choice
-from transformer_lab.errors import ConfigError
+from transformer_lab.models.configs import GPTConfig
 from transformer_lab.models.flops import attention_flops, linear_flops
-from transformer_lab.models.layers import Attention, FeedForward, Norm, RotaryEmbedding, make_norm
-
-PosEncoding = choice("PosEncoding", "learned", "rope")
-Mlp = choice("Mlp", "gelu", "relu", "swiglu")
-
-
-@dataclass
-class GPTConfig:
-    vocab_size: int = 65
-    block_size: int = 256
-    n_layer: int = 6
-    n_head: int = 6
-    n_embd: int = 384
-    dropout: float = 0.0
-    bias: bool = False  # biases in Linear and LayerNorm layers
-    pos_encoding: PosEncoding = PosEncoding.learned
-    rope_base: float = 10000.0
-    mlp: Mlp = Mlp.gelu
-    norm: Norm = Norm.layernorm  # none: as in Nanda et al.'s grokking model
-    mlp_ratio: float = 4.0
-    tie_weights: bool = True  # share the token embedding with the output projection
-    init_std: float | None = 0.02  # std of every weight's normal init; None: 1/sqrt(n_embd)
-    scale_residual_init: bool = True  # GPT-2: residual projections' std divided by sqrt(2 * n_layer)
-
-    def __post_init__(self):
-        if self.pos_encoding == "rope" and (self.n_embd // self.n_head) % 2:
-            raise ConfigError("n_embd", f"rope needs an even head size, n_embd/n_head = {self.n_embd // self.n_head}")
-        if self.init_std is not None and self.init_std <= 0:
-            raise ConfigError("init_std", f"must be positive or null (1/sqrt(n_embd)), got {self.init_std}")
+from transformer_lab.models.layers import Attention, FeedForward, RotaryEmbedding, make_norm
 
 
 class Block(nn.Module):

@@ -11,10 +11,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_lab.choices import choice
-
-Norm = choice("Norm", "layernorm", "rmsnorm", "none")
-
 
 def make_norm(kind: str, dim: int, bias: bool = True, eps: float = 1e-5) -> nn.Module:
     """ "layernorm" (nn.LayerNorm, optionally without bias) | "rmsnorm" (nn.RMSNorm) | "none"."""

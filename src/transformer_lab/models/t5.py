@@ -14,43 +14,13 @@ output projection scaled by 1/sqrt(n_embd). Runs on its own:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from transformer_lab.choices import choice
-from transformer_lab.errors import ConfigError
+from transformer_lab.models.configs import T5Config
 from transformer_lab.models.flops import attention_flops, linear_flops
 from transformer_lab.models.layers import Attention, FeedForward
-
-FeedForwardKind = choice("FeedForwardKind", "relu", "gated-gelu")
-
-
-@dataclass
-class T5Config:
-    vocab_size: int = 32128
-    n_layer: int = 4  # encoder layers
-    n_decoder_layer: int | None = None  # default: n_layer
-    n_head: int = 4
-    n_embd: int = 256
-    d_ff: int = 1024
-    dropout: float = 0.1
-    feed_forward: FeedForwardKind = FeedForwardKind.relu  # relu: T5; gated-gelu: T5.1.1
-    num_buckets: int = 32  # relative position buckets
-    max_distance: int = 128  # distances beyond this share the last bucket
-    tie_weights: bool = True
-    pad_id: int = 0  # also the decoder's start token, as in T5
-
-    def __post_init__(self):
-        if self.d_ff < 1:
-            raise ConfigError("d_ff", f"must be positive, got {self.d_ff}")
-        if self.num_buckets < 4 or self.max_distance <= self.num_buckets // 2:
-            raise ConfigError(
-                "num_buckets",
-                "needs num_buckets >= 4 and max_distance > num_buckets / 2, got "
-                f"{self.num_buckets} and {self.max_distance}",
-            )
 
 
 def relative_position_bucket(

@@ -1,0 +1,87 @@
+"""The settings of each dataset here (the data.* keys): their types, defaults and checks, importable without
+torch or Lightning, so a command line is composed and checked before anything heavy loads. Each data
+module declares its class here as `config_class` and reads its settings from `self.config`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from transformer_lab.choices import choice
+from transformer_lab.errors import require
+
+# Model settings the data decides: a model config's fields of these names are filled from the data
+# module's attributes of the same names (`block_size` from `sequence_length`, where the user sets none).
+DATA_DECIDED = ("vocab_size", "src_vocab_size", "n_classes", "pad_id", "block_size")
+
+OPS = ["+", "-", "*", "/"]
+Op = choice("Op", *OPS)
+LANGUAGES = ("de", "en", "fr")  # Multi30k's
+
+
+def is_prime(n: int) -> bool:
+    return n >= 2 and all(n % d for d in range(2, int(n**0.5) + 1))
+
+
+@dataclass
+class ModularConfig:  # data/modular.py
+    p: int = 97  # a prime modulus
+    op: Op = Op("+")  # noqa: RUF009  (an enum member, immutable)
+    terms: int = 2  # operands per equation: (a op b op c ...) mod p
+    train_fraction: float = 0.5
+    split_seed: int = 0  # which equations go to training
+    batch_size: int = 512
+    val_batch_size: int | None = None  # default: batch_size
+    max_examples: int = 1_000_000  # with many terms, sample this many equations instead of all
+    seed: int = 1337
+
+    def __post_init__(self):
+        require(is_prime(self.p), "data.p", f"must be a prime (division needs inverses), got {self.p}")
+        require(self.terms >= 2, "data.terms", f"must be at least 2, got {self.terms}")
+        require(0 < self.train_fraction < 1, "data.train_fraction", f"must be in (0, 1), got {self.train_fraction}")
+
+
+@dataclass
+class ShakespeareConfig:  # data/shakespeare.py
+    data_dir: str = "data"
+    path: str | None = None  # a UTF-8 text file to use instead of Tiny Shakespeare
+    block_size: int = 256  # context length of each training window
+    batch_size: int = 64
+    val_batch_size: int | None = None  # default: batch_size
+    val_fraction: float = 0.1  # the last 10% of the text is held out
+    seed: int = 1337
+    sample_prompt: str = "\n"  # where text samples at each validation start
+
+    def __post_init__(self):
+        require(self.block_size >= 1, "data.block_size", f"must be a positive integer, got {self.block_size}")
+        require(0 < self.val_fraction < 1, "data.val_fraction", f"must be in (0, 1), got {self.val_fraction}")
+
+
+@dataclass
+class TranslationConfig:  # data/translation.py
+    data_dir: str = "data"
+    source: str = "de"  # Multi30k languages: de, en, fr
+    target: str = "en"
+    path: str | None = None  # a file of `source<TAB>target` lines to use instead of Multi30k
+    val_fraction: float = 0.05  # with path: the shares held out for validation and test
+    test_fraction: float = 0.05
+    split_seed: int = 0
+    vocab_size: int = 8000  # BPE vocabulary size, trained on the training split only
+    shared_vocab: bool = True  # one vocabulary for both languages (false: one each)
+    max_length: int = 128  # tokens per sentence, longer ones are cut
+    batch_size: int = 128  # sentence pairs, grouped by length
+    val_batch_size: int | None = None  # default: batch_size
+    seed: int = 1337
+
+    def __post_init__(self):
+        if self.path is None:
+            for key, language in (("source", self.source), ("target", self.target)):
+                require(
+                    language in LANGUAGES,
+                    f"data.{key}",
+                    f"Multi30k has {', '.join(LANGUAGES)}; got {language!r} (or give data.path=FILE)",
+                )
+            require(self.source != self.target, "data.target", f"is the same language as data.source ({self.source})")
+        for key in ("val_fraction", "test_fraction"):
+            require(0 < getattr(self, key) < 0.5, f"data.{key}", f"must be in (0, 0.5), got {getattr(self, key)}")
+        require(self.vocab_size >= 100, "data.vocab_size", f"must be at least 100, got {self.vocab_size}")
+        require(self.max_length >= 4, "data.max_length", f"must be at least 4, got {self.max_length}")

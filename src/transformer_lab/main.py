@@ -1,0 +1,170 @@
+"""The train command's entry (the root train.py): the config is composed and checked with Hydra, OmegaConf
+and the settings dataclasses alone; torch and Lightning load only for a run that is going to train."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from transformer_lab.errors import UserError, exit_on_user_error, no_such_key
+from transformer_lab.validate import validate
+
+log = logging.getLogger(__name__)
+
+
+class CheckFirst(Callback):
+    """Checks a single run's config before Hydra creates its directory (conf/hydra/default.yaml): first what
+    needs no torch, then the model and data classes' declarations; a resumed run is checked once composed
+    from its checkpoint (resume.py). A directory this run creates and that is left holding nothing but
+    Hydra's record and an empty log, because the run failed before it trained (a download), is removed."""
+
+    new_run_dir: Path | None = None
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        HydraConfig.instance().set_config(config)  # (${hydra:...} in the config resolves from it)
+        if config.get("ckpt_path") is None:
+            with exit_on_user_error():
+                validate(config)
+                from transformer_lab.factory import check_buildable  # (imports torch and Lightning)
+
+                check_buildable(config)
+        run_dir = Path(config.hydra.run.dir)
+        CheckFirst.new_run_dir = None if run_dir.exists() else run_dir
+
+
+def remove_if_unused(run_dir: Path | None) -> None:
+    """Removes a run directory holding only what Hydra writes before a run starts."""
+    if run_dir is not None and run_dir.is_dir():
+        contents = {p.name for p in run_dir.iterdir()}
+        log_empty = not (run_dir / "train.log").exists() or (run_dir / "train.log").stat().st_size == 0
+        if contents <= {".hydra", "train.log"} and log_empty:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def output_dir_problem(argv: list[str]) -> str | None:
+    """Why the run directory cannot be created, checked before Hydra tries (its failure is a traceback)."""
+    dirs = [
+        (key.lstrip("+~"), value)
+        for key, _, value in (a.partition("=") for a in argv)
+        if key.lstrip("+~") in ("hydra.run.dir", "hydra.sweep.dir")
+    ]
+    for key, value in dirs or [("hydra.run.dir", "outputs")]:
+        existing = Path(value.split("${")[0] or ".").absolute()
+        while not existing.exists():
+            existing = existing.parent
+        if not existing.is_dir():
+            return f"{key}={value}: cannot create the run directory, {existing} is a file"
+        try:  # a trial folder, removed at once: os.access cannot tell for root or for /proc
+            os.rmdir(tempfile.mkdtemp(dir=existing))
+        except OSError as e:
+            return f"{key}={value}: cannot create the run directory in {existing} ({e.strerror})"
+    return None
+
+
+def composition_problem(config_dir: str, overrides: list[str]) -> str | None:
+    """Hydra's complaint about a single run's command line, as one line (Hydra's own is several, and tells
+    to add an unknown key with `+`, which only defers the error): the config is composed once beforehand."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import MissingConfigException
+
+    try:
+        with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
+            compose("train", overrides=overrides)
+        return None
+    except MissingConfigException as e:  # data=imagenet
+        text = str(e)
+        if (found := re.search(r"Could not find '(.+)/([^/']+)'", text)) and "Available options" in text:
+            options = re.findall(
+                r"^\t(\S+)$", text.split("Available options", 1)[1].split("Config search path")[0], re.M
+            )
+            return f"{found[1]}={found[2]}: no such option; {found[1]} has: {', '.join(options)}"
+        return " ".join(text.split("\n")[:1])
+    except Exception as e:  # noqa: BLE001  (Hydra's and OmegaConf's errors, of many types)
+        cause = e.__cause__ if e.__cause__ is not None else e
+        text = str(cause)
+        key = re.search(r"full_key: (\S+)", text)
+        if key and re.match(r"Key '.+' (not in|is not in struct)", text):
+            parent = key[1].rpartition(".")[0]
+            rest = [o for o in overrides if o.split("=")[0].lstrip("+~") != key[1]]
+            with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
+                composed = compose("train", overrides=rest)
+            known = OmegaConf.select(composed, parent) if parent else composed
+            return str(no_such_key(key[1], list(known) if OmegaConf.is_dict(known) else []))
+        first = text.split("\n")[0]
+        return f"{key[1]}: {first}" if key else " ".join(line.strip() for line in text.split("\n") if line.strip())
+
+
+def print_help(config_dir: str, overrides: list[str]) -> None:
+    """`python train.py [key=value ...] --help`: the groups a command line selects from, their options, and
+    the config those overrides compose. (Hydra's own help lists every group of its config store, the
+    schemas among them, and takes seconds doing so.)"""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    defaults = OmegaConf.load(Path(config_dir) / "train.yaml").defaults
+    groups = [next(iter(d)) for d in defaults if OmegaConf.is_dict(d) and next(iter(d)) != "hydra"]
+    with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
+        cfg = compose("train", overrides=overrides, return_hydra_config=True)
+        loader = GlobalHydra.instance().config_loader()
+        options = {group: loader.get_group_options(group) for group in groups}
+    choices = cfg.hydra.runtime.choices
+    print("python train.py [group=option ...] [key=value ...]   (README.md; Hydra's own options: --hydra-help)\n")
+    print("== Groups (group=option; the current choice in brackets) ==")
+    for group in groups:
+        chosen = choices.get(group)
+        listed = [f"[{o}]" if o == chosen else o for o in options[group]]
+        print(f"{group}: {', '.join(listed)}")
+    print("\n== Config (key=value to change; this is it with the overrides given) ==")
+    with open_dict(cfg):
+        del cfg["hydra"]
+    print(OmegaConf.to_yaml(cfg))
+
+
+class TrialFailed(Exception):
+    """A multirun job that could not produce its objective: the sweeper records it as failed and goes on."""
+
+
+def objective_value(cfg: DictConfig, summary: dict) -> float | None:
+    """The metric a sweeper optimises (`objective`, a summary.json key), or None when none is named."""
+    if cfg.objective is None:
+        return None
+    value = summary.get(cfg.objective)
+    if not isinstance(value, (int, float)) or value != value:  # missing, or nan
+        found = ", ".join(k for k, v in sorted(summary.items()) if isinstance(v, (int, float)))
+        raise TrialFailed(f"objective={cfg.objective} is not a number in this run's summary.json (it has: {found})")
+    return float(value)
+
+
+def main(cfg: DictConfig, start_time: float | None = None) -> float | None:
+    """Entry for @hydra.main: a user's mistake becomes one clear message and exit code 2; in a multirun it
+    fails only its own job (the sweep goes on). Returns the objective for sweepers."""
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        from transformer_lab.launch import distributed_job, submitit_tasks_as_processes
+        from transformer_lab.train import run
+
+        with distributed_job():
+            submitit_tasks_as_processes()
+            try:  # wall_time_s from the job's start: the process's start was the first job's
+                summary = run(cfg, None)
+                return objective_value(cfg, summary) if summary else None
+            except UserError as e:
+                log.error("error: %s", e)
+                raise TrialFailed(str(e)) from None
+    try:
+        with exit_on_user_error():
+            from transformer_lab.train import run
+
+            summary = run(cfg, start_time)
+    except SystemExit:
+        remove_if_unused(CheckFirst.new_run_dir)
+        raise
+    return objective_value(cfg, summary) if summary else None  # the other DDP processes have no summary
