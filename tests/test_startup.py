@@ -1,0 +1,43 @@
+"""train.py answers `--help`, `--cfg job` and a mistake in the config without importing torch or Lightning
+(seconds of start-up): only a run that is going to train pays for them."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+HEAVY = re.compile(r"\|\s+(torch|lightning)$", re.M)  # `python -X importtime`'s line for a top-level import
+
+COMMANDS = [
+    (["--help"], 0, "data: modular, [shakespeare], translation"),
+    (["--cfg", "job"], 0, "n_layer: 6"),
+    (["model=t5", "data=translation", "--cfg", "job"], 0, "span:"),
+    (["model.n_layr=2"], 2, "error: model.n_layr: no such key; did you mean model.n_layer?"),
+    (["+model.n_layers=2"], 2, "error: model.n_layers: no such key; did you mean model.n_layer?"),
+    (["model.n_layer=two"], 2, "error: model.n_layer: Value 'two' of type 'str' could not be converted to Integer"),
+    (["seed=abc"], 2, "error: seed: must be an integer, got 'abc'"),
+    (["data=modular", "data.p=4"], 2, "error: data.p: must be a prime"),
+    (["model.pos_encoding=rope", "model.n_embd=36", "model.n_head=4"], 2, "error: model.n_embd: rope needs an even"),
+    (["model=t5", "model.num_buckets=2"], 2, "error: model.num_buckets: needs num_buckets >= 4"),
+    (["data=translation", "model=encdec", "data.target=es"], 2, "error: data.target: Multi30k has de, en, fr"),
+    (["optim.min_lr=1"], 2, "error: optim.min_lr: must be in [0, optim.lr=0.001]"),
+]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("arguments,code,expected", COMMANDS, ids=[" ".join(c[0]) for c in COMMANDS])
+def test_answers_without_importing_torch_or_lightning(arguments, code, expected, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", str(ROOT / "train.py"), f"hydra.run.dir={tmp_path / 'run'}", *arguments],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == code, result.stderr[-2000:]
+    assert expected in result.stdout + result.stderr
+    assert not HEAVY.findall(result.stderr), HEAVY.findall(result.stderr)
+    assert not (tmp_path / "run").exists()  # a mistake creates no run directory
