@@ -1,6 +1,7 @@
 """train.py answers `--help`, `--cfg job` and a mistake in the config without importing torch or Lightning
 (seconds of start-up): only a run that is going to train pays for them."""
 
+import os
 import re
 import subprocess
 import sys
@@ -41,3 +42,34 @@ def test_answers_without_importing_torch_or_lightning(arguments, code, expected,
     assert expected in result.stdout + result.stderr
     assert not HEAVY.findall(result.stderr), HEAVY.findall(result.stderr)
     assert not (tmp_path / "run").exists()  # a mistake creates no run directory
+
+
+@pytest.mark.e2e
+def test_a_short_run_prints_a_screenful(tmp_path):
+    """The default logger (W&B, offline without credentials) and callbacks: where the run is, one sync hint,
+    no W&B banner or history, Lightning's summary in one line, no logger version in the progress bar."""
+    tiny = [
+        "model.n_layer=1",
+        "model.n_head=2",
+        "model.n_embd=32",
+        "data.block_size=32",
+        "trainer.val_check_interval=10",
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), "trainer.max_steps=10", *tiny, f"hydra.run.dir={tmp_path}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**env, "HOME": str(tmp_path), "COLUMNS": "120"},  # no W&B login in HOME
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = (result.stdout + result.stderr).splitlines()
+    assert len(lines) <= 25, "\n".join(lines)
+    text = "\n".join(lines)
+    assert f"run directory: {tmp_path}" in text and text.count("wandb sync") == 1
+    for noise in ("wandb:", "anonymous", "FLOPs", "v_num", "Run history", "TPU available"):
+        assert noise not in text, noise
+    assert "model: 15.5 K parameters" in text
+    assert list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))  # the run's W&B record is kept

@@ -11,7 +11,7 @@ from pathlib import Path
 import hydra
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import ProgressBar
+from lightning.pytorch.callbacks import ModelSummary, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.callbacks import GracefulInterrupt, History, StepAxis, Summary, Throughput
@@ -26,14 +26,18 @@ from transformer_lab.validate import validate
 log = logging.getLogger(__name__)
 
 
-class _NoAdverts(logging.Filter):
-    """Drops Lightning's "💡 Tip: ... try installing litlogger" line from every run's output."""
+class _Quiet(logging.Filter):
+    """Drops Lightning's lines with nothing for a user here: its "💡 Tip: ... try installing litlogger"
+    advert, the TPU and HPU counts (the GPU line stays), and that our model summary replaces its own."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("💡")
+        return not str(record.msg).startswith(("💡", "TPU available", "HPU available", "Trainer already configured"))
 
 
-logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_NoAdverts())
+logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_Quiet())
+for _name in ("lightning", "lightning.pytorch", "lightning.fabric"):  # its lines go through Hydra's handlers, once
+    logging.getLogger(_name).handlers.clear()
+    logging.getLogger(_name).propagate = True
 # Lightning 2.6 calls a torch pytree API that torch 2.13 deprecates; nothing for a user to act on.
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
 
@@ -58,6 +62,7 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
     cfg, resumed, overrides = resume_config(cfg)
     validate(cfg)
     output_dir = Path(cfg.paths.output_dir)
+    log.info("run directory: %s", output_dir)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     if torch.cuda.is_available():
         torch.set_float32_matmul_precision("high")
@@ -75,6 +80,8 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
     callbacks += [summary, History(output_dir / "metrics.jsonl"), StepAxis(), interrupt]
     if not cfg.trainer.enable_progress_bar:  # Lightning refuses a progress bar callback then
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
+    if not cfg.trainer.enable_model_summary:  # and a model summary
+        callbacks = [c for c in callbacks if not isinstance(c, ModelSummary)]
     throughput = next((c for c in callbacks if isinstance(c, Throughput)), None)
     loggers, logger_settings = build_loggers(cfg)
     trainer = L.Trainer(

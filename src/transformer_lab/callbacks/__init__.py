@@ -4,8 +4,17 @@ the progress bar."""
 from transformer_lab.callbacks.grokfast import GrokfastEMA
 from transformer_lab.callbacks.history import History, StepAxis
 from transformer_lab.callbacks.interrupt import GracefulInterrupt
-from transformer_lab.callbacks.progress import RichProgressBar
+from transformer_lab.callbacks.progress import ModelSummary, RichProgressBar
 from transformer_lab.callbacks.summary import Summary
 from transformer_lab.callbacks.throughput import Throughput
 
-__all__ = ["GracefulInterrupt", "GrokfastEMA", "History", "RichProgressBar", "StepAxis", "Summary", "Throughput"]
+__all__ = [
+    "GracefulInterrupt",
+    "GrokfastEMA",
+    "History",
+    "ModelSummary",
+    "RichProgressBar",
+    "StepAxis",
+    "Summary",
+    "Throughput",
+]
