@@ -16,9 +16,12 @@ CASES = [
     ("type-int", ["model.n_layer=two"], "Value 'two' of type 'str' could not be converted to Integer"),
     ("type-float", ["optim.lr=fast"], "Value 'fast' of type 'str' could not be converted to Float"),
     ("type-bool", ["model.bias=maybe"], "Value 'maybe' is not a valid bool"),
-    ("unknown-key", ["model.n_layers=2"], "Key 'n_layers' not in 'GPTConfigSchema'"),
-    ("unknown-trainer-key", ["trainer.max_step=10"], "Key 'max_step' not in 'TrainerConfig'"),
-    ("unknown-option", ["data=imagenet"], "Could not find 'data/imagenet'"),
+    ("unknown-key", ["model.n_layers=2"], "error: model.n_layers: no such key; did you mean model.n_layer?\n"),
+    ("added-key", ["+model.n_layers=2"], "error: model.n_layers: no such key; did you mean model.n_layer?\n"),
+    ("unknown-trainer-key", ["trainer.max_step=10"], "trainer.max_step: no such key; did you mean trainer.max_steps?"),
+    ("unknown-option", ["data=imagenet"], "data=imagenet: no such option; data has: modular, shakespeare, translation"),
+    ("seed-type", ["seed=abc"], "seed: must be an integer, got 'abc'"),
+    ("forbidden-output", ["hydra.run.dir=/proc/forbidden"], "cannot create the run directory in /proc"),
     ("heads", ["model.n_embd=100", "model.n_head=3"], "model.n_embd: 100 is not divisible by model.n_head=3"),
     (
         "context",
@@ -153,6 +156,21 @@ def test_bad_input_gives_one_clear_message(overrides, fragment, workspace, train
     after_ws, after_run = snapshot(workspace), snapshot(run_dir)
     assert after_ws == before[0]  # nothing outside the run changed
     assert {k: v for k, v in after_run.items() if k in before[1]} == before[1]  # the earlier run's files intact
+
+
+FAILING_BEFORE_TRAINING = ["model-data-pair", "not-prime", "data-missing-offline", "malformed-tsv", "unknown-key"]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("case", FAILING_BEFORE_TRAINING)
+def test_a_run_that_fails_before_training_leaves_nothing_on_disk(case, workspace, train_process, tmp_path):
+    overrides = next(c[1] for c in CASES if c[0] == case)
+    overrides = [o.replace("{ws}", str(workspace)) for o in overrides]
+    if not any(o.startswith("paths.data_dir") for o in overrides):
+        overrides.append(f"paths.data_dir={tmp_path / 'data'}")  # (an empty one: a download is refused)
+    result = train_process.run(*overrides, f"hydra.run.dir={tmp_path / 'run'}", "logger=none")
+    assert result.returncode == 2 and "error: " in result.stderr, result.stderr[-2000:]
+    assert list(tmp_path.iterdir()) == [], list(tmp_path.rglob("*"))  # no run directory, no data folder
 
 
 @pytest.mark.e2e

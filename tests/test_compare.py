@@ -112,7 +112,7 @@ def test_table_shows_resolved_settings_that_differ_in_100_columns(tmp_path, caps
     settings = {line.split()[0]: line.split()[1:] for line in lines if line.startswith(("data.", "model.", "val/"))}
     # sorted by val/loss (preset, defaults, small_p); every run's own value, defaults included
     assert settings["val/loss"] == ["1", "2", "3"]
-    assert settings["data.p"] == ["113", "97", "11"] and settings["model.n_layer"] == ["1", "6", "1"]
+    assert settings["data.p"] == ["113", "97", "11"] and settings["model.n_layer"] == ["1", "2", "1"]
     assert settings["model.mlp"] == ["relu", "gelu", "gelu"]  # a default the preset changed
     assert "data.name" not in settings  # the same in all three
     assert not [line for line in lines if line.startswith(("paths.", "hydra.", "logger.", "callbacks.best"))]

@@ -25,7 +25,7 @@ class CheckFirst(Callback):
     """Checks a single run's config before Hydra creates its directory (conf/hydra/default.yaml): first what
     needs no torch, then the model and data classes' declarations; a resumed run is checked once composed
     from its checkpoint (resume.py). A directory this run creates and that is left holding nothing but
-    Hydra's record and an empty log, because the run failed before it trained (a download), is removed."""
+    Hydra's record and log, because the run failed before it trained (a download), is removed."""
 
     new_run_dir: Path | None = None
 
@@ -42,12 +42,10 @@ class CheckFirst(Callback):
 
 
 def remove_if_unused(run_dir: Path | None) -> None:
-    """Removes a run directory holding only what Hydra writes before a run starts."""
-    if run_dir is not None and run_dir.is_dir():
-        contents = {p.name for p in run_dir.iterdir()}
-        log_empty = not (run_dir / "train.log").exists() or (run_dir / "train.log").stat().st_size == 0
-        if contents <= {".hydra", "train.log"} and log_empty:
-            shutil.rmtree(run_dir, ignore_errors=True)
+    """Removes a run directory holding only what Hydra writes before a run starts: a run that failed before
+    training (its summary.json is written once training starts, whatever happens then)."""
+    if run_dir is not None and run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= {".hydra", "train.log"}:
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def output_dir_problem(argv: list[str]) -> str | None:

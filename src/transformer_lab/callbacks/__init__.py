@@ -4,6 +4,7 @@ the progress bar."""
 from transformer_lab.callbacks.grokfast import GrokfastEMA
 from transformer_lab.callbacks.history import History, StepAxis
 from transformer_lab.callbacks.interrupt import GracefulInterrupt
+from transformer_lab.callbacks.long_run import LongRunWarning
 from transformer_lab.callbacks.progress import ModelSummary, RichProgressBar
 from transformer_lab.callbacks.summary import Summary
 from transformer_lab.callbacks.throughput import Throughput
@@ -12,6 +13,7 @@ __all__ = [
     "GracefulInterrupt",
     "GrokfastEMA",
     "History",
+    "LongRunWarning",
     "ModelSummary",
     "RichProgressBar",
     "StepAxis",

@@ -1,0 +1,70 @@
+"""A run that will train for longer than a person expects says so after its first steps: the projected
+time, and the experiment presets declared for its data and model on this kind of device."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from lightning.pytorch.accelerators import CPUAccelerator
+from lightning.pytorch.callbacks import Callback
+from omegaconf import OmegaConf
+
+log = logging.getLogger(__name__)
+
+
+def presets_for(data: str, model: str, on_cpu: bool) -> list[str]:
+    """The experiment presets (conf/experiment/) whose defaults select this data and model, and the CPU
+    hardware exactly when the run is on a CPU."""
+    if not HydraConfig.initialized():
+        return []
+    found = []
+    for source in HydraConfig.get().runtime.config_sources:
+        folder = Path(source.path) / "experiment"
+        if source.schema != "file" or not folder.is_dir():
+            continue
+        for path in sorted(folder.glob("*.yaml")):
+            selects = {}
+            for entry in OmegaConf.load(path).get("defaults") or []:
+                if OmegaConf.is_dict(entry):
+                    selects.update({k.removeprefix("override ").lstrip("/"): v for k, v in entry.items()})
+            if (selects.get("data"), selects.get("model")) == (data, model) and (
+                selects.get("hardware") == "cpu"
+            ) == on_cpu:
+                found.append(f"experiment={path.stem}")
+    return found
+
+
+class LongRunWarning(Callback):
+    """After `after_steps` steps (the first, which pays for lazy initialisation, not counted), warns when the
+    remaining steps at the pace so far would take more than `hours`."""
+
+    def __init__(self, data: str, model: str, hours: float = 1.0, after_steps: int = 10):
+        self.data, self.model, self.hours, self.after_steps = data, model, hours, after_steps
+        self.start: float | None = None
+
+    def on_train_batch_end(self, trainer, *args) -> None:
+        step = trainer.global_step
+        if step == 1:
+            self.start = time.perf_counter()
+        elif self.start is not None and step == 1 + self.after_steps:
+            per_step = (time.perf_counter() - self.start) / self.after_steps
+            remaining = trainer.estimated_stepping_batches - step
+            if remaining * per_step > self.hours * 3600 and trainer.is_global_zero:
+                on_cpu = isinstance(trainer.accelerator, CPUAccelerator)
+                presets = presets_for(self.data, self.model, on_cpu)
+                advice = (
+                    f"sized for a {'CPU' if on_cpu else 'GPU'}: python train.py {' or '.join(presets)}"
+                    if presets
+                    else "lower trainer.max_steps or the model's size (model.n_layer, model.n_embd)"
+                )
+                log.warning(
+                    "this run would train for about %.1f hours more (%d steps at %.2f s a step on this %s); %s",
+                    remaining * per_step / 3600,
+                    remaining,
+                    per_step,
+                    "CPU" if on_cpu else "GPU",
+                    advice,
+                )
