@@ -71,7 +71,7 @@ def test_loggers_instantiate(logger, tmp_path):
 def test_callbacks_instantiate(callbacks, tmp_path):
     cfg = compose_cfg([f"callbacks={callbacks}"], tmp_path)
     instances = [hydra.utils.instantiate(c) for c in (cfg.callbacks or {}).values()]
-    assert len(instances) == {"default": 4, "none": 0, "grokfast": 1}[callbacks]
+    assert len(instances) == {"default": 6, "none": 0, "grokfast": 1}[callbacks]
 
 
 @pytest.mark.parametrize("max_epochs, shown", [(-1, "Epoch 0"), (3, "Epoch 0/2")])
@@ -220,3 +220,12 @@ def test_debug_presets_configure_the_trainer(tmp_path):
     assert compose_cfg(["debug=anomaly"], tmp_path).trainer.detect_anomaly is True
     fast = compose_cfg(["debug=fast"], tmp_path)
     assert fast.trainer.fast_dev_run == 3 and not fast.logger and fast.callbacks.last_checkpoint is None
+
+
+def test_modular_data_sizes_the_default_model_for_its_task(tmp_path):
+    for model in ("gpt", "encdec", "bert"):
+        cfg = compose_cfg([f"model={model}", "data=modular"], tmp_path)
+        assert (cfg.model.n_layer, cfg.model.n_embd, cfg.trainer.val_check_interval) == (2, 128, 100)
+    assert compose_cfg(["data=modular", "model.n_layer=3"], tmp_path).model.n_layer == 3  # the command line decides
+    assert compose_cfg(["experiment=grokking"], tmp_path).model.n_layer == 1  # and a preset
+    assert compose_cfg([], tmp_path).model.n_layer == 6  # other data: the model's own defaults

@@ -73,3 +73,20 @@ def test_a_short_run_prints_a_screenful(tmp_path):
         assert noise not in text, noise
     assert "model: 15.5 K parameters" in text
     assert list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))  # the run's W&B record is kept
+
+
+@pytest.mark.e2e
+def test_a_long_run_says_so_and_names_the_preset_that_fits(tmp_path):
+    tiny = ["model.n_layer=1", "model.n_head=2", "model.n_embd=32", "data.block_size=32", "logger=none"]
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), "hardware=cpu", "trainer.max_steps=12", *tiny]
+        + ["callbacks.long_run.hours=1e-9", f"hydra.run.dir={tmp_path}"],  # any run is long by this measure
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    warning = next(line for line in result.stdout.splitlines() if line.startswith("this run would train for"))
+    assert "(1 steps at" in warning and "on this CPU" in warning
+    assert warning.endswith("sized for a CPU: python train.py experiment=shakespeare_char_cpu"), warning
