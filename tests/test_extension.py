@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from conftest import ROOT, needs_shakespeare, run_train
+from conftest import ROOT, TrainProcess, needs_shakespeare, run_train
 
 MODEL = '''
 """A GRU language model: no attention; from transformer_lab only what checks its settings."""
@@ -176,6 +176,14 @@ def user_files(tmp_path_factory):
     return tmp, [f"hydra.searchpath=[file://{tmp / 'conf'}]"], env
 
 
+@pytest.fixture(scope="module")
+def user_process(user_files):
+    """train.py runs that end before training (refusals), in one process with the user's code importable."""
+    process = TrainProcess(env=user_files[2])
+    yield process
+    process.close()
+
+
 def read_summary(run):
     return json.loads((run / "summary.json").read_text())
 
@@ -262,9 +270,9 @@ def test_own_dataset_trains_gpt_and_t5(user_files, tmp_path, model):
 
 
 @pytest.mark.e2e
-def test_a_pair_that_cannot_work_lists_those_that_can(user_files, tmp_path):
+def test_a_pair_that_cannot_work_lists_those_that_can(user_files, user_process, tmp_path):
     user, searchpath, env = user_files
-    result = run_train("model=bert", "data=textfile", *searchpath, f"hydra.run.dir={tmp_path}", env=env)
+    result = user_process.run("model=bert", "data=textfile", *searchpath, f"hydra.run.dir={tmp_path}")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     message = result.stderr.strip().splitlines()[-1]
     assert message.startswith("error: data: model=bert does not train on data=textfile; combinations that work:")
@@ -288,10 +296,10 @@ def test_a_pair_that_cannot_work_lists_those_that_can(user_files, tmp_path):
         ("model.n_embd=33", "error: model.n_embd: must be even, got 33"),
     ],
 )
-def test_own_model_checks_its_settings_before_anything_runs(user_files, tmp_path, override, message):
+def test_own_model_checks_its_settings_before_anything_runs(user_files, user_process, tmp_path, override, message):
     user, searchpath, env = user_files
-    result = run_train(
-        "model=mine", "data=shakespeare", override, *searchpath, f"hydra.run.dir={tmp_path / 'run'}", env=env
+    result = user_process.run(
+        "model=mine", "data=shakespeare", override, *searchpath, f"hydra.run.dir={tmp_path / 'run'}"
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == message

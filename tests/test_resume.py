@@ -62,17 +62,32 @@ def history(run_dir):
     return [{k: v for k, v in json.loads(line).items() if not k.startswith("throughput/")} for line in lines]
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The uninterrupted run of each data's settings, trained once for the tests that compare with it:
+    data -> (its overrides, its run directory)."""
+    root, runs = tmp_path_factory.mktemp("whole"), {}
+
+    def run(data):
+        if data not in runs:
+            args = DATA[data]
+            if data == "translation":
+                from test_translation import write_pairs
+
+                args = args + [f"data.path={write_pairs(root / 'pairs.tsv', n=300)}", f"paths.data_dir={root / 'data'}"]
+            result = train(root / data, *args, *COMMON)
+            assert result.returncode == 0, result.stderr[-3000:]
+            runs[data] = (args, root / data)
+        return runs[data]
+
+    return run
+
+
 @pytest.mark.e2e
 @pytest.mark.parametrize("data", ["modular", pytest.param("shakespeare", marks=needs_shakespeare), "translation"])
-def test_sigkill_then_resume_equals_an_uninterrupted_run(data, tmp_path):
-    whole, crashed = tmp_path / "whole", tmp_path / "crashed"
-    args = DATA[data]
-    if data == "translation":
-        from test_translation import write_pairs
-
-        args = args + [f"data.path={write_pairs(tmp_path / 'pairs.tsv', n=300)}", f"paths.data_dir={tmp_path / 'data'}"]
-    result = train(whole, *args, *COMMON)
-    assert result.returncode == 0, result.stderr[-3000:]
+def test_sigkill_then_resume_equals_an_uninterrupted_run(data, uninterrupted, tmp_path):
+    crashed = tmp_path / "crashed"
+    args, whole = uninterrupted(data)
 
     killed = train(crashed, *args, *COMMON, "+callbacks.kill._target_=helpers.KillAt", "+callbacks.kill.step=25")
     assert killed.returncode == -9  # SIGKILL: no chance to clean up
@@ -102,9 +117,9 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(data, tmp_path):
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
-def test_interrupt_saves_a_checkpoint_and_resumes(signum, tmp_path):
-    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
-    assert train(whole, *DATA["modular"], *COMMON).returncode == 0
+def test_interrupt_saves_a_checkpoint_and_resumes(signum, uninterrupted, tmp_path):
+    stopped = tmp_path / "stopped"
+    _, whole = uninterrupted("modular")
     result = train(
         stopped,
         *DATA["modular"],
