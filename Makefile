@@ -30,10 +30,10 @@ train: install data  ## the CPU preset (EXPERIMENT=..., ARGS=overrides)
 	$(PY) train.py experiment=$(EXPERIMENT) $(ARGS)
 
 test: install data  ## every test, one process per core (what CI runs)
-	$(PY) -m pytest -n auto $(ARGS)
+	$(PY) -m pytest -n auto --dist worksteal $(ARGS)
 
 test-fast: install data  ## the unit tier: no train.py or command in a subprocess (about a minute)
-	$(PY) -m pytest -n auto -m "not e2e" $(ARGS)
+	$(PY) -m pytest -n auto --dist worksteal -m "not e2e" $(ARGS)
 
 lint: install  ## ruff: lint and format check
 	$(VENV)/bin/ruff check src tests benchmarks train.py

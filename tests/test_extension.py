@@ -303,6 +303,7 @@ def test_own_model_checks_its_settings_before_anything_runs(user_files, user_pro
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == message
+    assert not (tmp_path / "run").exists()  # refused before its directory was made
 
 
 @pytest.mark.e2e

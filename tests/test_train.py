@@ -325,7 +325,13 @@ def test_a_run_shorter_than_every_interval_still_records_its_last_step(tmp_path,
 def test_debug_overfit_drives_the_loss_near_zero_and_fast_writes_no_files(tmp_path):
     overfit = tmp_path / "overfit"
     result = run_train(
-        "debug=overfit", *TINY, "data.block_size=32", "data.batch_size=8", "optim.lr=1e-2", f"hydra.run.dir={overfit}"
+        "debug=overfit",
+        *TINY,
+        "data.block_size=32",
+        "data.batch_size=8",
+        "optim.lr=1e-2",
+        "trainer.max_steps=120",  # (0.014 at step 100 already)
+        f"hydra.run.dir={overfit}",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     losses = logged_jsonl(overfit, "train/loss")
