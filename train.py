@@ -4,6 +4,7 @@ import time
 
 START_TIME = time.time()
 
+import os  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -11,7 +12,7 @@ import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 import transformer_lab.config  # noqa: E402,F401  (registers the config schemas)
-from transformer_lab.main import composition_problem, output_dir_problem, print_help  # noqa: E402
+from transformer_lab.main import composition_problem, output_dir_problem, print_help, sweep_problem  # noqa: E402
 from transformer_lab.main import main as run_main  # noqa: E402
 
 CONFIG_DIR = str(Path(__file__).resolve().parent / "conf")
@@ -34,4 +35,14 @@ if __name__ == "__main__":
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
-    main()
+    if not {"-m", "--multirun"} & set(arguments):
+        main()
+        sys.exit(0)
+    os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # what ends a sweep comes here (Hydra would print it) ...
+    try:
+        main()
+    except Exception as error:
+        if (problem := sweep_problem(error)) is None:
+            raise
+        print(f"error: {problem}", file=sys.stderr)  # ... and failed trials are told in one line
+        sys.exit(1)

@@ -131,6 +131,23 @@ class TrialFailed(Exception):
     """A multirun job that could not produce its objective: the sweeper records it as failed and goes on."""
 
 
+FAILED_TRIALS: list[tuple[Path, str]] = []  # this multirun's failed jobs: their directories and errors
+COMPLETED_TRIALS: list[Path] = []
+
+
+def sweep_problem(error: BaseException) -> str | None:
+    """What ended a multirun, in one line, when its trials failed (all of them: Optuna then finds no best
+    trial; or some, with a sweeper that reports failures at the end or stops at one). None otherwise."""
+    if not FAILED_TRIALS or not isinstance(error, (TrialFailed, ValueError, RuntimeError)):
+        return None
+    logs = ", ".join(str(directory / "train.log") for directory, _ in FAILED_TRIALS)
+    first = FAILED_TRIALS[0][1]
+    if not COMPLETED_TRIALS:
+        return f"every trial failed ({len(FAILED_TRIALS)}; the first: {first}); their errors: {logs}"
+    total = len(FAILED_TRIALS) + len(COMPLETED_TRIALS)
+    return f"{len(FAILED_TRIALS)} of {total} trials failed (the first: {first}); their errors: {logs}"
+
+
 def objective_value(cfg: DictConfig, summary: dict) -> float | None:
     """The metric a sweeper optimises (`objective`, a summary.json key), or None when none is named."""
     if cfg.objective is None:
@@ -151,12 +168,16 @@ def main(cfg: DictConfig, start_time: float | None = None) -> float | None:
 
         with distributed_job():
             submitit_tasks_as_processes()
+            job_dir = Path(HydraConfig.get().runtime.output_dir)
             try:  # wall_time_s from the job's start: the process's start was the first job's
                 summary = run(cfg, None)
-                return objective_value(cfg, summary) if summary else None
-            except UserError as e:
+                value = objective_value(cfg, summary) if summary else None
+            except (UserError, TrialFailed) as e:
                 log.error("error: %s", e)
+                FAILED_TRIALS.append((job_dir, str(e)))
                 raise TrialFailed(str(e)) from None
+            COMPLETED_TRIALS.append(job_dir)
+            return value
     try:
         with exit_on_user_error():
             from transformer_lab.train import run
