@@ -184,3 +184,25 @@ def test_data_missing_offline_names_url_and_checksum(workspace, tmp_path):
     ):
         assert part in result.stderr
     assert not any((workspace / "empty").rglob("*.txt"))
+
+
+@pytest.mark.e2e
+def test_a_sweep_whose_every_trial_fails_ends_in_one_line_naming_their_logs(tmp_path):
+    result = run_train(
+        "-m",
+        "hydra/sweeper=optuna",
+        "objective=val/loss_best",
+        *MODULAR,
+        "trainer.max_steps=3",
+        "logger=none",
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.max_failure_rate=1.0",
+        "optim.lr=choice(-1,-2)",  # never positive
+        f"hydra.sweep.dir={tmp_path}",
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: every trial failed (2; the first: optim.lr: must be positive, got -"), last
+    for job in ("0", "1"):
+        assert str(tmp_path / job / "train.log") in last
+        assert "error: optim.lr: must be positive" in (tmp_path / job / "train.log").read_text()
