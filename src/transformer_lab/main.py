@@ -113,7 +113,7 @@ def print_help(config_dir: str, overrides: list[str]) -> None:
     with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
         cfg = compose("train", overrides=overrides, return_hydra_config=True)
         loader = GlobalHydra.instance().config_loader()
-        options = {group: loader.get_group_options(group) for group in groups}
+        options = {group: loader.get_group_options(group, config_name="train", overrides=overrides) for group in groups}
     choices = cfg.hydra.runtime.choices
     print("python train.py [group=option ...] [key=value ...]   (README.md; Hydra's own options: --hydra-help)\n")
     print("== Groups (group=option; the current choice in brackets) ==")
