@@ -122,11 +122,12 @@ def make_datamodule(cfg: DictConfig) -> DataModule:
     return datamodule
 
 
-def check_buildable(cfg: DictConfig) -> None:
+def check_buildable(cfg: DictConfig) -> DataModule:
     """The checks of build() that need the classes but read no file: the model and data declarations fit,
-    the data module's and the model's own checks of their settings."""
-    make_datamodule(cfg)
+    the data module's and the model's own checks of their settings. Returns the data module, not set up."""
+    datamodule = make_datamodule(cfg)
     check_settings(cfg, "model", model_class(cfg).config_class)
+    return datamodule
 
 
 def data_decided(config_class: type, datamodule: DataModule, settings: dict) -> dict:
@@ -166,8 +167,7 @@ def build(cfg: DictConfig, overrides: list[str] | None = None, checkpoint_meta: 
     """Data module (set up), model and task of a run; `overrides`, those the config was composed from, go
     into its checkpoints (to resume it from them alone). With `checkpoint_meta`, the data takes that
     checkpoint's vocabulary (to evaluate its model)."""
-    check_buildable(cfg)
-    datamodule = make_datamodule(cfg)
+    datamodule = check_buildable(cfg)
     if checkpoint_meta is not None:
         datamodule.for_checkpoint(checkpoint_meta)
     datamodule.prepare_data()

@@ -1,9 +1,10 @@
 """Checks of a composed config that need more than a type, across keys and sections. Each failure names
 the key and what is valid.
 
-Runs before any data is read or any model built. Types, choices and unknown keys were already checked by
-the schemas in config.py while Hydra composed the config; a data module checks its own arguments when
-the factory builds it, a model its settings in its config's __post_init__ (both before any file is read).
+Runs before any data is read or any model built, and imports neither torch nor Lightning (but for a GPU
+check). Types, choices and unknown keys were already checked by the schemas in config.py while Hydra
+composed the config; the settings dataclasses of this repository's models and data check their own values
+here (check_settings); a user's own model or data module, once the factory imports it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import typing
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.choices import Choice
+from transformer_lab.config import SETTINGS
 from transformer_lab.data.configs import DATA_DECIDED
 from transformer_lab.errors import ConfigError, no_such_key
 from transformer_lab.errors import require as _require
@@ -81,7 +83,6 @@ def check_pair(cfg: DictConfig, datamodule) -> None:
 
 def validate(cfg: DictConfig) -> None:
     data, model, trainer, optim, sample = cfg.data, cfg.model, cfg.trainer, cfg.optim, cfg.sample
-    from transformer_lab.config import SETTINGS  # (config.py registers the schemas this check follows)
 
     seed = cfg.seed
     _require(isinstance(seed, int) and not isinstance(seed, bool), "seed", f"must be an integer, got {seed!r}")
@@ -91,8 +92,8 @@ def validate(cfg: DictConfig) -> None:
         if cfg[section].get("_target_") in SETTINGS:
             check_settings(cfg, section, SETTINGS[cfg[section]._target_])
 
-    # the keys most data modules and models have (a data module or model checks its own in its constructor,
-    # data/*.py, or its config's __post_init__, models/*.py; choices are enums the schemas check)
+    # the keys most data modules and models have (each checks its own in its settings dataclass's
+    # __post_init__, models/configs.py and data/configs.py; choices are enums the schemas check)
     _positive(cfg, "data", "batch_size")
     _require(
         data.get("val_batch_size") is None or data.val_batch_size >= 1,
