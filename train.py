@@ -37,12 +37,12 @@ if __name__ == "__main__":
         sys.exit(2)
     if not {"-m", "--multirun"} & set(arguments):
         main()
-        sys.exit(0)
-    os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # what ends a sweep comes here (Hydra would print it) ...
-    try:
-        main()
-    except Exception as error:
-        if (problem := sweep_problem(error)) is None:
-            raise
-        print(f"error: {problem}", file=sys.stderr)  # ... and failed trials are told in one line
-        sys.exit(1)
+    else:
+        os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # what ends a sweep comes here (Hydra would print it)
+        try:
+            main()
+        except Exception as error:
+            if (problem := sweep_problem(error)) is None:
+                raise
+            print(f"error: {problem}", file=sys.stderr)  # and failed trials are told in one line
+            sys.exit(1)

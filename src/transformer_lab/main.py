@@ -131,7 +131,8 @@ class TrialFailed(Exception):
     """A multirun job that could not produce its objective: the sweeper records it as failed and goes on."""
 
 
-FAILED_TRIALS: list[tuple[Path, str]] = []  # this multirun's failed jobs: their directories and errors
+# This process's multirun jobs (all of its jobs run here: Hydra's basic launcher, Optuna's sweeper).
+FAILED_TRIALS: list[tuple[Path, str]] = []  # their directories and errors
 COMPLETED_TRIALS: list[Path] = []
 
 
