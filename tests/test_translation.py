@@ -124,21 +124,6 @@ def test_beam_one_equals_greedy():
     assert beam_search(model, src, 1, 20, bos=1, eos=2) == greedy(model, src, 20, bos=1, eos=2)
 
 
-def test_beam_search_finds_a_likelier_output_than_greedy():
-    model = tiny_model()
-    src = torch.randint(5, 40, (8, 7))
-
-    def log_prob(row, ids):
-        tgt = torch.tensor([[1] + ids + [2]])
-        logp = model(src[row : row + 1], tgt[:, :-1]).log_softmax(-1)
-        return logp[0, torch.arange(len(ids) + 1), tgt[0, 1:]].sum().item()
-
-    greedy_out = greedy(model, src, 12, bos=1, eos=2)
-    beam_out = beam_search(model, src, 5, 12, bos=1, eos=2, length_penalty=0.0)
-    for row in range(8):
-        assert log_prob(row, beam_out[row]) >= log_prob(row, greedy_out[row]) - 1e-5
-
-
 def test_bleu_of_references_against_themselves_is_100():
     references = [
         "A man in an orange hat starring at something.",

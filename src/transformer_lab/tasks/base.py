@@ -102,9 +102,11 @@ class Task(L.LightningModule):
         step = self.global_step + 1  # once this step is taken
         return step % self.trainer.log_every_n_steps == 0 or step == self.trainer.max_steps
 
-    def guarded(self, loss: torch.Tensor) -> torch.Tensor | None:
+    def guarded(self, loss: torch.Tensor, count: torch.Tensor | int) -> torch.Tensor | None:
         """The loss to train on, or None to skip the step (Lightning then skips backward and the optimizer).
-        Checked before backward, so the weights stay those of the last good step."""
+        Checked before backward, so the weights stay those of the last good step. `loss` is the mean over
+        this process's `count` targets; see `global_mean`."""
+        loss = self.global_mean(loss, count)
         if torch.isfinite(loss):
             if self.logging_step():  # the mean over DDP processes (each holds a shard of the batch)
                 self.log("train/loss", loss, prog_bar=True, sync_dist=self.trainer.world_size > 1)
@@ -118,6 +120,18 @@ class Task(L.LightningModule):
         self.skipped_steps += 1
         self.log("train/skipped_steps", float(self.skipped_steps))
         return None
+
+    def global_mean(self, loss: torch.Tensor, count: torch.Tensor | int) -> torch.Tensor:
+        """Under DDP, this process's mean loss over its `count` targets, weighted so that DDP's mean of the
+        processes' gradients is the gradient of the mean over every target of the global batch. The shards of
+        a batch hold unequal numbers of targets (padding, a batch size the processes do not divide), and the
+        plain mean of per-process means would weigh a target in a small shard more. One process: unchanged."""
+        world = self.trainer.world_size
+        if world == 1:
+            return loss
+        count = torch.as_tensor(count, dtype=torch.float32, device=loss.device)
+        total = self.trainer.strategy.reduce(count.clone(), reduce_op="sum")
+        return loss * (count * world / total)
 
     def configure_optimizers(self):
         o = self.optim

@@ -35,7 +35,7 @@ class ClassificationTask(Task):
         logits = self.model(x)
         if self.logging_step():
             self.log("train/acc", (logits.argmax(-1) == y).float().mean())
-        return self.guarded(F.cross_entropy(logits, y))
+        return self.guarded(F.cross_entropy(logits, y), len(y))
 
     def validation_step(self, batch, batch_idx):
         x, y = batch

@@ -62,7 +62,11 @@ def beam_search(
 ) -> list[list[int]]:
     """Keeps the beam_size best partial outputs per source; a finished output is ranked by its
     length-normalised log-probability. beam_size 1 is greedy decoding. Outputs have at most max_len
-    tokens (at most the model's block_size)."""
+    tokens (at most the model's block_size); one that reaches max_len without <eos> is ranked as it is.
+
+    A source stops early only once no partial output can still end better than its best finished one
+    (its log-probability can only fall, and the length penalty divides it by at most that of max_len), so
+    stopping early never changes the result."""
     max_len = min(max_len, model.config.block_size)
     B, K = src.size(0), beam_size
     memory, pad = model.encode(src)
@@ -72,38 +76,47 @@ def beam_search(
     scores = torch.full((B, K), float("-inf"), device=src.device)
     scores[:, 0] = 0.0  # all beams start identical: keep one
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
-    for _ in range(max_len):
+    done = [False] * B
+    for step in range(max_len):
         logp = F.log_softmax(model.decode(sequences[:, -1:], memory, pad, cache)[:, -1].float(), dim=-1)
         V = logp.size(-1)
         candidates = (scores[:, :, None] + logp.view(B, K, V)).view(B, K * V)
-        top_scores, top_ids = candidates.topk(2 * K, dim=-1)  # 2K: enough to keep K alive after <eos>s
+        top_scores, top_ids = candidates.topk(min(2 * K, K * V), dim=-1)  # 2K: K alive after <eos>s
         new_scores = torch.full((B, K), float("-inf"), device=src.device)
         origin = torch.zeros(B, K, dtype=torch.long, device=src.device)
         token = torch.full((B, K), eos, dtype=torch.long, device=src.device)
         for b in range(B):
+            if done[b]:
+                continue  # its beams idle
             alive = 0
-            if len(finished[b]) >= K:
-                continue  # this source is done; its beams idle
             for score, flat in zip(top_scores[b].tolist(), top_ids[b].tolist()):
                 if score == float("-inf"):
                     break
                 beam, word = divmod(flat, V)
                 if word == eos:
                     hypothesis = sequences[b * K + beam, 1:].tolist()
-                    finished[b].append((length_normalised(score, len(hypothesis) + 1, length_penalty), hypothesis))
+                    finished[b].append((length_normalised(score, step + 1, length_penalty), hypothesis))
                 else:
                     new_scores[b, alive], origin[b, alive], token[b, alive] = score, beam, word
                     alive += 1
                 if alive == K:
                     break
-        if all(len(f) >= K for f in finished):
+            if alive == 0:
+                done[b] = True
+            elif finished[b]:  # the best any live output can still reach, at any length up to max_len
+                best_live = new_scores[b, 0].item()
+                reachable = max(
+                    length_normalised(best_live, n, length_penalty) for n in (min(step + 2, max_len), max_len)
+                )
+                done[b] = max(f[0] for f in finished[b]) >= reachable
+        if all(done):
             break
         index = (torch.arange(B, device=src.device)[:, None] * K + origin).view(-1)
         _reorder(cache, index)
         sequences = torch.cat([sequences[index], token.view(-1, 1)], dim=1)
         scores = new_scores
-    for b in range(B):  # sources whose beams never ended: rank the live ones too
-        if len(finished[b]) < K:
+    for b in range(B):  # live outputs that reached max_len tokens compete as they are
+        if not done[b]:
             for k in range(K):
                 if scores[b, k] > float("-inf"):
                     hypothesis = sequences[b * K + k, 1:].tolist()

@@ -75,7 +75,7 @@ class LanguageModelTask(Task):
         if self.answer_only and self.logging_step():
             answers = y != -100
             self.log("train/acc", (logits.argmax(-1)[answers] == y[answers]).float().mean())
-        return self.guarded(self.loss(logits, y))
+        return self.guarded(self.loss(logits, y), (y != -100).sum())
 
     def validation_step(self, batch, batch_idx):
         x, y = batch[0], batch[1]

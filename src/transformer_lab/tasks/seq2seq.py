@@ -49,7 +49,7 @@ class Seq2SeqTask(Task):
 
     def training_step(self, batch, batch_idx):
         src, tgt = batch
-        return self.guarded(self.loss(src, tgt, self.optim["label_smoothing"]))
+        return self.guarded(self.loss(src, tgt, self.optim["label_smoothing"]), (tgt[:, 1:] != PAD).sum())
 
     def translate(self, src: torch.Tensor, beam_size: int) -> decoding.Decoded:
         d = self.decode_cfg

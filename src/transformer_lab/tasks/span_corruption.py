@@ -45,7 +45,8 @@ class SpanCorruptionTask(Task):
         logits = self(inputs, targets)
         if self.logging_step():
             self.log("train/acc", (logits.argmax(-1) == targets).float().mean())
-        return self.guarded(F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=self.pad_id))
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=self.pad_id)
+        return self.guarded(loss, (targets != self.pad_id).sum())
 
     def validation_step(self, batch, batch_idx):
         inputs, targets = batch
