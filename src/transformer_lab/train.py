@@ -68,6 +68,7 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
         torch.set_float32_matmul_precision("high")
 
     datamodule, model, task = build(cfg, overrides)
+    task.translations_dir = output_dir / "translations"
     if resumed:
         check_state_fits(resumed.path, resumed.shapes, resumed.config, cfg, task)
     if cfg.get("init_from"):

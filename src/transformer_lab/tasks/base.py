@@ -3,10 +3,12 @@ guard, step-metric logging, and checkpoints that carry the config and the random
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 from collections import defaultdict
 from functools import partial
+from pathlib import Path
 
 import lightning as L
 import sacrebleu
@@ -28,6 +30,7 @@ class Task(L.LightningModule):
         self.example_tables: dict[str, list[list]] = defaultdict(list)
         self.hypotheses: dict[int, str] = {}  # row of the evaluation split -> decoded output
         self.truncated_outputs = 0  # of this evaluation's outputs, those stopped at the model's length limit
+        self.translations_dir: Path | None = None  # where report_bleu writes what it scored (a run sets it)
 
     @classmethod
     def build(cls, cfg, model: torch.nn.Module, datamodule, checkpoint_meta: dict) -> Task:
@@ -47,7 +50,8 @@ class Task(L.LightningModule):
     def report_bleu(self, split: str) -> None:
         """sacreBLEU of this evaluation's decoded outputs against the split's references (detokenized,
         cased; the test split also lowercased), the number of outputs the model's length cut short
-        (`split/truncated`), and a few examples."""
+        (`split/truncated`), and a few examples. In a run, every output and its reference also go to
+        `translations/SPLIT-stepNNNNNN.jsonl` in the run directory."""
         truncated, self.truncated_outputs = self.truncated_outputs, 0
         if self.trainer.sanity_checking or not self.hypotheses:
             self.hypotheses = {}
@@ -70,6 +74,13 @@ class Task(L.LightningModule):
         self.log(f"{split}/bleu", sacrebleu.corpus_bleu(hypotheses, [references]).score, prog_bar=True)
         if split == "test":
             self.log("test/bleu_lowercase", sacrebleu.corpus_bleu(hypotheses, [references], lowercase=True).score)
+        if self.translations_dir is not None and self.trainer.is_global_zero:
+            self.translations_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.translations_dir / f"{split}-step{self.global_step:06d}.jsonl", "w") as f:
+                for row, hypothesis, reference in zip(rows, hypotheses, references):
+                    source = datamodule.pairs[split][row][0]
+                    f.write(json.dumps({"row": row, "source": source, "output": hypothesis, "reference": reference}))
+                    f.write("\n")
         sources = [datamodule.pairs[split][r][0] for r in rows[:3]]
         text = "\n".join(f"  src: {s}\n  out: {h}\n  ref: {r}" for s, h, r in zip(sources, hypotheses, references))
         table = [[split, self.global_step, s, h, r] for s, h, r in zip(sources, hypotheses, references)]
