@@ -8,7 +8,7 @@ from transformer_lab.data import download, shakespeare
 from transformer_lab.data.download import ensure_file, sha256_of
 from transformer_lab.data.modular import OPS, ModularDataModule, make_equations
 from transformer_lab.data.shakespeare import SHA256, ShakespeareDataModule
-from transformer_lab.data.translation import BOS
+from transformer_lab.data.tokens import BOS, EOS
 from transformer_lab.errors import DataUnavailableError
 
 UNREACHABLE = "http://127.0.0.1:9/input.txt"  # the discard port: refused at once, no network needed
@@ -109,12 +109,6 @@ def test_modular_equations_are_correct(op):
     assert len(operands) == (p * p if op != "/" else p * (p - 1))
 
 
-def test_modular_more_terms():
-    operands, answer = make_equations(7, "+", terms=4)
-    assert operands.shape == (7**4, 4)
-    assert torch.equal(answer, operands.sum(1) % 7)
-
-
 def test_modular_split_is_disjoint_and_seeded():
     dm = ModularDataModule(p=17, op="*", train_fraction=0.3, split_seed=5, batch_size=1000)
     dm.setup()
@@ -131,17 +125,70 @@ def test_modular_split_is_disjoint_and_seeded():
     assert {tuple(r) for r in next(iter(other.train_dataloader()))[0].tolist()} != train_rows
 
 
+def solve(equation: str, p: int) -> int:
+    """`a op b op c ... =` evaluated left to right in plain Python (division: the modular inverse)."""
+    symbols = equation.split()
+    assert symbols[-1] == "="
+    value = int(symbols[0])
+    for op, operand in zip(symbols[1:-1:2], symbols[2:-1:2]):
+        b = int(operand)
+        if op == "/":
+            b = pow(b, -1, p)  # ValueError for a zero divisor
+        value = (value - b if op == "-" else value + b if op == "+" else value * b) % p
+    return value
+
+
+def equations_and_answers(dm, x, y):
+    """(the equation the model reads, as text; the answer it is trained to give) for each row of a batch."""
+    if dm.layout == "lm":  # the answer is the target at "=", and the only one
+        assert (y[:, :-1] == -100).all()
+        return [(dm.decode(row), int(answer)) for row, answer in zip(x.tolist(), y[:, -1].tolist())]
+    if dm.layout == "seq2seq":  # the target is <bos> answer <eos>
+        assert (y[:, 0] == BOS).all() and (y[:, 2] == EOS).all()
+        return [(dm.decode(row), int(dm.decode([answer]))) for row, answer in zip(x.tolist(), y[:, 1].tolist())]
+    assert (x[:, 0] == BOS).all() and y.dim() == 1  # classify: [CLS] equation, the class is the answer
+    return [(dm.decode(row), answer) for row, answer in zip(x.tolist(), y.tolist())]
+
+
+@pytest.mark.parametrize("layout", ModularDataModule.layouts)
+@pytest.mark.parametrize("terms", [3, 4])
 @pytest.mark.parametrize("op", OPS)
-def test_modular_classification_layout_for_bert(op):
-    """[CLS] a op b op c = with ids past the specials; the class is the answer itself."""
-    dm = ModularDataModule(p=7, op=op, terms=3, train_fraction=0.5, batch_size=1000, layout="classify")
+def test_every_equation_of_every_layout_against_plain_arithmetic(op, terms, layout):
+    p = 7
+    dm = ModularDataModule(p=p, op=op, terms=terms, train_fraction=0.5, batch_size=10_000, layout=layout)
     dm.setup()
-    x, y = next(iter(dm.train_dataloader()))
-    assert x.shape[1] == dm.sequence_length == 7 and (x[:, 0] == BOS).all() and y.dim() == 1 and dm.n_classes == 7
-    for row, answer in zip(x.tolist(), y.tolist()):
-        a, sym1, b, sym2, c, eq = dm.decode(row).split()
-        assert (sym1, sym2, eq) == (op, op, "=")
-        value = int(a)
-        for operand in (int(b), int(c)):
-            value = (value * pow(operand, 5, 7) if op == "/" else eval(f"{value} {op} {operand}")) % 7
-        assert answer == value
+    seen = []
+    for x, y in (next(iter(dm.train_dataloader())), next(iter(dm.val_dataloader()))):
+        assert x.shape[1] == dm.sequence_length
+        for equation, answer in equations_and_answers(dm, x, y):
+            assert equation.split()[1:-1:2] == [op] * (terms - 1)
+            assert answer == solve(equation, p), equation  # a zero divisor fails in pow(0, -1, p)
+            seen.append(equation)
+    divisors = p - 1 if op == "/" else p  # every operand after the first is a divisor for "/"
+    assert len(set(seen)) == len(seen) == p * divisors ** (terms - 1)  # every equation, once
+
+
+@pytest.mark.parametrize("op", ["-", "/"])
+def test_sampled_equations_when_there_are_more_than_max_examples(op):
+    p, terms = 11, 4  # 14,641 (or 11,000) equations, more than the 3,000 asked for: a random sample
+    dm = ModularDataModule(p=p, op=op, terms=terms, max_examples=3000, split_seed=1, batch_size=10_000)
+    dm.setup()
+    rows = [
+        pair
+        for x, y in (next(iter(dm.train_dataloader())), next(iter(dm.val_dataloader())))
+        for pair in equations_and_answers(dm, x, y)
+    ]
+    assert all(answer == solve(equation, p) for equation, answer in rows)
+    equations = [equation for equation, _ in rows]
+    # 3,000 draws with replacement from N equations, duplicates dropped: N (1 - (1 - 1/N)^3000) expected
+    n = p * (p - (op == "/")) ** (terms - 1)
+    assert len(set(equations)) == len(equations) == pytest.approx(n * (1 - (1 - 1 / n) ** 3000), abs=100)
+    first = {int(e.split()[0]) for e in equations}
+    later = {int(n) for e in equations for n in e.split()[2:-1:2]}
+    assert first == set(range(p)) and later == set(range(1 if op == "/" else 0, p))
+    again = ModularDataModule(p=p, op=op, terms=terms, max_examples=3000, split_seed=1, batch_size=10_000)
+    again.setup()
+    assert torch.equal(again.x, dm.x)  # the sample is the split seed's
+    other = ModularDataModule(p=p, op=op, terms=terms, max_examples=3000, split_seed=2, batch_size=10_000)
+    other.setup()
+    assert not torch.equal(other.x, dm.x)
