@@ -278,32 +278,6 @@ def test_encdec_learns_modular_answers(tmp_path):
 
 
 @pytest.mark.e2e
-def test_bf16_mixed_precision_on_cpu_trains(tmp_path):
-    result = run_train(
-        "data=modular",
-        "data.p=11",
-        "data.train_fraction=0.9",
-        "data.batch_size=128",
-        *TINY,
-        "hardware=[cpu,bf16]",
-        "model.n_embd=64",
-        "trainer.max_steps=60",
-        "trainer.val_check_interval=30",
-        "optim.warmup_steps=10",
-        "optim.lr=1e-2",
-        "optim.weight_decay=0.0",
-        "logger=csv",
-        "trainer.log_every_n_steps=1",
-        "callbacks=none",
-        f"hydra.run.dir={tmp_path}",
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "bfloat16 Automatic Mixed Precision" in result.stdout + result.stderr
-    train_losses = logged(tmp_path, "train/loss")
-    assert train_losses[-1] < train_losses[0] - 0.5, train_losses
-
-
-@pytest.mark.e2e
 @pytest.mark.parametrize("steps", [5, 10])  # before the first log (every 10 steps), and at it
 def test_a_run_shorter_than_every_interval_still_records_its_last_step(tmp_path, steps):
     # The first validation would have been at step 250.
