@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import matplotlib.colors
+import matplotlib.image
 import pytest
 
 from conftest import ROOT, TINY, compose_cfg, run_train
@@ -68,8 +70,12 @@ def test_table_shows_what_differs_and_the_summaries(sweep, tmp_path):
         assert int(step) == summaries[run]["global_step"] == 30
         assert p in ("7", "11")
     assert float(rows[0][2]) <= float(rows[1][2])  # sorted by val/loss
-    png = (tmp_path / "curves.png").read_bytes()
-    assert png.startswith(b"\x89PNG") and len(png) > 10_000
+    # One 5-inch panel per metric at 110 dpi, and a line in each run's colour (C0, C1) in the image
+    image = matplotlib.image.imread(tmp_path / "curves.png")[..., :3]
+    assert image.shape[1] == 2 * 5 * 110
+    for colour in ("C0", "C1"):
+        rgb = matplotlib.colors.to_rgb(colour)
+        assert (abs(image - rgb).max(-1) < 0.05).sum() > 200, colour  # pixels of that run's lines
 
 
 @pytest.mark.e2e

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from conftest import SHAKESPEARE, needs_shakespeare
-from transformer_lab.data import download, shakespeare
+from transformer_lab.data import shakespeare
 from transformer_lab.data.download import ensure_file, sha256_of
 from transformer_lab.data.modular import OPS, ModularDataModule, make_equations
 from transformer_lab.data.shakespeare import SHA256, ShakespeareDataModule
@@ -91,10 +91,6 @@ def test_download_verifies_and_renames_into_place(tmp_path):
     with pytest.raises(DataUnavailableError, match="expected"):
         ensure_file(tmp_path / "other.txt", SHAKESPEARE.as_uri(), "0" * 64)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sub"]  # the bad download was discarded
-
-
-def test_download_helper_is_the_one_the_data_module_uses():
-    assert shakespeare.ensure_file is download.ensure_file
 
 
 @pytest.mark.parametrize("op", OPS)

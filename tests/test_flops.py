@@ -74,20 +74,35 @@ def test_gpt_flops_follow_the_usual_6n_formula():
     assert 3 * model.forward_flops(256) / 256 == 6 * n_matmul + 12 * 6 * 384 * 256
 
 
-@pytest.mark.parametrize(
-    "name, precision, peak",
-    [
-        ("NVIDIA H100 80GB HBM3", "bf16-mixed", 989.4e12),
-        ("NVIDIA H100 80GB HBM3", "16-mixed", 989.4e12),
-        ("NVIDIA A100-SXM4-80GB", "bf16-mixed", 312e12),
-        ("NVIDIA H200", "bf16-mixed", 989.4e12),
-        ("NVIDIA H200", "32-true", 494.7e12),  # TF32: the precision CUDA runs get ("high")
-    ],
-)
-def test_gpu_peak_for_the_precision_in_use(monkeypatch, name, precision, peak):
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
-    monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "high")
-    assert device_peak_flops(torch.device("cuda", 0), precision) == pytest.approx(peak)
+GPUS = {  # the name torch reports, and the compute capability
+    "h100": ("NVIDIA H100 80GB HBM3", (9, 0)),
+    "a100": ("NVIDIA A100-SXM4-80GB", (8, 0)),
+    "h200": ("NVIDIA H200", (9, 0)),
+}
+
+
+def test_gpu_peak_follows_the_precision_in_use(monkeypatch):
+    def peak(gpu, precision, float32_matmul="high"):  # "high": what runs on CUDA set (TF32)
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: GPUS[gpu][0])
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: GPUS[gpu][1])
+        monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: float32_matmul)
+        return device_peak_flops(torch.device("cuda", 0), precision)
+
+    for gpu in GPUS:
+        half = peak(gpu, "bf16-mixed")
+        assert peak(gpu, "16-mixed") == peak(gpu, "bf16-true") == half  # fp16 and bf16 share the tensor cores
+        assert peak(gpu, "32-true") == pytest.approx(half / 2, rel=0.01)  # TF32: half the 16-bit rate (dense)
+        assert peak(gpu, "32-true", "highest") < half / 10  # true fp32: no tensor cores
+    # The H200 has the H100 SXM's GH100 compute at the same clocks (only its memory differs): the table kept
+    # here for it agrees with Lightning's for the H100, at every precision.
+    for precision, matmul in (
+        ("bf16-mixed", "high"),
+        ("16-mixed", "high"),
+        ("32-true", "high"),
+        ("32-true", "highest"),
+    ):
+        assert peak("h200", precision, matmul) == pytest.approx(peak("h100", precision, matmul), rel=0.01)
+    assert peak("a100", "bf16-mixed") == 312e12  # NVIDIA's A100 datasheet, dense
 
 
 def test_no_peak_on_a_cpu():

@@ -1,5 +1,4 @@
 import pytest
-import torch
 
 from transformer_lab.models.gpt import GPT, GPTConfig
 from transformer_lab.tasks.optim import adamw, warmup_cosine
@@ -25,5 +24,3 @@ def test_adamw_decays_matrices_only_and_counts_tied_weights_once():
     counted = sum(p.numel() for g in optimizer.param_groups for p in g["params"])
     assert counted == sum(p.numel() for p in model.parameters())  # parameters() yields a tied weight once
     assert any(p is model.wte.weight for p in decay["params"])
-    assert optimizer.defaults["betas"] == (0.9, 0.99)
-    assert torch.is_tensor(decay["params"][0])

@@ -6,11 +6,15 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from omegaconf import OmegaConf
+from test_data import solve
 from test_wandb import records
 
 from conftest import ROOT, TINY, needs_shakespeare, run_train
 from transformer_lab.checkpoint import load_model
+from transformer_lab.data.modular import ModularDataModule
+from transformer_lab.data.tokens import BOS
 
 SUMMARY_KEYS = {
     "tokens_per_sec",
@@ -35,6 +39,27 @@ def logged(run_dir, name):
 
 def val_losses(run_dir):
     return logged(run_dir, "val/loss")
+
+
+@torch.no_grad()
+def recomputed_val_accuracy(run_dir):
+    """The accuracy of a modular run's last weights on its validation equations, each answer worked out
+    here from the equation's text (test_data.solve), not taken from the data module's targets."""
+    model, meta = load_model(run_dir / "checkpoints" / "last.ckpt")
+    data = meta["config"]["data"]
+    layout = {"GPT": "lm", "EncDec": "seq2seq", "Bert": "classify"}[type(model).__name__]
+    names = ("p", "op", "terms", "train_fraction", "split_seed", "max_examples")
+    dm = ModularDataModule(layout=layout, batch_size=100_000, **{k: data[k] for k in names})
+    dm.setup()
+    x, _ = next(iter(dm.val_dataloader()))
+    if layout == "lm":  # the answer is the prediction at "="
+        guesses = model(x)[:, -1].argmax(-1).tolist()
+    elif layout == "seq2seq":  # the first token after <bos>, as a number
+        guesses = [int(dm.decode([i]) or -1) for i in model(x, torch.full_like(x[:, :1], BOS))[:, 0].argmax(-1)]
+    else:
+        guesses = model(x).argmax(-1).tolist()
+    answers = [solve(dm.decode(row), data["p"]) for row in x.tolist()]
+    return sum(g == a for g, a in zip(guesses, answers)) / len(answers)
 
 
 @pytest.fixture(scope="module")
@@ -213,15 +238,20 @@ def test_modular_answer_accuracy_rises(tmp_path):
         "optim.weight_decay=0.0",
         "logger=csv",
         "trainer.log_every_n_steps=1",
-        "callbacks=none",
         f"hydra.run.dir={tmp_path}",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     train_losses = logged(tmp_path, "train/loss")
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert train_losses[0] > 2.0 and summary["train/loss"] < 0.5 * train_losses[0], (train_losses, summary)
-    assert 0.0 <= summary["val/acc"] <= 1.0 and summary["val/acc_best"] >= summary["val/acc"]
+    # The logged accuracy is the model's on every validation equation. Not a threshold: over seeds 0-2 the 12
+    # validation equations after 150 steps score 0.58/0.83/0.00 (gpt), 0.75 x 3 (encdec), 0.08/0.00/0.92 and
+    # 0.42/0.92/0.42 (bert cls/mean pooling); the training loss and accuracy above are what learning shows.
+    assert summary["val/acc"] == pytest.approx(recomputed_val_accuracy(tmp_path), abs=1e-6)
     assert "examples at step" in result.stdout + result.stderr
+    # last.ckpt holds the end of the run, though it was last due at step 100 (every_n_train_steps)
+    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
+    assert last["global_step"] == summary["global_step"] == 150
 
 
 @pytest.mark.e2e
@@ -266,14 +296,14 @@ def test_encdec_learns_modular_answers(tmp_path):
         "optim.label_smoothing=0.0",
         "logger=csv",
         "trainer.log_every_n_steps=1",
-        "callbacks=none",
         f"hydra.run.dir={tmp_path}",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     train_losses = logged(tmp_path, "train/loss")
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert train_losses[0] > 2.0 and summary["train/loss"] < 0.5 * train_losses[0], (train_losses, summary)
-    assert 0.0 <= summary["val/acc"] <= 1.0 and "val/bleu" not in summary
+    assert summary["val/acc"] == pytest.approx(recomputed_val_accuracy(tmp_path), abs=1e-6)
+    assert "val/bleu" not in summary
     assert "examples at step" in result.stdout + result.stderr
 
 

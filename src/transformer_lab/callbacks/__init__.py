@@ -1,9 +1,10 @@
 """Lightning callbacks: throughput, the summary.json writer, metric history, graceful interrupts, Grokfast,
-the progress bar."""
+the progress bar, last.ckpt at the end."""
 
 from transformer_lab.callbacks.grokfast import GrokfastEMA
 from transformer_lab.callbacks.history import History, StepAxis
 from transformer_lab.callbacks.interrupt import GracefulInterrupt
+from transformer_lab.callbacks.last_checkpoint import LastCheckpoint
 from transformer_lab.callbacks.long_run import LongRunWarning
 from transformer_lab.callbacks.progress import ModelSummary, RichProgressBar
 from transformer_lab.callbacks.summary import Summary
@@ -13,6 +14,7 @@ __all__ = [
     "GracefulInterrupt",
     "GrokfastEMA",
     "History",
+    "LastCheckpoint",
     "LongRunWarning",
     "ModelSummary",
     "RichProgressBar",
