@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from conftest import ROOT, TINY, needs_shakespeare, run_train
+from conftest import ROOT, TINY, TrainProcess, needs_shakespeare, run_train
 from test_translation import write_pairs
 
 SETUP = [
@@ -39,18 +39,20 @@ def largest_difference(a, b):
     return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
 
 
-def single_and_ddp(tmp_path, setup, ddp_logger="none", env=None):
+@pytest.fixture(scope="module")
+def train_process():
+    """train.py for the single-process runs, in one process (the imports paid once)."""
+    process = TrainProcess()
+    yield process
+    process.close()
+
+
+def single_and_ddp(train_process, tmp_path, setup, ddp_logger="none", env=None):
     """The same run in one process and in two; their run directories."""
-    for name, extra in (("single", []), ("ddp", DDP)):
-        result = run_train(
-            *setup,
-            *extra,
-            f"logger={ddp_logger if extra else 'none'}",
-            f"hydra.run.dir={tmp_path / name}",
-            cwd=tmp_path,
-            env=env,
-        )
-        assert result.returncode == 0, result.stderr[-3000:]
+    single = train_process.run(*setup, "logger=none", f"hydra.run.dir={tmp_path / 'single'}")
+    assert single.returncode == 0, single.stderr[-3000:]
+    ddp = run_train(*setup, *DDP, f"logger={ddp_logger}", f"hydra.run.dir={tmp_path / 'ddp'}", cwd=tmp_path, env=env)
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
     return tmp_path / "single", tmp_path / "ddp"
 
 
@@ -63,7 +65,7 @@ WEIGHTS_ATOL = 2e-5
 
 @pytest.mark.e2e
 @needs_shakespeare
-def test_two_processes_train_the_single_process_weights_on_uneven_shards(tmp_path):
+def test_two_processes_train_the_single_process_weights_on_uneven_shards(train_process, tmp_path):
     # A batch of 15 windows: the processes hold 8 and 7 rows of every batch.
     setup = [
         "model=gpt",
@@ -80,7 +82,7 @@ def test_two_processes_train_the_single_process_weights_on_uneven_shards(tmp_pat
         "optim.lr=1e-2",
         "sample.enabled=false",
     ]
-    single, ddp = single_and_ddp(tmp_path, setup, "wandb", {"WANDB_MODE": "offline"})
+    single, ddp = single_and_ddp(train_process, tmp_path, setup, "wandb", {"WANDB_MODE": "offline"})
     assert largest_difference(weights(single), weights(ddp)) < WEIGHTS_ATOL
     a, b = (json.loads((run / "summary.json").read_text()) for run in (single, ddp))
     assert b["val/loss"] == pytest.approx(a["val/loss"], abs=1e-5)
@@ -94,7 +96,7 @@ def test_two_processes_train_the_single_process_weights_on_uneven_shards(tmp_pat
 
 
 @pytest.mark.e2e
-def test_two_processes_train_the_single_process_weights_on_padded_pairs(tmp_path):
+def test_two_processes_train_the_single_process_weights_on_padded_pairs(train_process, tmp_path):
     # Sentence pairs of 3 to 7 words, 21 to a batch: the two shards hold unequal numbers of target tokens.
     pairs = write_pairs(tmp_path / "pairs.tsv", n=300)
     setup = [
@@ -112,7 +114,7 @@ def test_two_processes_train_the_single_process_weights_on_padded_pairs(tmp_path
         "optim.lr=1e-2",
         "decode.val_beam_size=2",
     ]
-    single, ddp = single_and_ddp(tmp_path, setup)
+    single, ddp = single_and_ddp(train_process, tmp_path, setup)
     assert largest_difference(weights(single), weights(ddp)) < WEIGHTS_ATOL
     a, b = (json.loads((run / "summary.json").read_text()) for run in (single, ddp))
     assert b["val/loss"] == pytest.approx(a["val/loss"], abs=1e-5)

@@ -74,7 +74,7 @@ def test_a_beam_as_wide_as_every_prefix_is_exhaustive_search(kind, alpha):
     # 4 words besides <eos>, outputs of up to 4 tokens: at most 4^3 = 64 live prefixes, so a beam of 64
     # keeps them all and must find the best of the 1 + 4 + 16 + 64 + 256 possible outputs.
     vocab, max_len = 5, 4
-    for seed in range(3):
+    for seed in range(2):
         model = encdec(vocab, seed) if kind == "encdec" else gpt_as_encdec(vocab, 3, max_len, seed)
         src = torch.randint(3, vocab, (2, 3), generator=torch.Generator().manual_seed(seed))
         outputs = beam_search(model, src, 64, max_len, BOS, EOS, alpha)

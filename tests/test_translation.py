@@ -260,17 +260,16 @@ def test_separate_vocabularies(tmp_path):
         f"hydra.run.dir={run}",
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    # The translate command reads sources with the source vocabulary: its outputs (beam 4, as decode.beam_size)
+    # are those the run scored on the test set with the best checkpoint.
+    (test_file,) = (run / "translations").glob("test-*.jsonl")
+    test_set = [json.loads(line) for line in test_file.open()]
     out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "transformer_lab.translate",
-            f"ckpt={run / 'checkpoints' / 'last.ckpt'}",
-            "text=red dog runs",
-            "beam_size=2",
-        ],
+        [sys.executable, "-m", "transformer_lab.translate", str(run), "beam_size=4"],
+        input="\n".join(r["source"] for r in test_set) + "\n",
         capture_output=True,
         text=True,
         cwd=ROOT,
     )
     assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [r["output"] for r in test_set]
