@@ -74,16 +74,15 @@ class Task(L.LightningModule):
         self.log(f"{split}/bleu", sacrebleu.corpus_bleu(hypotheses, [references]).score, prog_bar=True)
         if split == "test":
             self.log("test/bleu_lowercase", sacrebleu.corpus_bleu(hypotheses, [references], lowercase=True).score)
+        sources = [datamodule.pairs[split][r][0] for r in rows]
         if self.translations_dir is not None and self.trainer.is_global_zero:
             self.translations_dir.mkdir(parents=True, exist_ok=True)
             with open(self.translations_dir / f"{split}-step{self.global_step:06d}.jsonl", "w") as f:
-                for row, hypothesis, reference in zip(rows, hypotheses, references):
-                    source = datamodule.pairs[split][row][0]
-                    f.write(json.dumps({"row": row, "source": source, "output": hypothesis, "reference": reference}))
-                    f.write("\n")
-        sources = [datamodule.pairs[split][r][0] for r in rows[:3]]
-        text = "\n".join(f"  src: {s}\n  out: {h}\n  ref: {r}" for s, h, r in zip(sources, hypotheses, references))
-        table = [[split, self.global_step, s, h, r] for s, h, r in zip(sources, hypotheses, references)]
+                for record in zip(rows, sources, hypotheses, references):
+                    f.write(json.dumps(dict(zip(("row", "source", "output", "reference"), record))) + "\n")
+        examples = list(zip(sources, hypotheses, references))[:3]
+        text = "\n".join(f"  src: {s}\n  out: {h}\n  ref: {r}" for s, h, r in examples)
+        table = [[split, self.global_step, s, h, r] for s, h, r in examples]
         self.show_examples(
             f"{split} translations", text, "translations", ["split", "step", "source", "output", "reference"], table
         )
