@@ -50,7 +50,6 @@ def bleu_matches_the_written_translations(run, pairs_file, min_test_bleu):
     summary = json.loads((run / "summary.json").read_text())
     files = sorted((run / "translations").glob("*.jsonl"))
     assert [f.name for f in files if f.name.startswith("val-")] == [f"val-step{s:06d}.jsonl" for s in sorted(logged)]
-    assert len([f for f in files if f.name.startswith("test-")]) == 1
     for f in files:
         records = [json.loads(line) for line in f.open()]
         assert {(r["source"], r["reference"]) for r in records} <= pairs
@@ -61,7 +60,12 @@ def bleu_matches_the_written_translations(run, pairs_file, min_test_bleu):
             logged[int(step)] if split == "val" else summary["test/bleu"], abs=1e-5
         )  # logged as float32
     assert summary["test/bleu"] > min_test_bleu  # a tiny model learns some of the reversal (chance: about 0)
-    (test_file,) = [f for f in files if f.name.startswith("test-")]
+    return scored_test_set(run)
+
+
+def scored_test_set(run):
+    """What a run's test BLEU scored: one record per test sentence (source, output, reference)."""
+    (test_file,) = (run / "translations").glob("test-*.jsonl")
     return [json.loads(line) for line in test_file.open()]
 
 
@@ -262,8 +266,7 @@ def test_separate_vocabularies(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     # The translate command reads sources with the source vocabulary: its outputs (beam 4, as decode.beam_size)
     # are those the run scored on the test set with the best checkpoint.
-    (test_file,) = (run / "translations").glob("test-*.jsonl")
-    test_set = [json.loads(line) for line in test_file.open()]
+    test_set = scored_test_set(run)
     out = subprocess.run(
         [sys.executable, "-m", "transformer_lab.translate", str(run), "beam_size=4"],
         input="\n".join(r["source"] for r in test_set) + "\n",
