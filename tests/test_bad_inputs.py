@@ -72,6 +72,19 @@ CASES = [
     ("model-data-pair", ["model=encdec", "data=shakespeare"], "model=encdec does not train on data=shakespeare; combi"),
     ("t5-equations", ["model=t5", "data=modular"], "model=t5 does not train on data=modular"),
     ("t5-sentinels", ["model=t5", "span.extra_ids=5"], "span.extra_ids: windows of 141 tokens have 7 noise spans"),
+    ("layout", ["model=t5", "model.layout=classify"], "model.layout: model=t5 reads spans, seq2seq; got 'classify'"),
+    (
+        "bert-text-without-layout",
+        ["model=bert", "data=shakespeare"],
+        "model=bert does not train on data=shakespeare; combinations that work: model=bert data=modular, "
+        "model=bert data=shakespeare model.layout=mlm, model=bert data=translation model.layout=mlm, ",
+    ),
+    ("mlm-probabilities", ["model=bert", "model.layout=mlm", "mlm.mask_token_prob=0.95"], "mlm.random_token_prob: "),
+    (
+        "pretrained-lr-alone",
+        [*MODULAR, "optim.pretrained_lr=1e-4"],
+        "optim.pretrained_lr: applies to the weights init_from loads: give init_from",
+    ),
     (
         "malformed-tsv",
         ["model=encdec", "data=translation", "data.path={ws}/bad.tsv"],

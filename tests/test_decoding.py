@@ -1,5 +1,6 @@
 """Beam search is exact where it can be checked exactly: against every sequence of a tiny vocabulary, against
-a plain re-implementation without a cache or early stopping, and alone against inside a padded batch."""
+a plain re-implementation without a cache or early stopping, and alone against inside a padded batch; for
+each encoder-decoder (encdec, and T5 read as sequence to sequence) and the gpt prefix LM."""
 
 import itertools
 
@@ -8,6 +9,7 @@ import torch
 
 from transformer_lab.models.encdec import EncDec, EncDecConfig
 from transformer_lab.models.gpt import GPT, GPTConfig
+from transformer_lab.models.t5 import T5, T5Config
 from transformer_lab.tasks.decoding import PrefixLM, beam_search, greedy, length_normalised
 
 PAD, BOS, EOS = 0, 1, 2
@@ -22,10 +24,19 @@ def peaked(model, scale=3.0):
     return model.eval()
 
 
-def encdec(vocab_size, seed=0):
+def encdec(vocab_size, seed=0, scale=3.0):
     torch.manual_seed(seed)
     config = EncDecConfig(vocab_size=vocab_size, block_size=16, n_layer=2, n_head=2, n_embd=16, dropout=0.0)
-    return peaked(EncDec(config))
+    return peaked(EncDec(config), scale)
+
+
+def t5(vocab_size, seed=0, scale=3.0):
+    torch.manual_seed(seed)
+    config = T5Config(vocab_size=vocab_size, n_layer=2, n_head=2, n_embd=16, d_ff=32, dropout=0.0, pad_id=PAD)
+    return peaked(T5(config), scale)
+
+
+ENCODER_DECODERS = {"encdec": encdec, "t5": t5}
 
 
 def gpt_as_encdec(vocab_size, prompt_length, max_len, seed=0):
@@ -69,13 +80,13 @@ def model_vocab(model):
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
-@pytest.mark.parametrize("kind", ["encdec", "gpt"])
+@pytest.mark.parametrize("kind", ["encdec", "t5", "gpt"])
 def test_a_beam_as_wide_as_every_prefix_is_exhaustive_search(kind, alpha):
     # 4 words besides <eos>, outputs of up to 4 tokens: at most 4^3 = 64 live prefixes, so a beam of 64
     # keeps them all and must find the best of the 1 + 4 + 16 + 64 + 256 possible outputs.
     vocab, max_len = 5, 4
     for seed in range(2):
-        model = encdec(vocab, seed) if kind == "encdec" else gpt_as_encdec(vocab, 3, max_len, seed)
+        model = gpt_as_encdec(vocab, 3, max_len, seed) if kind == "gpt" else ENCODER_DECODERS[kind](vocab, seed)
         src = torch.randint(3, vocab, (2, 3), generator=torch.Generator().manual_seed(seed))
         outputs = beam_search(model, src, 64, max_len, BOS, EOS, alpha)
         for row in range(2):
@@ -132,12 +143,13 @@ class EagerToStop:
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
 @pytest.mark.parametrize("eos_bonus", [0.0, 4.0])
-def test_beam_search_equals_the_textbook_algorithm_run_to_the_length_limit(eos_bonus, alpha):
+@pytest.mark.parametrize("kind", ENCODER_DECODERS)
+def test_beam_search_equals_the_textbook_algorithm_run_to_the_length_limit(kind, eos_bonus, alpha):
     # Cached decoding with beams reordered, early stopping, batching: none of them may change an output.
     # Stopping a source as soon as it has K finished outputs gets 9 of the 16 sources of model seed 3 wrong
     # (eos_bonus 4, alpha 1, both K): a longer output would have ended better.
     for seed in (0, 3):
-        model = EagerToStop(encdec(12, seed), eos_bonus)
+        model = EagerToStop(ENCODER_DECODERS[kind](12, seed), eos_bonus)
         src = torch.randint(3, 12, (16, 6), generator=torch.Generator().manual_seed(seed))
         for K in (2, 3):
             outputs = beam_search(model, src, K, 10, BOS, EOS, alpha)
@@ -145,14 +157,13 @@ def test_beam_search_equals_the_textbook_algorithm_run_to_the_length_limit(eos_b
             assert outputs == expected, (seed, K)
 
 
-def test_outputs_are_the_same_alone_and_inside_a_padded_batch():
+@pytest.mark.parametrize("kind", ENCODER_DECODERS)
+def test_outputs_are_the_same_alone_and_inside_a_padded_batch(kind):
     # Weights of the usual scale, so that attending to padding would change some outputs (it changes 7 of
-    # these 48 when cross-attention ignores the padding mask).
+    # encdec's 48 when cross-attention ignores the padding mask).
     lengths = [3, 9, 5, 1, 7, 2, 4, 6]
     for seed in range(3):
-        torch.manual_seed(seed)
-        config = EncDecConfig(vocab_size=30, block_size=16, n_layer=2, n_head=2, n_embd=16, dropout=0.0)
-        model = peaked(EncDec(config), scale=1.0)
+        model = ENCODER_DECODERS[kind](30, seed, scale=1.0)
         g = torch.Generator().manual_seed(seed)
         src = torch.full((len(lengths), max(lengths)), PAD)
         for row, n in enumerate(lengths):
@@ -184,9 +195,11 @@ class Recomputed:
         return self.model.decode(seen["tokens"], memory, pad)
 
 
-def test_cached_decoding_equals_recomputing_every_step():
-    model = encdec(30, seed=3)
+@pytest.mark.parametrize("kind", ENCODER_DECODERS)
+def test_cached_decoding_equals_recomputing_every_step(kind):
+    model = ENCODER_DECODERS[kind](30, seed=3)
     src = torch.randint(3, 30, (6, 8), generator=torch.Generator().manual_seed(3))
     for K in (1, 3, 5):
         assert beam_search(model, src, K, 14, BOS, EOS) == beam_search(Recomputed(model), src, K, 14, BOS, EOS)
     assert greedy(model, src, 14, BOS, EOS) == greedy(Recomputed(model), src, 14, BOS, EOS)
+    assert beam_search(model, src, 1, 14, BOS, EOS) == greedy(model, src, 14, BOS, EOS)  # beam 1 is greedy

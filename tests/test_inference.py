@@ -34,6 +34,24 @@ RUNS = {
     "gpt_equations": ["model=gpt", "data=modular", "data.p=11", "trainer.max_steps=20"],
     "encdec_equations": ["model=encdec", "data=modular", "data.p=11", "trainer.max_steps=20"],
     "t5_pairs": ["model=t5", "data=translation", "data.vocab_size=100", "span.input_length=16", "trainer.max_steps=20"],
+    # the pairs of a second layout (model.layout)
+    "t5_translation": [
+        "model=t5",
+        "model.layout=seq2seq",
+        "data=translation",
+        "data.vocab_size=100",
+        "trainer.max_steps=20",
+    ],
+    "t5_equations": ["model=t5", "model.layout=seq2seq", "data=modular", "data.p=11", "trainer.max_steps=20"],
+    "bert_text": ["model=bert", "model.layout=mlm", "data=shakespeare", "mlm.length=32", "trainer.max_steps=20"],
+    "bert_pairs": [
+        "model=bert",
+        "model.layout=mlm",
+        "data=translation",
+        "data.vocab_size=100",
+        "mlm.length=16",
+        "trainer.max_steps=20",
+    ],
 }
 
 
@@ -258,10 +276,22 @@ def test_inference_commands_have_help(module, capsys):
 
 
 @pytest.mark.parametrize(
-    "name", ["t5_text", "bert_equations", "gpt_pairs", "gpt_equations", "encdec_equations", "t5_pairs"]
+    "name",
+    [
+        "t5_text",
+        "bert_equations",
+        "gpt_pairs",
+        "gpt_equations",
+        "encdec_equations",
+        "t5_pairs",
+        "t5_translation",
+        "t5_equations",
+        "bert_text",
+        "bert_pairs",
+    ],
 )
 def test_evaluate_gives_each_models_best_validation_again(trained, tmp_path, name):
-    # every model x data pair but two tested elsewhere (gpt on text: test_train.py; encdec on pairs:
+    # every model x data x layout but two tested elsewhere (gpt on text: test_train.py; encdec on pairs:
     # test_translation.py)
     import json
 

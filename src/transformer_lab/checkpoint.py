@@ -148,26 +148,41 @@ def checkpoint_of(target: str | Path) -> Path:
     return path
 
 
-def init_weights(model: torch.nn.Module, source: str) -> tuple[str, list[str]]:
+def init_weights(
+    model: torch.nn.Module, source: str, vocabulary: dict | None = None
+) -> tuple[str, list[str], set[str]]:
     """Loads the tensors of `source` (a checkpoint or a run directory) that fit the model by name and
-    shape. Returns a one-line report and what did not fit (the model's tensors left as initialised,
-    then the checkpoint's unused ones)."""
+    shape. Where `vocabulary` (this run's data module's checkpoint_meta()) is the checkpoint's, the token
+    ids mean the same, so a tensor that differs only in its first dimension (the vocabulary's rows: T5's
+    sentinels, a masked LM's [MASK]) gets the rows both have. Returns a one-line report, what did not fit
+    (the model's tensors left as initialised, then the checkpoint's unused ones) and what was loaded."""
     try:
         path = checkpoint_of(source)
-        state = read_checkpoint(path)["state_dict"]
+        checkpoint = read_checkpoint(path)
     except UserError as e:
         raise ConfigError("init_from", str(e)) from None
-    state = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
+    state = {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
+    meta = checkpoint.get("transformer_lab") or {}
+    same_vocabulary = bool(vocabulary) and all(meta.get(key) == value for key, value in vocabulary.items())
     ours = model.state_dict()
     fits = {k: v for k, v in state.items() if k in ours and ours[k].shape == v.shape}
+    rows = {}  # name -> (rows copied, rows in the checkpoint)
+    for k, v in state.items():
+        if same_vocabulary and k in ours and k not in fits and v.shape[1:] == ours[k].shape[1:]:
+            n = min(len(v), len(ours[k]))
+            fits[k] = torch.cat([v[:n], ours[k][n:]])
+            rows[k] = (n, len(v))
     left, unused = sorted(set(ours) - set(fits)), sorted(set(state) - set(ours))  # (a shape misfit: left)
     model.load_state_dict(fits, strict=False)
     report = f"init_from {path}: loaded {len(fits)} of {len(ours)} tensors"
+    if rows:
+        copied = ", ".join(f"{k} ({n} of {m} rows)" for k, (n, m) in sorted(rows.items()))
+        report += f"; of the same vocabulary, the rows both have ({len(rows)}): {copied}"
     if left:
         report += f"; left as initialised ({len(left)}): {', '.join(left)}"
     if unused:
         report += f"; not in this model ({len(unused)}): {', '.join(unused)}"
-    return report, left + unused
+    return report, left + unused, set(fits)
 
 
 def load_model(path: str | Path, map_location: str = "cpu") -> tuple[torch.nn.Module, dict]:

@@ -52,6 +52,8 @@ def _schema(name: str, target: str, config_class: type, model: bool) -> type:
             fields.append((f.name, hints[f.name], field(default=f.default)))
     if model:
         fields.append(("compile", bool, field(default=False)))  # torch.compile the model (in place)
+        # the batches it reads, of the layouts its class declares (factory.py); None: its default
+        fields.append(("layout", Optional[str], field(default=None)))
     return dataclasses.make_dataclass(f"{config_class.__name__}Schema", fields)
 
 
@@ -63,6 +65,16 @@ class SpanCorruptionConfig:
     noise_density: float = 0.15  # share of a window's tokens dropped
     mean_noise_span_length: float = 3.0
     extra_ids: int = 100  # sentinel tokens, at the top of the vocabulary
+
+
+@dataclass
+class MaskedLMConfig:
+    """BERT's masked-LM objective (model=bert model.layout=mlm). Defaults are BERT's."""
+
+    length: int = 128  # tokens per sequence, [CLS] included
+    mask_prob: float = 0.15  # share of tokens chosen for prediction (the loss is on these only)
+    mask_token_prob: float = 0.8  # of the chosen: replaced by [MASK]
+    random_token_prob: float = 0.1  # replaced by a random token; the rest are kept as they are
 
 
 @dataclass
@@ -109,6 +121,7 @@ class OptimConfig:
     fused: Optional[bool] = True  # torch's fused AdamW kernel (CUDA and CPU); null lets torch choose
     skip_nonfinite: bool = False  # on an inf/nan loss: false stops the run, true skips the step (counted)
     label_smoothing: float = 0.1  # sequence-to-sequence training loss
+    pretrained_lr: Optional[float] = None  # with init_from: peak lr of the loaded tensors (null: lr, as the rest)
 
 
 @dataclass
@@ -166,6 +179,7 @@ def register() -> None:
     cs.store(name="sample_schema", node=SampleConfig, package="sample")
     cs.store(name="decode_schema", node=DecodeConfig, package="decode")
     cs.store(name="span_schema", node=SpanCorruptionConfig, package="span")
+    cs.store(name="mlm_schema", node=MaskedLMConfig, package="mlm")
 
 
 register()

@@ -3,10 +3,12 @@ names a model or a dataset.
 
 - A model YAML's `_target_` is a plain nn.Module class declaring `layout`, the batches it reads, and
   `config_class`, the dataclass of its settings: the YAML's keys, plus the sizes the data decides
-  (`DATA_DECIDED`, for those of them the dataclass has).
+  (`DATA_DECIDED`, for those of them the dataclass has). A model that can read several declares them all
+  in `layouts` (`layout` first); `model.layout` picks one.
 - A data YAML's `_target_` is a `data.base.DataModule` declaring the `layouts` it can produce; it is
   built with the model's layout.
-- The layout decides the task (`TASKS`). "spans" is made from the data's token streams.
+- The layout decides the task (`TASKS`). "spans" and "mlm" are made from the data's token streams
+  (`FROM_STREAMS`).
 
 So a model or dataset of your own is one Python file and one YAML (README: "Your own model or dataset").
 """
@@ -21,16 +23,26 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.data.base import DATA_DECIDED, DataModule
+from transformer_lab.data.masked_lm import MaskedLMDataModule
 from transformer_lab.data.span_corruption import SpanCorruptionDataModule
 from transformer_lab.errors import ConfigError
 from transformer_lab.tasks.classify import ClassificationTask
 from transformer_lab.tasks.lm import LanguageModelTask
+from transformer_lab.tasks.masked_lm import MaskedLMTask
 from transformer_lab.tasks.seq2seq import Seq2SeqTask
 from transformer_lab.tasks.span_corruption import SpanCorruptionTask
 from transformer_lab.validate import NOT_SETTINGS, check_pair, check_settings
 
 # A model's layout -> the task that trains it.
-TASKS = {"lm": LanguageModelTask, "seq2seq": Seq2SeqTask, "classify": ClassificationTask, "spans": SpanCorruptionTask}
+TASKS = {
+    "lm": LanguageModelTask,
+    "seq2seq": Seq2SeqTask,
+    "classify": ClassificationTask,
+    "spans": SpanCorruptionTask,
+    "mlm": MaskedLMTask,
+}
+# Layouts made from a text dataset's token streams: the wrapping data module, and its config section.
+FROM_STREAMS = {"spans": (SpanCorruptionDataModule, "span"), "mlm": (MaskedLMDataModule, "mlm")}
 
 
 def target_class(section: DictConfig | dict, key: str) -> type:
@@ -46,9 +58,26 @@ def model_class(cfg: DictConfig) -> type:
     for attribute in ("layout", "config_class"):
         if not hasattr(cls, attribute):
             raise ConfigError("model._target_", f"{cls.__qualname__} declares no `{attribute}` (see factory.py)")
-    if cls.layout not in TASKS:
-        raise ConfigError("model._target_", f"{cls.__qualname__}.layout is {cls.layout!r}; layouts: {', '.join(TASKS)}")
+    for layout in layouts_of(cls):
+        if layout not in TASKS:
+            raise ConfigError(
+                "model._target_", f"{cls.__qualname__} declares layout {layout!r}; layouts: {', '.join(TASKS)}"
+            )
     return cls
+
+
+def layouts_of(cls: type) -> tuple[str, ...]:
+    """The layouts a model class can read, its default first."""
+    return (cls.layout, *(layout for layout in getattr(cls, "layouts", ()) if layout != cls.layout))
+
+
+def model_layout(cfg: DictConfig) -> str:
+    """The layout this run's model reads: `model.layout`, or its class's default."""
+    cls = model_class(cfg)
+    layout = cfg.model.get("layout") or cls.layout
+    if layout not in layouts_of(cls):
+        raise ConfigError("model.layout", f"model={cfg.model.name} reads {', '.join(layouts_of(cls))}; got {layout!r}")
+    return layout
 
 
 @cache
@@ -86,8 +115,13 @@ def working_pairs(cfg: DictConfig) -> str:
     for model, model_target in models.items():
         for data, data_target in datas.items():
             try:
-                if get_class(model_target).layout in get_class(data_target).layouts:
-                    pairs.append(f"model={model} data={data}")
+                layouts = [lay for lay in layouts_of(get_class(model_target)) if lay in get_class(data_target).layouts]
+                if layouts:
+                    default = get_class(model_target).layout
+                    pairs += [
+                        f"model={model} data={data}" + ("" if lay == default else f" model.layout={lay}")
+                        for lay in layouts
+                    ]
             except Exception:  # noqa: BLE001
                 continue
     return ", ".join(pairs)
@@ -96,13 +130,13 @@ def working_pairs(cfg: DictConfig) -> str:
 def make_datamodule(cfg: DictConfig) -> DataModule:
     """The data module for this model, built but not yet set up (no file is read): its declared
     layouts are checked against the model's, and its constructor checks its own arguments."""
-    layout = model_class(cfg).layout
+    layout = model_layout(cfg)
     data_cls = target_class(cfg.data, "data")
     if layout not in getattr(data_cls, "layouts", ()):
+        reads = f"model={cfg.model.name}" + (f" model.layout={layout}" if cfg.model.get("layout") else "")
         raise ConfigError(
             "data",
-            f"model={cfg.model.name} does not train on data={cfg.data.name}; combinations "
-            f"that work: {working_pairs(cfg)}",
+            f"{reads} does not train on data={cfg.data.name}; combinations that work: {working_pairs(cfg)}",
         )
     settings = {
         k: v
@@ -110,10 +144,11 @@ def make_datamodule(cfg: DictConfig) -> DataModule:
         if k not in NOT_SETTINGS
     }
     datamodule = data_cls(**settings, layout=layout)  # checks its own arguments (a ConfigError naming the key)
-    if layout == "spans":  # the text's token streams, corrupted
-        datamodule = SpanCorruptionDataModule(
+    if layout in FROM_STREAMS:  # the text's token streams, corrupted or masked
+        wrapper, section = FROM_STREAMS[layout]
+        datamodule = wrapper(
             datamodule,
-            **cfg.span,
+            **cfg[section],
             batch_size=cfg.data.batch_size,
             val_batch_size=cfg.data.val_batch_size,
             seed=cfg.seed,
@@ -180,7 +215,7 @@ def build(cfg: DictConfig, overrides: list[str] | None = None, checkpoint_meta: 
         "vocab": None,
         **datamodule.checkpoint_meta(),
     }
-    task = TASKS[model_class(cfg).layout].build(cfg, model, datamodule, meta)
+    task = TASKS[model_layout(cfg)].build(cfg, model, datamodule, meta)
     return datamodule, model, task
 
 

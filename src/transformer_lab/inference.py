@@ -31,7 +31,7 @@ def load(target: str | None, command: str, device: str = "cpu"):
     path = checkpoint_of(target)
     model, meta = load_model(path, map_location=device)
     datamodule = datamodule_from_checkpoint(meta)
-    serves = command_for(model.layout, datamodule.kind)
+    serves = command_for(datamodule.layout, datamodule.kind)  # the layout the model was trained on
     if serves != command:
         config = meta["config"]
         hint = (

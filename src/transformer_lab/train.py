@@ -72,7 +72,7 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
     if resumed:
         check_state_fits(resumed.path, resumed.shapes, resumed.config, cfg, task)
     if cfg.get("init_from"):
-        report, misfits = init_weights(model, cfg.init_from)
+        report, misfits, task.pretrained = init_weights(model, cfg.init_from, datamodule.checkpoint_meta())
         _require(not (misfits and cfg.init_strict), "init_strict", f"not every tensor fits: {report}")
         log.info(report)
     summary = Summary()
@@ -119,6 +119,7 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
                 if throughput and throughput.flops_per_token
                 else None,
                 mfu=throughput.mfu if throughput else None,
+                train_time_s=round(throughput.train_time_s, 3) if throughput and throughput.train_time_s else None,
                 wall_time_s=round(time.time() - start_time, 3),
                 peak_mem_mb=round(peak_memory_mb(), 1),
                 n_params=sum(p.numel() for p in model.parameters()),  # a tied weight counts once

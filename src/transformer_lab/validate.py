@@ -20,7 +20,7 @@ from transformer_lab.errors import ConfigError, no_such_key
 from transformer_lab.errors import require as _require
 
 # Keys of a model or data section that select and describe, not settings of its dataclass.
-NOT_SETTINGS = ("_target_", "name", "compile")
+NOT_SETTINGS = ("_target_", "name", "compile", "layout")
 
 
 def _torch():
@@ -65,12 +65,12 @@ def check_pair(cfg: DictConfig, datamodule) -> None:
     if block_size is not None and datamodule.sequence_length is not None:
         _require(
             datamodule.sequence_length <= block_size,
-            f"data.{datamodule.length_key}",
+            datamodule.length_key if "." in datamodule.length_key else f"data.{datamodule.length_key}",
             f"sequences of {datamodule.sequence_length} tokens exceed the model's maximum, "
             f"model.block_size={block_size}",
         )
     if datamodule.endless:  # random windows without end: only steps end it
-        what = f"model={cfg.model.name}" if datamodule.layout == "spans" else f"data={cfg.data.name}"
+        what = f"model={cfg.model.name}" if hasattr(datamodule, "base") else f"data={cfg.data.name}"  # (spans, mlm)
         _require(trainer.max_steps >= 1, "trainer.max_steps", f"must be set: {what} draws random windows without end")
         _require(
             isinstance(trainer.val_check_interval, int),
@@ -120,6 +120,13 @@ def validate(cfg: DictConfig) -> None:
 
     # optimisation
     _require(optim.lr > 0, "optim.lr", f"must be positive, got {optim.lr}")
+    if optim.get("pretrained_lr") is not None:
+        _require(optim.pretrained_lr > 0, "optim.pretrained_lr", f"must be positive or null, got {optim.pretrained_lr}")
+        _require(
+            cfg.get("init_from") is not None,
+            "optim.pretrained_lr",
+            "applies to the weights init_from loads: give init_from",
+        )
     _require(0 <= optim.min_lr <= optim.lr, "optim.min_lr", f"must be in [0, optim.lr={optim.lr}], got {optim.min_lr}")
     _require(optim.warmup_steps >= 0, "optim.warmup_steps", f"must be >= 0, got {optim.warmup_steps}")
     _require(optim.weight_decay >= 0, "optim.weight_decay", f"must be >= 0, got {optim.weight_decay}")

@@ -52,6 +52,7 @@ class Throughput(L.Callback):
         self.tokens_per_sec: float | None = None
         self.flops_per_token: float | None = None
         self.mfu: float | None = None
+        self.train_time_s: float | None = None  # the wall time of training steps 2 to N (tokens_per_sec's)
         self._total = [0, 0, 0.0]  # tokens, flops, seconds
         self._window = [0, 0, 0.0]
         self._last: float | None = None
@@ -87,6 +88,7 @@ class Throughput(L.Callback):
             self._total = [a + b for a, b in zip(self._total, step)]
             tokens, flops, seconds = self._total
             self.tokens_per_sec, self.flops_per_token = tokens / seconds, flops / tokens
+            self.train_time_s = seconds
             self.mfu = self._mfu(flops, seconds, trainer.world_size)
         self._window = [a + b for a, b in zip(self._window, step)]
         if trainer.global_step % self.log_every_n_steps == 0:

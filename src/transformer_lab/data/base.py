@@ -7,7 +7,8 @@ one it is given as `layout`. The layouts, by what a batch holds:
 - "seq2seq": (source, target) ids padded with `pad_id`, the target starting with <bos> and ending with
   <eos>; evaluation batches carry the rows' indices third, to match `references(split)`;
 - "classify": token sequences and one class id each;
-- "spans": T5's span corruption, made by the factory from the module's `token_streams()`.
+- "spans": T5's span corruption, and "mlm": BERT's masked LM, both made by the factory from the module's
+  `token_streams()` (a module that has them declares these two).
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ class DataModule(L.LightningDataModule):
         raise NotImplementedError
 
     def token_streams(self):
-        """The splits as token streams (a `TokenStreams`), for the "spans" layout; after for_checkpoint()
+        """The splits as token streams (a `TokenStreams`), for the "spans" and "mlm" layouts; after for_checkpoint()
         alone, its vocabulary with empty splits."""
         raise NotImplementedError
 

@@ -42,7 +42,7 @@ class ShakespeareDataModule(DataModule):
     Validation: a fixed set, the non-overlapping windows of the last 10% in a fixed shuffled order, so
     `trainer.limit_val_batches` takes the same spread-out sample every time."""
 
-    layouts = ("lm", "spans")
+    layouts = ("lm", "spans", "mlm")
     kind = "text"
     endless = True
     length_key = "block_size"

@@ -203,7 +203,7 @@ class TranslationDataModule(DataModule):
     """Batches are (source ids + <eos>, <bos> + target ids + <eos>), padded with <pad> = 0; in the "lm"
     layout, one sequence `<bos> source <sep> target <eos>` for a decoder-only model (a prefix LM)."""
 
-    layouts = ("lm", "seq2seq", "spans")
+    layouts = ("lm", "seq2seq", "spans", "mlm")
     kind = "bleu"
     has_test_split = True
     length_key = "max_length"

@@ -1,17 +1,23 @@
-"""A BERT-style encoder classifier (Devlin et al. 2019), readable top to bottom.
+"""A BERT-style encoder (Devlin et al. 2019), readable top to bottom: a classifier, or a masked LM.
 
 Token + learned position embeddings (LayerNorm, dropout), a bidirectional encoder with a padding
 mask (post-LN layers as in BERT, pre-LN as an option; the layers are nn.TransformerEncoderLayer's
-computation on SDPA), pooling of the first ([CLS]) position through BERT's tanh pooler, or the mean
-over real tokens, and a linear classification head. Runs on its own:
+computation on SDPA). A classifier (n_classes set) pools the first ([CLS]) position through BERT's tanh
+pooler, or the mean over real tokens, into a linear head. A masked LM (n_classes None: BERT's
+pretraining) predicts every position's token through BERT's head: a GELU layer, LayerNorm, and the
+token embedding's transpose plus a bias. The encoder's weights have the same names in both, so a masked
+LM's encoder starts a classifier. Runs on its own:
 
     model = Bert(BertConfig(vocab_size=120, n_classes=113, n_layer=2, n_head=4, n_embd=128))
     logits = model(idx)              # (B, T) -> (B, n_classes); idx[:, 0] is [CLS], pad_id pads
+    mlm = Bert(BertConfig(vocab_size=120, n_layer=2, n_head=4, n_embd=128))
+    logits = mlm(idx)                # (B, T) -> (B, T, vocab_size)
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from transformer_lab.models.configs import BertConfig
@@ -19,8 +25,23 @@ from transformer_lab.models.encdec import EncoderLayer
 from transformer_lab.models.flops import attention_flops, linear_flops
 
 
+class MaskedLMHead(nn.Module):
+    """BERT's: dense + GELU + LayerNorm, then logits from the (tied) token embedding and a bias per token."""
+
+    def __init__(self, C: int, vocab_size: int, bias: bool):
+        super().__init__()
+        self.dense = nn.Linear(C, C)
+        self.norm = nn.LayerNorm(C, eps=1e-12, bias=bias)
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+
+    def forward(self, x: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
+        # x: (B, T, C), embedding: (V, C) -> (B, T, V)
+        return F.linear(self.norm(F.gelu(self.dense(x))), embedding, self.bias)
+
+
 class Bert(nn.Module):
     layout = "classify"  # what it reads: token sequences and a class each (data/base.py)
+    layouts = ("classify", "mlm")  # or masked token sequences (model.layout=mlm, with n_classes None)
     config_class = BertConfig
 
     def __init__(self, config: BertConfig):
@@ -44,8 +65,10 @@ class Bert(nn.Module):
             for _ in range(config.n_layer)
         )
         self.final_norm = nn.LayerNorm(C, bias=config.bias) if config.norm_first else nn.Identity()
-        self.pooler = nn.Linear(C, C) if config.pooling == "cls" else None
-        self.head = nn.Linear(C, config.n_classes)
+        classify = config.n_classes is not None
+        self.pooler = nn.Linear(C, C) if classify and config.pooling == "cls" else None
+        self.head = nn.Linear(C, config.n_classes) if classify else None
+        self.mlm_head = None if classify else MaskedLMHead(C, config.vocab_size, config.bias)
         self.apply(self._init_weights)
 
     @staticmethod
@@ -71,14 +94,19 @@ class Bert(nn.Module):
         return self.final_norm(x), pad
 
     def forward_flops(self, T: int) -> int:
-        """Matmul FLOPs of one forward pass over a sequence of T tokens (see models/flops.py); the pooler and
-        the head see one vector per sequence."""
-        encoder = linear_flops(self.encoder, T) + self.config.n_layer * attention_flops(self.config.n_embd, T, T)
+        """Matmul FLOPs of one forward pass over a sequence of T tokens (see models/flops.py); a classifier's
+        pooler and head see one vector per sequence, a masked LM's head every position."""
+        C = self.config.n_embd
+        encoder = linear_flops(self.encoder, T) + self.config.n_layer * attention_flops(C, T, T)
+        if self.mlm_head is not None:
+            return encoder + linear_flops(self.mlm_head, T) + 2 * T * C * self.config.vocab_size
         return encoder + linear_flops(self.head, 1) + (linear_flops(self.pooler, 1) if self.pooler else 0)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        # idx: (B, T) -> logits (B, n_classes)
+        # idx: (B, T) -> logits (B, n_classes), or a masked LM's (B, T, vocab_size)
         x, pad = self.encode(idx)
+        if self.mlm_head is not None:
+            return self.mlm_head(x, self.wte.weight)
         if self.pooler is not None:
             pooled = torch.tanh(self.pooler(x[:, 0]))  # (B, C) from [CLS]
         else:

@@ -72,7 +72,7 @@ class EncDecConfig:
 @dataclass
 class BertConfig:
     vocab_size: int = 30522
-    n_classes: int = 2
+    n_classes: int | None = None  # None: a masked LM (BERT's pretraining head) instead of a classifier
     block_size: int = 512  # the longest sequence (position embeddings)
     n_layer: int = 4
     n_head: int = 4

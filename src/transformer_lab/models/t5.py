@@ -94,6 +94,7 @@ class Block(nn.Module):
 
 class T5(nn.Module):
     layout = "spans"  # what it reads: span-corrupted token streams (T5's objective) (data/base.py)
+    layouts = ("spans", "seq2seq")  # or source/target pairs (model.layout=seq2seq: translation)
     config_class = T5Config
 
     def __init__(self, config: T5Config):

@@ -31,6 +31,7 @@ class Task(L.LightningModule):
         self.hypotheses: dict[int, str] = {}  # row of the evaluation split -> decoded output
         self.truncated_outputs = 0  # of this evaluation's outputs, those stopped at the model's length limit
         self.translations_dir: Path | None = None  # where report_bleu writes what it scored (a run sets it)
+        self.pretrained: set[str] = set()  # the model's tensors init_from loaded (optim.pretrained_lr applies)
 
     @classmethod
     def build(cls, cfg, model: torch.nn.Module, datamodule, checkpoint_meta: dict) -> Task:
@@ -151,7 +152,16 @@ class Task(L.LightningModule):
             # False: torch then takes its multi-tensor (foreach) kernels on a GPU; an explicit False means
             # a loop over the parameters, which made the optimizer half of a multi30k step on an H100.
             fused = None
-        optimizer = adamw(self.model, o["lr"], o["weight_decay"], tuple(o["betas"]), o["eps"], fused)
+        optimizer = adamw(
+            self.model,
+            o["lr"],
+            o["weight_decay"],
+            tuple(o["betas"]),
+            o["eps"],
+            fused,
+            pretrained=self.pretrained,
+            pretrained_lr=o.get("pretrained_lr"),
+        )
         decay_steps = o["decay_steps"] or max(self.trainer.max_steps, 1)
         schedule = partial(
             warmup_cosine, lr=o["lr"], min_lr=o["min_lr"], warmup_steps=o["warmup_steps"], decay_steps=decay_steps

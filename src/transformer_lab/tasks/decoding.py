@@ -3,6 +3,7 @@ for a decoder-only model continuing prompts); T5's greedy span fills.
 
 The model embeds at most `config.block_size` positions on either side: longer sources are cut to it,
 and outputs stop at it (counted in `Decoded.truncated`) instead of asking for a position it has none for.
+A model whose config has no block_size (T5: relative positions) has no such limit.
 """
 
 from __future__ import annotations
@@ -12,6 +13,11 @@ from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
+
+
+def position_limit(model) -> int | None:
+    """The most positions the model embeds on either side, or None for no limit."""
+    return getattr(model.config, "block_size", None)
 
 
 @dataclass
@@ -33,7 +39,7 @@ def _reorder(cache: list[dict], index: torch.Tensor) -> None:
 def greedy(model, src: torch.Tensor, max_len: int, bos: int, eos: int) -> list[list[int]]:
     """The most likely token at each step, for a batch of sources (B, S); outputs stop at <eos>, or after
     max_len tokens (at most the model's block_size)."""
-    max_len = min(max_len, model.config.block_size)
+    max_len = min(max_len, position_limit(model) or max_len)
     memory, pad = model.encode(src)
     cache = model.new_cache()
     tokens = torch.full((src.size(0), 1), bos, dtype=torch.long, device=src.device)
@@ -67,7 +73,7 @@ def beam_search(
     A source stops early only once no partial output can still end better than its best finished one
     (its log-probability can only fall, and the length penalty divides it by at most that of max_len), so
     stopping early never changes the result."""
-    max_len = min(max_len, model.config.block_size)
+    max_len = min(max_len, position_limit(model) or max_len)
     B, K = src.size(0), beam_size
     memory, pad = model.encode(src)
     memory, pad = memory.repeat_interleave(K, 0), pad.repeat_interleave(K, 0)  # (B*K, S, C)
@@ -144,7 +150,7 @@ def decode(
 ) -> Decoded:
     """Beam search, or for beam_size 1 the batched greedy loop that gives the same outputs faster.
     Never asks the model for a position past its block_size: see the module's docstring."""
-    limit = model.config.block_size
+    limit = position_limit(model) or max(src.size(1), max_len)
     src, sources_truncated, longest = fit_sources(src, limit, model.config.pad_id, eos)
     if beam_size == 1:
         outputs = greedy(model, src, max_len, bos, eos)
