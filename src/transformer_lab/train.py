@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import resource
 import time
 import warnings
@@ -40,6 +41,9 @@ for _name in ("lightning", "lightning.pytorch", "lightning.fabric"):  # its line
     logging.getLogger(_name).propagate = True
 # Lightning 2.6 calls a torch pytree API that torch 2.13 deprecates; nothing for a user to act on.
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+# Lightning says so on every machine where SLURM is installed, to each run that is not a SLURM task; here
+# hydra/launcher=slurm is the way onto the cluster (README), and a run on the login node is meant.
+warnings.filterwarnings("ignore", message=r"The `srun` command is available on your system but is not used")
 
 
 def peak_memory_mb() -> float:
@@ -63,6 +67,16 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
     validate(cfg)
     output_dir = Path(cfg.paths.output_dir)
     log.info("run directory: %s", output_dir)
+    if "SLURM_JOB_ID" in os.environ and "SLURM_PROCID" in os.environ:  # a task of a SLURM job (srun)
+        env = os.environ
+        log.info(
+            "SLURM job %s: task %s of %s on node %s",
+            env.get("SLURM_ARRAY_JOB_ID", env["SLURM_JOB_ID"])
+            + (f"_{env['SLURM_ARRAY_TASK_ID']}" if "SLURM_ARRAY_TASK_ID" in env else ""),
+            env["SLURM_PROCID"],
+            env.get("SLURM_NTASKS", "?"),
+            env.get("SLURMD_NODENAME", "?"),
+        )
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     if torch.cuda.is_available():
         torch.set_float32_matmul_precision("high")
