@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 
 import pytest
@@ -34,7 +35,8 @@ def slurm(tmp_path_factory):
     if started.returncode == 3:
         pytest.skip(f"no local SLURM cluster: {started.stderr.strip()}")
     assert started.returncode == 0, started.stdout + started.stderr
-    env = {**os.environ, "SLURM_CONF": str(directory / "slurm.conf")}
+    # sacct answers from the controller's record (this cluster keeps no accounting database)
+    env = {**os.environ, "SLURM_CONF": str(directory / "slurm.conf"), "PATH": f"{SCRIPT.parent}:{os.environ['PATH']}"}
     yield env
     subprocess.run(["bash", str(SCRIPT), "stop", str(directory)], check=True, timeout=60)
     assert not list((directory / "pids").glob("*.pid"))  # every daemon it started, stopped
@@ -144,3 +146,107 @@ def test_optuna_trials_run_as_parallel_slurm_jobs(slurm, tmp_path):
     results = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
     assert set(results["best_params"]) == {"optim.lr", "optim.weight_decay", "callbacks.grokfast.lamb"}
     assert results["best_value"] == pytest.approx(max(t["val/acc_best"] for t in trials))
+
+
+SHORT_RUN = [*MODULAR, "trainer.max_steps=400", "trainer.val_check_interval=100", "trainer.log_every_n_steps=10"]
+
+
+class Job:
+    """One job of `python train.py -m hydra/launcher=slurm ...` started in the background, and its run."""
+
+    def __init__(self, slurm, tmp_path, *overrides):
+        self.slurm, self.run = slurm, tmp_path / "sweep" / "0"
+        command = [sys.executable, str(ROOT / "train.py"), "-m", *ON_SLURM, "hardware=cpu", "trainer.devices=1"]
+        command += [*SHORT_RUN, *overrides, f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+        self.launcher = subprocess.Popen(
+            command, cwd=tmp_path, env=slurm, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+
+    def wait_for_step(self, step: int) -> str:
+        """Once the run has logged `step`: its SLURM job id."""
+        metrics = self.run / "metrics.jsonl"
+        for _ in range(1200):
+            if metrics.is_file() and any(json.loads(line)["step"] >= step for line in metrics.open()):
+                (job,) = [j["JobId"] for j in scontrol_jobs(self.slurm, settled=False) if j["JobState"] == "RUNNING"]
+                return job
+            time.sleep(0.05)
+        self.launcher.kill()
+        raise AssertionError(f"step {step} never came: {self.launcher.communicate()[0][-3000:]}")
+
+    def start_again_now(self, job: str) -> None:
+        """A requeued job waits (SLURM makes it eligible two minutes on); start it as soon as it is pending."""
+        for _ in range(600):
+            (state,) = [j for j in scontrol_jobs(self.slurm, settled=False) if j["JobId"] == job]
+            if state["JobState"] == "PENDING":
+                scontrol("update", f"JobId={job}", "StartTime=now", env=self.slurm)
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"job {job} was not requeued: {state}")
+
+    def finish(self) -> str:
+        try:
+            output, _ = self.launcher.communicate(timeout=240)
+        finally:
+            self.launcher.kill()  # (a no-op once it has ended)
+        return output
+
+    def log(self) -> str:
+        return (self.run / "train.log").read_text()
+
+    def summary(self) -> dict:
+        return json.loads((self.run / "summary.json").read_text())
+
+
+def scontrol(*args: str, env=None) -> None:
+    subprocess.run(["scontrol", *args], check=True, capture_output=True, env=env)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The short run without SLURM, nothing stopping it."""
+    run = tmp_path_factory.mktemp("uninterrupted")
+    result = run_train(*SHORT_RUN, f"hydra.run.dir={run}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads((run / "summary.json").read_text())
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("how", ["scontrol requeue", "time limit"])
+def test_a_requeued_job_resumes_from_its_checkpoint_and_ends_as_if_never_stopped(slurm, tmp_path, uninterrupted, how):
+    job = Job(slurm, tmp_path)
+    job_id = job.wait_for_step(150)
+    if how == "scontrol requeue":  # a preemption, or an administrator: SIGTERM, and the job queued again
+        scontrol("requeue", job_id, env=slurm)
+    else:  # what `#SBATCH --signal=USR2@S` sends S seconds before the time limit (hydra.launcher.signal_delay_s)
+        subprocess.run(["scancel", "--signal=USR2", job_id], check=True, env=slurm)
+    job.start_again_now(job_id)
+    output = job.finish()
+    assert job.launcher.returncode == 0, output[-3000:]
+    log = job.log()
+    stopped = re.search(r"interrupted at step (\d+); saved .*last.ckpt", log)
+    assert stopped and 150 <= int(stopped[1]) < 400, log
+    if how == "time limit":
+        assert "the job's time limit is near; stopping after this step" in log
+        assert f"SLURM job {job_id} requeued: it resumes from" in log
+    assert "SLURM requeued this job (restart 1): resuming from its last.ckpt" in log
+    summary = job.summary()
+    assert summary["status"] == "completed" and summary["global_step"] == 400
+    for key in ("train/loss", "val/loss", "val/acc", "val/loss_best"):
+        assert summary[key] == pytest.approx(uninterrupted[key], abs=1e-6), key
+
+
+@pytest.mark.e2e
+def test_scancel_leaves_an_interrupted_run_and_its_checkpoint(slurm, tmp_path):
+    job = Job(slurm, tmp_path)
+    job_id = job.wait_for_step(150)
+    subprocess.run(["scancel", job_id], check=True, env=slurm)
+    output = job.finish()
+    # the submitting side: one line, no traceback
+    assert job.launcher.returncode == 1 and "Traceback" not in output, output[-3000:]
+    assert f"error: SLURM job {job_id} ended without a result (state: CANCELLED); its logs: " in output
+    summary = job.summary()
+    assert summary["status"] == "interrupted" and 150 <= summary["global_step"] < 400
+    assert (job.run / "checkpoints" / "last.ckpt").is_file()
+    assert f"interrupted at step {summary['global_step']}; saved" in job.log()
+    (state,) = [j for j in scontrol_jobs(slurm) if j["JobId"] == job_id]
+    assert state["JobState"] == "CANCELLED"

@@ -138,7 +138,19 @@ COMPLETED_TRIALS: list[Path] = []
 
 def sweep_problem(error: BaseException) -> str | None:
     """What ended a multirun, in one line, when its trials failed (all of them: Optuna then finds no best
-    trial; or some, with a sweeper that reports failures at the end or stops at one). None otherwise."""
+    trial; or some, with a sweeper that reports failures at the end or stops at one), or when a SLURM job
+    ended without a result (scancel, a node failure, the time limit of a run that could not requeue).
+    None otherwise."""
+    if type(error).__name__ == "UncompletedJobError":  # submitit's (hydra/launcher=slurm)
+        found = re.search(
+            r"Job (\S+) \(task: \d+\) with path (\S+)\s+has not produced any output \(state: ([^)]*)\)", str(error)
+        )
+        if found:
+            job, result, state = found.groups()
+            return (
+                f"SLURM job {job} ended without a result (state: {state}); its logs: {Path(result).parent}; "
+                "its run directory keeps what it wrote (summary.json, checkpoints: ckpt_path=last resumes it)"
+            )
     if not FAILED_TRIALS or not isinstance(error, (TrialFailed, ValueError, RuntimeError)):
         return None
     logs = ", ".join(str(directory / "train.log") for directory, _ in FAILED_TRIALS)

@@ -8,14 +8,18 @@ value). What may not change (the architecture, tensor shapes, the data) is check
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from transformer_lab.checkpoint import check_compatible, checkpoint_path, read_checkpoint
 from transformer_lab.errors import ConfigError, UserError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -71,10 +75,28 @@ def _recompose(overrides: list[str]) -> DictConfig:
     return cfg
 
 
+def requeued(cfg: DictConfig) -> bool:
+    """A SLURM job started again after a requeue (preemption, `scontrol requeue`, its time limit near: see
+    callbacks/interrupt.py) whose run directory holds the checkpoint it stopped at."""
+    return (
+        int(os.environ.get("SLURM_RESTART_COUNT") or 0) > 0
+        and cfg.ckpt_path is None
+        and (Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt").is_file()
+    )
+
+
 def resume_config(cfg: DictConfig) -> tuple[DictConfig, Resumed | None, list[str] | None]:
     """The config to run, the checkpoint it resumes (None for a new run), and the overrides the run's
-    config is composed from (kept in its checkpoints; None outside a Hydra app)."""
+    config is composed from (kept in its checkpoints; None outside a Hydra app). A requeued SLURM job
+    resumes its own run directory's last.ckpt (its first start's init_from is in there already)."""
     overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else None
+    if requeued(cfg):
+        log.info("SLURM requeued this job (restart %s): resuming from its last.ckpt", os.environ["SLURM_RESTART_COUNT"])
+        with open_dict(cfg):
+            cfg.ckpt_path, cfg.init_from = "last", None
+        if overrides is not None:
+            started = ("init_from", "init_strict", "ckpt_path")
+            overrides = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in started] + ["ckpt_path=last"]
     path = checkpoint_path(cfg)
     if path is None:
         return cfg, None, overrides

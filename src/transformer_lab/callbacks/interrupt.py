@@ -1,10 +1,12 @@
-"""Ctrl-C and SIGTERM stop a run at the next step boundary with a checkpoint to resume from."""
+"""Ctrl-C and SIGTERM stop a run at the next step boundary with a checkpoint to resume from; in a SLURM job,
+so does the signal of its time limit drawing near, and the job is then requeued to resume."""
 
 from __future__ import annotations
 
 import logging
 import os
 import signal
+import subprocess
 from pathlib import Path
 
 import lightning as L
@@ -17,12 +19,20 @@ class GracefulInterrupt(L.Callback):
     """Lightning already turns SIGTERM into a clean stop after the current step (SIGTERMException). The
     first Ctrl-C is made a SIGTERM too, instead of a KeyboardInterrupt that may land mid-step; a second
     Ctrl-C interrupts at once. On such a stop the run's state is saved to `ckpt_path`, so
-    `ckpt_path=last` resumes exactly where it stopped."""
+    `ckpt_path=last` resumes exactly where it stopped.
+
+    In a SLURM job, SIGUSR2 is the signal hydra/launcher=slurm asks SLURM to send `signal_delay_s` before
+    the time limit (`#SBATCH --signal=USR2@...`): the run stops the same way, and once its checkpoint is
+    saved, `scontrol requeue` puts the job back in the queue; started again, it resumes from that
+    checkpoint (resume.py). A preemption or `scontrol requeue` sends SIGTERM: the checkpoint, then the
+    same restart."""
 
     def __init__(self, ckpt_path: str | Path):
         self.ckpt_path = Path(ckpt_path)
         self.by_ctrl_c = False
+        self.requeue = False  # stopped by the time limit's signal: requeue the job once saved
         self._previous_sigint = None
+        self._previous_sigusr2 = None
 
     def _on_sigint(self, signum, frame):
         signal.signal(signal.SIGINT, self._previous_sigint)  # a second Ctrl-C: no more waiting
@@ -30,9 +40,16 @@ class GracefulInterrupt(L.Callback):
         log.info("Ctrl-C: stopping after this step and saving a checkpoint (Ctrl-C again to abort)")
         os.kill(os.getpid(), signal.SIGTERM)
 
+    def _on_time_limit(self, signum, frame):
+        self.requeue = True
+        log.info("SLURM: the job's time limit is near; stopping after this step, saving a checkpoint, requeueing")
+        os.kill(os.getpid(), signal.SIGTERM)
+
     def on_fit_start(self, trainer, pl_module):
         if trainer.is_global_zero and hasattr(signal, "SIGTERM"):
             self._previous_sigint = signal.signal(signal.SIGINT, self._on_sigint)
+        if "SLURM_JOB_ID" in os.environ and hasattr(signal, "SIGUSR2"):  # (in place of submitit's handler)
+            self._previous_sigusr2 = signal.signal(signal.SIGUSR2, self._on_time_limit)
 
     def on_fit_end(self, trainer, pl_module):
         self._restore()
@@ -52,8 +69,18 @@ class GracefulInterrupt(L.Callback):
             saved,
             self.ckpt_path.parent.parent,
         )
+        if self.requeue and trainer.is_global_zero:
+            job = os.environ["SLURM_JOB_ID"]
+            requeued = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
+            if requeued.returncode == 0:
+                log.info("SLURM job %s requeued: it resumes from %s when it starts again", job, self.ckpt_path)
+            else:
+                log.warning("SLURM job %s could not be requeued: %s", job, requeued.stderr.strip())
 
     def _restore(self):
         if self._previous_sigint is not None:
             signal.signal(signal.SIGINT, self._previous_sigint)
             self._previous_sigint = None
+        if self._previous_sigusr2 is not None:
+            signal.signal(signal.SIGUSR2, self._previous_sigusr2)
+            self._previous_sigusr2 = None
