@@ -29,14 +29,3 @@ class KillAt(L.Callback):
         if trainer.global_step == self.step:
             os.kill(os.getpid(), self.signum)
 
-
-class SlowSteps(L.Callback):
-    """Sleeps `seconds` after each training step: a long run that barely uses the CPU."""
-
-    def __init__(self, seconds: float):
-        self.seconds = seconds
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        import time
-
-        time.sleep(self.seconds)
