@@ -28,4 +28,3 @@ class KillAt(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if trainer.global_step == self.step:
             os.kill(os.getpid(), self.signum)
-

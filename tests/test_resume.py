@@ -38,6 +38,7 @@ NOT_COMPARED = {
     "flops_per_token",
     "mfu",
     "wall_time_s",
+    "train_time_s",
     "peak_mem_mb",
 }
 
