@@ -31,6 +31,11 @@ class Resumed:
     shapes: dict[str, tuple[int, ...]]  # its tensors' shapes
 
 
+def override_key(override: str) -> str:
+    """The key an override sets, without its `+` (add) or `~` (delete) prefix."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
 def run_overrides(path: Path, meta: dict) -> list[str] | None:
     """The overrides the checkpoint's run was composed from, less those that only started it (the weights
     it was initialised from: a checkpoint of the run holds its own)."""
@@ -41,20 +46,16 @@ def run_overrides(path: Path, meta: dict) -> list[str] | None:
         if not record.is_file():
             return None
         overrides = list(OmegaConf.load(record))
-    return [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in ("init_from", "init_strict")]
+    return [o for o in overrides if override_key(o) not in ("init_from", "init_strict")]
 
 
 def merge_overrides(base: list[str], top: list[str]) -> list[str]:
     """`base` then `top`, one override per key: a key in both takes top's value (and base's `+`, which
     added it to the config, so it is added again)."""
-
-    def key(override: str) -> str:
-        return override.split("=", 1)[0].lstrip("+~")
-
-    base_form = {key(o): o for o in base}
-    merged = [o for o in base if key(o) not in {key(t) for t in top}]
+    base_form = {override_key(o): o for o in base}
+    merged = [o for o in base if override_key(o) not in {override_key(t) for t in top}]
     for override in top:
-        added = base_form.get(key(override), "").startswith("+") and not override.startswith(("+", "~"))
+        added = base_form.get(override_key(override), "").startswith("+") and not override.startswith(("+", "~"))
         merged.append(f"+{override}" if added else override)
     return merged
 
@@ -96,7 +97,7 @@ def resume_config(cfg: DictConfig) -> tuple[DictConfig, Resumed | None, list[str
             cfg.ckpt_path, cfg.init_from = "last", None
         if overrides is not None:
             started = ("init_from", "init_strict", "ckpt_path")
-            overrides = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in started] + ["ckpt_path=last"]
+            overrides = [o for o in overrides if override_key(o) not in started] + ["ckpt_path=last"]
     path = checkpoint_path(cfg)
     if path is None:
         return cfg, None, overrides
