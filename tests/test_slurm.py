@@ -174,10 +174,13 @@ class Job:
         raise AssertionError(f"step {step} never came: {self.launcher.communicate()[0][-3000:]}")
 
     def start_again_now(self, job: str) -> None:
-        """A requeued job waits (SLURM makes it eligible two minutes on); start it as soon as it is pending."""
+        """A requeued job waits (SLURM makes it eligible two minutes on); start it once it is pending. Not in
+        the second its first run was killed: slurmd refuses a job's credential issued in the same second as
+        the one it revoked ("Job credential revoked"), and the job then fails without running."""
         for _ in range(600):
             (state,) = [j for j in scontrol_jobs(self.slurm, settled=False) if j["JobId"] == job]
             if state["JobState"] == "PENDING":
+                time.sleep(1.1)
                 scontrol("update", f"JobId={job}", "StartTime=now", env=self.slurm)
                 return
             time.sleep(0.05)
@@ -189,6 +192,12 @@ class Job:
         finally:
             self.launcher.kill()  # (a no-op once it has ended)
         return output
+
+    def story(self) -> str:
+        """What a failed assertion shows: the job's SLURM logs, its run's train.log and the states SLURM keeps."""
+        logs = sorted((self.run.parent / ".submitit").glob("*/*_log.*")) + [self.run / "train.log"]
+        parts = [f"== {p}\n{p.read_text()[-2500:]}" for p in logs if p.is_file()]
+        return "\n".join([*parts, f"== scontrol: {scontrol_jobs(self.slurm, settled=False)}"])
 
     def log(self) -> str:
         return (self.run / "train.log").read_text()
@@ -221,7 +230,7 @@ def test_a_requeued_job_resumes_from_its_checkpoint_and_ends_as_if_never_stopped
         subprocess.run(["scancel", "--signal=USR2", job_id], check=True, env=slurm)
     job.start_again_now(job_id)
     output = job.finish()
-    assert job.launcher.returncode == 0, output[-3000:]
+    assert job.launcher.returncode == 0, output[-3000:] + job.story()
     log = job.log()
     stopped = re.search(r"interrupted at step (\d+); saved .*last.ckpt", log)
     assert stopped and 150 <= int(stopped[1]) < 400, log
