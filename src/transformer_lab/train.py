@@ -44,6 +44,8 @@ warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
 # Lightning says so on every machine where SLURM is installed, to each run that is not a SLURM task; here
 # hydra/launcher=slurm is the way onto the cluster (README), and a run on the login node is meant.
 warnings.filterwarnings("ignore", message=r"The `srun` command is available on your system but is not used")
+# Under bf16-mixed the weights stay float32, which is what the model summary's size assumes after this warning.
+warnings.filterwarnings("ignore", message=r"Precision bf16-mixed is not supported by the model summary")
 
 
 def peak_memory_mb() -> float:
