@@ -81,21 +81,27 @@ def run_train(*overrides, cwd=ROOT, env=None, timeout=300):
 
 
 class TrainProcess:
-    """`python train.py ARGS` for many short runs (bad inputs: each ends before training): every run goes
+    """`python train.py ARGS` for many runs (bad inputs, short trainings): every run goes
     through train.py as __main__ in one long-lived process (tests/train_driver.py), so the imports are paid
     once. Results look like subprocess.run's."""
 
     def __init__(self, env=None):
-        self.process = subprocess.Popen(
+        self.env = {**os.environ, "WANDB_SILENT": "true", **(env or {})}
+        self.process = self._start()
+
+    def _start(self):
+        return subprocess.Popen(
             [sys.executable, str(ROOT / "tests" / "train_driver.py")],
             cwd=ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
-            env={**os.environ, "WANDB_SILENT": "true", **(env or {})},
+            env=self.env,
         )
 
     def run(self, *overrides):
+        if self.process.poll() is not None:  # a run that killed it fails alone, not every run after it
+            self.process = self._start()
         self.process.stdin.write(json.dumps([str(o) for o in overrides]) + "\n")
         self.process.stdin.flush()
         return subprocess.CompletedProcess(overrides, **json.loads(self.process.stdout.readline()))
@@ -103,3 +109,12 @@ class TrainProcess:
     def close(self):
         self.process.stdin.close()
         self.process.wait(timeout=60)
+
+
+@pytest.fixture(scope="session")
+def train_process():
+    """One TrainProcess per test worker, for the short trainings of tests that need nothing of a fresh
+    interpreter (no signal, environment or working directory of their own): the imports are paid once."""
+    process = TrainProcess()
+    yield process
+    process.close()

@@ -8,7 +8,7 @@ from test_encdec import copy_attention, copy_common, randomise
 from test_train import logged, recomputed_val_accuracy
 from torch import nn
 
-from conftest import TINY, run_train
+from conftest import TINY
 from transformer_lab.models.bert import Bert, BertConfig
 
 C, H, FF = 32, 4, 64
@@ -84,8 +84,8 @@ def test_extra_padding_changes_no_output(pooling, norm_first):
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
-def test_bert_learns_modular_answers(pooling, tmp_path):
-    result = run_train(
+def test_bert_learns_modular_answers(pooling, tmp_path, train_process):
+    result = train_process.run(
         "model=bert",
         "data=modular",
         "data.p=11",

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from conftest import TINY, run_train
+from conftest import TINY
 from transformer_lab.callbacks import GrokfastEMA
 
 
@@ -32,8 +32,8 @@ def test_filter_adds_lamb_times_the_gradients_running_average():
 
 
 @pytest.mark.e2e
-def test_grokfast_from_the_command_line(tmp_path):
-    result = run_train(
+def test_grokfast_from_the_command_line(tmp_path, train_process):
+    result = train_process.run(
         "data=modular",
         "data.p=11",
         "data.train_fraction=0.9",

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT, TINY, run_train
+from conftest import ROOT, TINY
 from test_translation import write_pairs
 from transformer_lab import translate as translate_cli
 from transformer_lab.data.translation import EOS, PAD
@@ -76,12 +76,12 @@ def test_a_short_max_len_is_not_counted_as_truncation():
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
+def checkpoint(tmp_path_factory, train_process):
     """A tiny encoder-decoder trained on toy pairs with data.max_length=12 (10 source tokens)."""
     tmp = tmp_path_factory.mktemp("short")
     pairs = write_pairs(tmp / "pairs.tsv", n=300)
     run = tmp / "run"
-    result = run_train(
+    result = train_process.run(
         "model=encdec",
         "data=translation",
         f"data.path={pairs}",
@@ -150,11 +150,11 @@ def test_outputs_come_batch_by_batch_and_a_failing_line_loses_only_itself(checkp
 
 @pytest.mark.e2e
 @pytest.mark.skipif(not MULTI30K.exists(), reason=f"{MULTI30K} missing: run `make data`")
-def test_training_with_a_short_max_length_completes_with_test_bleu(tmp_path):
+def test_training_with_a_short_max_length_completes_with_test_bleu(tmp_path, train_process):
     # Multi30k's test sentences run to 40+ tokens: data.max_length=12 cuts most of them, and decoding
     # (source length + decode.max_extra_len) would pass the model's 12 positions at every sentence.
     run = tmp_path / "run"
-    result = run_train(
+    result = train_process.run(
         "model=encdec",
         "data=translation",
         "data.max_length=12",

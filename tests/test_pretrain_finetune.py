@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 import torch
 
-from conftest import ROOT, SHAKESPEARE, TINY, needs_shakespeare, run_train
+from conftest import ROOT, SHAKESPEARE, TINY, needs_shakespeare
 from test_translation import bleu_matches_the_written_translations, write_pairs
 from transformer_lab.checkpoint import init_weights
 from transformer_lab.models.bert import Bert, BertConfig
@@ -99,13 +99,13 @@ SMALL_T5 = [
 
 
 @pytest.fixture(scope="module")
-def span_pretrained(tmp_path_factory):
+def span_pretrained(tmp_path_factory, train_process):
     """T5 pretrained by span corruption on both sides of the toy pairs (the module's one pretraining)."""
     tmp = tmp_path_factory.mktemp("t5")
     pairs = write_pairs(tmp / "pairs.tsv", n=600)
     common = [f"data.path={pairs}", f"paths.data_dir={tmp / 'data'}", *SMALL_T5]
     run = tmp / "pretrained"
-    result = run_train(
+    result = train_process.run(
         "model=t5",
         "data=translation",
         *common,
@@ -119,10 +119,10 @@ def span_pretrained(tmp_path_factory):
 
 
 @pytest.mark.e2e
-def test_t5_fine_tuned_for_translation_from_span_corruption(span_pretrained, tmp_path):
+def test_t5_fine_tuned_for_translation_from_span_corruption(span_pretrained, tmp_path, train_process):
     pretrained, pairs, common = span_pretrained
     run = tmp_path / "finetuned"
-    result = run_train(
+    result = train_process.run(
         "model=t5",
         "data=translation",
         "model.layout=seq2seq",
@@ -158,9 +158,9 @@ def test_t5_fine_tuned_for_translation_from_span_corruption(span_pretrained, tmp
 
 @pytest.mark.e2e
 @needs_shakespeare
-def test_bert_masked_lm_then_a_classifier_from_it(tmp_path):
+def test_bert_masked_lm_then_a_classifier_from_it(tmp_path, train_process):
     mlm = tmp_path / "mlm"
-    result = run_train(
+    result = train_process.run(
         "model=bert",
         "data=shakespeare",
         "model.layout=mlm",
@@ -195,7 +195,7 @@ def test_bert_masked_lm_then_a_classifier_from_it(tmp_path):
     assert "masked-token predictions at step 80" in result.stdout + result.stderr
 
     classifier = tmp_path / "classifier"
-    result = run_train(
+    result = train_process.run(
         "model=bert",
         "data=modular",
         f"init_from={mlm}",

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import TINY, needs_shakespeare, run_train
+from conftest import TINY, needs_shakespeare
 from transformer_lab.models.t5 import T5, T5Config, relative_position_bucket
 
 
@@ -83,8 +83,8 @@ def test_position_bias_makes_order_matter():
 
 @pytest.mark.e2e
 @needs_shakespeare
-def test_t5_span_corruption_on_shakespeare_learns(tmp_path):
-    result = run_train(
+def test_t5_span_corruption_on_shakespeare_learns(tmp_path, train_process):
+    result = train_process.run(
         "model=t5",
         "data=shakespeare",
         *TINY,
@@ -116,8 +116,8 @@ def test_t5_span_corruption_on_shakespeare_learns(tmp_path):
 
 
 @pytest.mark.e2e
-def test_t5_span_corruption_on_translation_text(tmp_path):
-    result = run_train(
+def test_t5_span_corruption_on_translation_text(tmp_path, train_process):
+    result = train_process.run(
         "model=t5",
         "data=translation",
         "data.vocab_size=500",

@@ -63,9 +63,9 @@ def recomputed_val_accuracy(run_dir):
 
 
 @pytest.fixture(scope="module")
-def shakespeare_run(tmp_path_factory):
+def shakespeare_run(tmp_path_factory, train_process):
     run_dir = tmp_path_factory.mktemp("shakespeare")
-    result = run_train(
+    result = train_process.run(
         "data=shakespeare",
         "model=gpt",
         *TINY,
@@ -118,12 +118,14 @@ def test_flops_per_token_and_mfu_in_the_summary(shakespeare_run):
 
 @pytest.mark.e2e
 @needs_shakespeare
-def test_resume_from_the_run_directory_alone(shakespeare_run, tmp_path):
+def test_resume_from_the_run_directory_alone(shakespeare_run, tmp_path, train_process):
     # Only ckpt_path, the directory and a longer run: the width, context and the rest come from the run.
     run_dir, _ = shakespeare_run
     resumed = tmp_path / "resumed"
     subprocess.run(["cp", "-r", str(run_dir), str(resumed)], check=True)
-    result = run_train("ckpt_path=last", f"hydra.run.dir={resumed}", "trainer.max_steps=80", "sample.enabled=false")
+    result = train_process.run(
+        "ckpt_path=last", f"hydra.run.dir={resumed}", "trainer.max_steps=80", "sample.enabled=false"
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((resumed / "summary.json").read_text())
     assert summary["global_step"] == 80 and summary["status"] == "completed"
@@ -133,7 +135,7 @@ def test_resume_from_the_run_directory_alone(shakespeare_run, tmp_path):
     assert (ran.model.n_embd, ran.data.block_size, ran.trainer.max_steps, ran.sample.enabled) == (32, 32, 80, False)
     # and from a checkpoint file, into a new directory
     elsewhere = tmp_path / "elsewhere"
-    result = run_train(
+    result = train_process.run(
         f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}",
         f"hydra.run.dir={elsewhere}",
         "trainer.max_steps=70",
@@ -187,9 +189,11 @@ def test_evaluate_a_run_directory(shakespeare_run, tmp_path):
     ],
     ids=["shape", "architecture"],
 )
-def test_resume_refuses_changes_it_cannot_load_in_one_message(shakespeare_run, tmp_path, overrides, fragments):
+def test_resume_refuses_changes_it_cannot_load_in_one_message(
+    shakespeare_run, tmp_path, overrides, fragments, train_process
+):
     run_dir, _ = shakespeare_run
-    result = run_train(
+    result = train_process.run(
         f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}",
         f"hydra.run.dir={tmp_path / 'run'}",
         "trainer.max_steps=70",
@@ -223,8 +227,8 @@ def test_sample_from_checkpoint(shakespeare_run):
 
 
 @pytest.mark.e2e
-def test_modular_answer_accuracy_rises(tmp_path):
-    result = run_train(
+def test_modular_answer_accuracy_rises(tmp_path, train_process):
+    result = train_process.run(
         "data=modular",
         "data.p=11",
         "data.train_fraction=0.9",
@@ -278,8 +282,8 @@ def test_wandb_without_credentials_runs_offline_beside_another_logger(tmp_path):
 
 
 @pytest.mark.e2e
-def test_encdec_learns_modular_answers(tmp_path):
-    result = run_train(
+def test_encdec_learns_modular_answers(tmp_path, train_process):
+    result = train_process.run(
         "model=encdec",
         "data=modular",
         "data.p=11",
@@ -309,9 +313,9 @@ def test_encdec_learns_modular_answers(tmp_path):
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("steps", [5, 10])  # before the first log (every 10 steps), and at it
-def test_a_run_shorter_than_every_interval_still_records_its_last_step(tmp_path, steps):
+def test_a_run_shorter_than_every_interval_still_records_its_last_step(tmp_path, steps, train_process):
     # The first validation would have been at step 250.
-    result = run_train(
+    result = train_process.run(
         "data=modular", "data.p=11", *TINY, f"trainer.max_steps={steps}", "logger=csv", f"hydra.run.dir={tmp_path}"
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -326,9 +330,9 @@ def test_a_run_shorter_than_every_interval_still_records_its_last_step(tmp_path,
 
 @pytest.mark.e2e
 @needs_shakespeare
-def test_debug_overfit_drives_the_loss_near_zero_and_fast_writes_no_files(tmp_path):
+def test_debug_overfit_drives_the_loss_near_zero_and_fast_writes_no_files(tmp_path, train_process):
     overfit = tmp_path / "overfit"
-    result = run_train(
+    result = train_process.run(
         "debug=overfit",
         *TINY,
         "data.block_size=32",
@@ -341,7 +345,7 @@ def test_debug_overfit_drives_the_loss_near_zero_and_fast_writes_no_files(tmp_pa
     losses = logged_jsonl(overfit, "train/loss")
     assert losses[0] > 2.5 and losses[-1] < 0.1, losses  # one batch learnt by heart (ln 65 = 4.2 untrained)
     fast = tmp_path / "fast"
-    result = run_train("debug=fast", *TINY, f"hydra.run.dir={fast}")
+    result = train_process.run("debug=fast", *TINY, f"hydra.run.dir={fast}")
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((fast / "summary.json").read_text())
     assert summary["global_step"] == 3 and "val/loss" in summary

@@ -6,7 +6,7 @@ import pytest
 import sacrebleu
 import torch
 
-from conftest import ROOT, TINY, run_train
+from conftest import ROOT, TINY
 from transformer_lab.data.translation import (
     EOS,
     PAD,
@@ -152,10 +152,10 @@ def test_beam_one_equals_greedy():
 
 
 @pytest.mark.e2e
-def test_translation_pairs_train_end_to_end(tmp_path):
+def test_translation_pairs_train_end_to_end(tmp_path, train_process):
     pairs = write_pairs(tmp_path / "pairs.tsv", n=600)
     run = tmp_path / "run"
-    result = run_train(
+    result = train_process.run(
         "model=encdec",
         "data=translation",
         f"data.path={pairs}",
@@ -202,10 +202,10 @@ def test_translation_pairs_train_end_to_end(tmp_path):
 
 
 @pytest.mark.e2e
-def test_gpt_translates_as_a_prefix_lm(tmp_path):
+def test_gpt_translates_as_a_prefix_lm(tmp_path, train_process):
     pairs = write_pairs(tmp_path / "pairs.tsv", n=600)
     run = tmp_path / "run"
-    result = run_train(
+    result = train_process.run(
         "model=gpt",
         "data=translation",
         f"data.path={pairs}",
@@ -239,7 +239,7 @@ def test_prefix_lm_sequences_predict_only_the_target():
 
 
 @pytest.mark.e2e
-def test_separate_vocabularies(tmp_path):
+def test_separate_vocabularies(tmp_path, train_process):
     pairs = write_pairs(tmp_path / "pairs.tsv", n=300)
     dm = TranslationDataModule(data_dir=str(tmp_path / "data"), path=str(pairs), vocab_size=100, shared_vocab=False)
     dm.setup()
@@ -250,7 +250,7 @@ def test_separate_vocabularies(tmp_path):
 
     assert has_capitals(dm.tokenizer) and not has_capitals(dm.source_tokenizer)  # targets are in capitals
     run = tmp_path / "run"
-    result = run_train(
+    result = train_process.run(
         "model=encdec",
         "data=translation",
         f"data.path={pairs}",
