@@ -136,9 +136,7 @@ def main() -> None:
     for name in dict.fromkeys(r["run"] for r in rows):
         bleus = [r["test/bleu"] for r in rows if r["run"] == name]
         print(f"{name}: test/bleu mean {statistics.mean(bleus):.2f} over seeds {args.seeds}")
-    total = sum(summary(run)["wall_time_s"] for _, _, run in curves) + sum(
-        summary(args.out / "t5_pretrain_multi30k" / f"seed{s}")["wall_time_s"] for s in args.seeds
-    )
+    total = sum(row["wall_time_s"] for row in rows)  # (a fine-tuned row's includes its pretraining)
     print(f"whole comparison: {total / 60:.1f} min of wall time, every process")
     plot(curves, args.plot)
     print(f"curves: {args.plot}")
