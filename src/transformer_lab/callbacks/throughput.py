@@ -56,6 +56,7 @@ class Throughput(L.Callback):
         self._total = [0, 0, 0.0]  # tokens, flops, seconds
         self._window = [0, 0, 0.0]
         self._last: float | None = None
+        self._counts: dict[tuple, tuple[int, int]] = {}  # batch shapes -> (tokens, FLOPs)
 
     def on_fit_start(self, trainer, pl_module):
         if self.peak_flops is None:
@@ -78,12 +79,13 @@ class Throughput(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         now = time.perf_counter()
         elapsed, self._last = now - self._last, now
-        # Every process's batch has the same shape (translation's padded lengths differ a little).
-        step = (
-            pl_module.batch_tokens(batch) * trainer.world_size,
-            pl_module.batch_flops(batch) * trainer.world_size,
-            elapsed,
-        )
+        # Every process's batch has the same shape (translation's padded lengths differ a little). Both counts
+        # depend only on the shapes, and counting a model's FLOPs walks its modules: once per shape.
+        shapes = tuple(t.shape for t in batch if isinstance(t, torch.Tensor))
+        if shapes not in self._counts:
+            self._counts[shapes] = (pl_module.batch_tokens(batch), pl_module.batch_flops(batch))
+        tokens, flops = self._counts[shapes]
+        step = (tokens * trainer.world_size, flops * trainer.world_size, elapsed)
         if trainer.global_step > 1:
             self._total = [a + b for a, b in zip(self._total, step)]
             tokens, flops, seconds = self._total

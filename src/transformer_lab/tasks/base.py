@@ -98,7 +98,8 @@ class Task(L.LightningModule):
                 logger.log_text(key=table, columns=columns, data=self.example_tables[table])
 
     def batch_tokens(self, batch) -> int:
-        """Token positions a training batch feeds the model (for throughput)."""
+        """Token positions a training batch feeds the model (for throughput), from its shapes alone: the
+        Throughput callback counts once per shape, as it does `batch_flops`."""
         return batch[0].numel()
 
     def batch_flops(self, batch) -> int:
