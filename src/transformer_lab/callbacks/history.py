@@ -65,6 +65,12 @@ def last_step(trainer) -> bool:
     return 0 < trainer.max_steps <= trainer.global_step
 
 
+def metrics_written(trainer, step: int) -> bool:
+    """Whether the training metrics of `step` (optimizer steps done) are written: every log_every_n_steps,
+    and the last (StepAxis). The task logs only those steps (Task.logging_step)."""
+    return step % trainer.log_every_n_steps == 0 or 0 < trainer.max_steps <= step
+
+
 class StepAxis(L.Callback):
     """Steps are counted once, as optimizer steps done (trainer.global_step), in metrics.jsonl, summary.json
     and every Lightning logger (CSV's `step`, W&B's `trainer/global_step`), which would otherwise write a

@@ -9,7 +9,7 @@ from lightning.pytorch.callbacks import ModelSummary as LightningModelSummary
 from lightning.pytorch.callbacks import RichProgressBar as LightningRichProgressBar
 from lightning.pytorch.utilities.model_summary import get_human_readable_count
 
-from transformer_lab.callbacks.history import last_step
+from transformer_lab.callbacks.history import metrics_written
 
 log = logging.getLogger(__name__)
 
@@ -25,9 +25,9 @@ class RichProgressBar(LightningRichProgressBar):
         return f"Epoch {current_epoch}".ljust(len(self.validation_description))
 
     def _update_metrics(self, trainer, pl_module) -> None:
-        # The training metrics change only on the steps the task logs (Task.logging_step); reading them again
-        # at every other step cost 0.2% of a step of the CPU preset.
-        if trainer.training and trainer.global_step % trainer.log_every_n_steps and not last_step(trainer):
+        # The training metrics change only on the steps that are written; reading them again at every other
+        # step cost 0.2% of a step of the CPU preset.
+        if trainer.training and not metrics_written(trainer, trainer.global_step):
             return
         super()._update_metrics(trainer, pl_module)
 

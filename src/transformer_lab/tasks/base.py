@@ -15,6 +15,7 @@ import sacrebleu
 import torch
 from omegaconf import OmegaConf
 
+from transformer_lab.callbacks.history import metrics_written
 from transformer_lab.errors import NonFiniteLossError
 from transformer_lab.tasks.optim import adamw, warmup_cosine
 
@@ -111,8 +112,7 @@ class Task(L.LightningModule):
         """Whether this training step's metrics are written. Lightning writes step metrics only every
         log_every_n_steps (and the last, callbacks.history.StepAxis), and each self.log costs ~0.8 ms on CPU:
         log just the steps that are written."""
-        step = self.global_step + 1  # once this step is taken
-        return step % self.trainer.log_every_n_steps == 0 or step == self.trainer.max_steps
+        return metrics_written(self.trainer, self.global_step + 1)  # once this step is taken
 
     def guarded(self, loss: torch.Tensor, count: torch.Tensor | int) -> torch.Tensor | None:
         """The loss to train on, or None to skip the step (Lightning then skips backward and the optimizer).
