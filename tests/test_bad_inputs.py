@@ -93,7 +93,7 @@ CASES = [
     (
         "empty-tsv",
         ["model=encdec", "data=translation", "data.path={ws}/empty.tsv"],
-        "empty.tsv holds no sentence pairs",
+        "empty.tsv: holds no sentence pairs",
     ),
     ("language", ["model=encdec", "data=translation", "data.target=es"], "data.target: Multi30k has de, en, fr"),
     (

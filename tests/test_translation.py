@@ -94,7 +94,7 @@ def test_malformed_pair_files_name_file_and_line(tmp_path, content, message):
 
 
 def test_missing_pair_file(tmp_path):
-    with pytest.raises(DataUnavailableError, match="no file at"):
+    with pytest.raises(DataUnavailableError, match="nope.tsv: no such file"):
         read_pairs(tmp_path / "nope.tsv")
 
 

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.atomic import atomic_write
 from transformer_lab.errors import ConfigError, UserError
+from transformer_lab.files import existing_file
 
 # Model keys a resumed run may change; every other one decides the architecture.
 CHANGEABLE_KEYS = ("dropout", "compile")
@@ -31,9 +32,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 def read_checkpoint(path: str | Path, mmap: bool = False) -> dict:
     """The checkpoint as plain data, loaded with weights_only=True; a clear error for anything else.
     mmap: the tensors stay in the file until read (for a look at the metadata and shapes only)."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"no checkpoint file at {path}")
+    path = existing_file(path)
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as e:

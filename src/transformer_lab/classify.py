@@ -18,11 +18,12 @@ import torch
 from transformer_lab.inference import batched, encoder, input_lines, load, run_command, warn, with_defaults
 
 DEFAULTS = {"ckpt": None, "text": None, "top": 1, "batch_size": 256, "device": "cpu"}
+MINIMUMS = {"top": 1, "batch_size": 1}
 
 
 def classify(args: dict, lines: Iterable[str], warn: Callable[[str], None] = warn) -> Iterator[tuple[str, list]]:
     """(line, [(class, probability), ...] best first) per line of `lines`, in order."""
-    args = with_defaults(args, DEFAULTS)
+    args = with_defaults(args, DEFAULTS, MINIMUMS)
     model, datamodule = load(args["ckpt"], "classify", args["device"])
     encode, top = encoder(datamodule), min(args["top"], model.config.n_classes)
     for chunk in batched(lines, args["batch_size"]):

@@ -15,7 +15,6 @@ come from metrics.jsonl; the plot goes to the first run's directory unless --out
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import shutil
 import sys
@@ -23,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from transformer_lab.callbacks.history import read_history
+from transformer_lab.errors import exit_on_user_error
+from transformer_lab.files import read_json
 
 DEFAULT_METRICS = (
     "val/loss",
@@ -84,7 +85,7 @@ def find_runs(paths: list[str]) -> list[Run]:
         for summary in sorted(
             [path / "summary.json"] if (path / "summary.json").exists() else path.rglob("summary.json")
         ):
-            runs.append(Run(summary.parent, json.loads(summary.read_text()), resolved_settings(summary.parent)))
+            runs.append(Run(summary.parent, read_json(summary), resolved_settings(summary.parent)))
     return runs
 
 
@@ -191,7 +192,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--logx", action="store_true", help="logarithmic step axis")
     parser.add_argument("--out", help="where the plot goes (default: compare.png in the first run's directory)")
     args = parser.parse_args(argv)
+    with exit_on_user_error():  # a summary.json or metrics.jsonl that is not what it claims: one line
+        return compare(args)
 
+
+def compare(args: argparse.Namespace) -> int:
     runs = find_runs(args.paths)
     if not runs:
         print(f"error: no run directories (with a summary.json) under {' '.join(args.paths)}", file=sys.stderr)

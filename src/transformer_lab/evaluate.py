@@ -32,6 +32,8 @@ def evaluate(target: str, split: str = "val", overrides: list[str] = (), out: st
     """The metrics of the checkpoint `target` (a run directory or a .ckpt file) on `split`."""
     if split not in ("val", "test"):
         raise UserError(f"split must be val or test, got {split!r}")
+    if out is not None and (out == "" or Path(out).is_dir()):
+        raise UserError(f"out={out}: give a file name (eval.json's contents go there)")
     import lightning as L
     from hydra import compose, initialize_config_dir
 
@@ -91,7 +93,11 @@ def evaluate(target: str, split: str = "val", overrides: list[str] = (), out: st
         "metrics": {name: float(value) for name, value in sorted(metrics.items()) if name != "step"},
     }
     out_path = Path(out) if out else path.parent / "eval.json"
-    out_path.write_text(json.dumps(result, indent=2) + "\n")
+    try:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(json.dumps(result, indent=2) + "\n")
+    except OSError as e:
+        raise UserError(f"out={out_path}: cannot write it ({e.strerror})") from None
     return result
 
 

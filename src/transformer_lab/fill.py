@@ -21,11 +21,12 @@ from transformer_lab.inference import batched, encoder, input_lines, load, run_c
 from transformer_lab.tasks.decoding import fill_spans_greedy
 
 DEFAULTS = {"ckpt": None, "text": None, "max_len": 100, "spans": False, "batch_size": 64, "device": "cpu"}
+MINIMUMS = {"max_len": 1, "batch_size": 1}
 
 
 def fill(args: dict, lines: Iterable[str], warn: Callable[[str], None] = warn) -> Iterator[str]:
     """One filled text per line of `lines`, in order."""
-    args = with_defaults(args, DEFAULTS)
+    args = with_defaults(args, DEFAULTS, MINIMUMS)
     model, datamodule = load(args["ckpt"], "fill", args["device"])
     encode, first_sentinel = encoder(datamodule), datamodule.first_sentinel
     for chunk in batched(lines, args["batch_size"]):

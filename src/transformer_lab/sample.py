@@ -23,10 +23,11 @@ DEFAULTS = {
     "seed": 0,
     "device": "cpu",
 }
+MINIMUMS = {"max_new_tokens": 1, "num_samples": 1, "temperature": 0, "top_k": 1, "seed": 0}
 
 
 def sample(args: dict) -> list[str]:
-    args = with_defaults(args, DEFAULTS)
+    args = with_defaults(args, DEFAULTS, MINIMUMS, nullable=("top_k",))
     model, datamodule = load(args["ckpt"], "sample", args["device"])
     try:
         prompt_ids = encoder(datamodule)(str(args["prompt"]))

@@ -31,6 +31,7 @@ DEFAULTS = {
     "batch_size": 64,
     "device": "cpu",
 }
+MINIMUMS = {"beam_size": 1, "length_penalty": 0, "max_extra_len": 1, "batch_size": 1}
 
 
 def encoder_decoder_outputs(model, inputs: list[list[int]], args: dict) -> Decoded:
@@ -68,7 +69,7 @@ OUTPUTS = {"seq2seq": encoder_decoder_outputs, "lm": prefix_lm_outputs}  # by th
 
 def translate(args: dict, lines: Iterable[str], warn: Callable[[str], None] = warn) -> Iterator[str]:
     """One translation per line of `lines`, in order, batch by batch."""
-    args = with_defaults(args, DEFAULTS)
+    args = with_defaults(args, DEFAULTS, MINIMUMS)
     model, datamodule = load(args["ckpt"], "translate", args["device"])
     source_tokenizer, outputs_of = datamodule.source_tokenizer, OUTPUTS[datamodule.layout]
     limit = datamodule.max_length - 2  # source tokens the model read in training

@@ -14,10 +14,12 @@ from pathlib import Path
 import lightning as L
 import torch
 
+from transformer_lab.files import read_jsonl
+
 
 def read_history(path: Path) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """metrics.jsonl's records; a last line cut short by a crash is left out."""
+    return read_jsonl(path)
 
 
 class History(L.Callback):

@@ -13,6 +13,7 @@ from transformer_lab.data.configs import ShakespeareConfig
 from transformer_lab.data.download import ensure_file
 from transformer_lab.data.tokens import TokenStreams
 from transformer_lab.errors import DataUnavailableError
+from transformer_lab.files import read_text
 
 URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
@@ -67,14 +68,7 @@ class ShakespeareDataModule(DataModule):
     def read_text(self) -> str:
         if self.given_path is None:
             return ensure_file(self.path, URL, SHA256).read_text(encoding="utf-8")
-        if not self.path.is_file():
-            raise DataUnavailableError(f"data.path: no file at {self.path}")
-        try:
-            return self.path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as e:
-            raise DataUnavailableError(
-                f"data.path: {self.path} is not UTF-8 text ({e.reason} at byte {e.start})"
-            ) from None
+        return read_text(self.path, "data.path")
 
     def prepare_data(self) -> None:
         if self.given_path is None:
@@ -98,11 +92,12 @@ class ShakespeareDataModule(DataModule):
             ) from None
         n_train = 0 if self.whole_file else int(len(tokens) * (1 - self.val_fraction))
         self.train_tokens, self.val_tokens = tokens[:n_train], tokens[n_train:]
-        if len(self.val_tokens) <= self.block_size:
-            raise DataUnavailableError(
-                f"{self.path}: {len(self.val_tokens)} characters to validate on, fewer than "
-                f"one window of data.block_size + 1 = {self.block_size + 1}"
-            )
+        for split, split_tokens in (("validate", self.val_tokens), ("train", self.train_tokens)):
+            if len(split_tokens) <= self.block_size and (split == "validate" or not self.whole_file):
+                raise DataUnavailableError(
+                    f"data.path: {self.path}: {len(split_tokens)} characters to {split} on, fewer than "
+                    f"one window of data.block_size + 1 = {self.block_size + 1}"
+                )
         self.ready = True
 
     @property

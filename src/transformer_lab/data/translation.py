@@ -19,7 +19,8 @@ from transformer_lab.data.batches import for_this_rank
 from transformer_lab.data.configs import TranslationConfig
 from transformer_lab.data.download import ensure_file
 from transformer_lab.data.tokens import BOS, EOS, PAD, SEP, SPECIALS, UNK, TokenStreams  # noqa: F401 (re-exported)
-from transformer_lab.errors import DataUnavailableError, require
+from transformer_lab.errors import require
+from transformer_lab.files import BadFile, read_text
 
 log = logging.getLogger(__name__)
 
@@ -47,25 +48,25 @@ def read_multi30k(data_dir: str | Path, split: str, language: str) -> list[str]:
 
 def read_pairs(path: str | Path) -> list[tuple[str, str]]:
     """One `source<TAB>target` pair a line; an empty or malformed file is an error naming the line."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataUnavailableError(f"data.path: no file at {path}")
     pairs = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            line = line.rstrip("\n")
-            if not line.strip():
-                continue
-            fields = line.split("\t")
-            if len(fields) != 2:
-                raise DataUnavailableError(f"{path}:{number}: expected 2 tab-separated fields, found {len(fields)}")
-            if not fields[0].strip() or not fields[1].strip():
-                side = "source" if not fields[0].strip() else "target"
-                raise DataUnavailableError(f"{path}:{number}: the {side} side is empty")
-            pairs.append((fields[0], fields[1]))
+    for number, line in enumerate(read_text(path, "data.path").split("\n"), 1):
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise BadFile(path, f"expected 2 tab-separated fields, found {len(fields)}", "data.path", number)
+        if not fields[0].strip() or not fields[1].strip():
+            raise BadFile(path, f"the {'source' if not fields[0].strip() else 'target'} side is empty", "data.path", number)
+        pairs.append((fields[0], fields[1]))
     if not pairs:
-        raise DataUnavailableError(f"{path} holds no sentence pairs")
+        raise BadFile(path, "holds no sentence pairs", "data.path")
     return pairs
+
+
+def split_sizes(n: int, val_fraction: float, test_fraction: float) -> tuple[int, int, int]:
+    """Validation, test and training pairs of a file of `n` pairs."""
+    n_val, n_test = round(n * val_fraction), round(n * test_fraction)
+    return n_val, n_test, n - n_val - n_test
 
 
 def train_tokenizer(texts: list[str], vocab_size: int) -> Tokenizer:
@@ -247,8 +248,16 @@ class TranslationDataModule(DataModule):
         pairs = read_pairs(self.path)
         if self.whole_file:
             return {"train": [], "val": pairs, "test": pairs}
+        n_val, n_test, n_train = split_sizes(len(pairs), self.val_fraction, self.test_fraction)
+        if not (n_val and n_test and n_train):
+            fewest = next(n for n in range(3, 10**6) if all(split_sizes(n, self.val_fraction, self.test_fraction)))
+            raise BadFile(
+                self.path,
+                f"holds {len(pairs)} sentence pair(s), too few to split: with data.val_fraction={self.val_fraction} "
+                f"and data.test_fraction={self.test_fraction} every split needs one, which takes at least {fewest}",
+                "data.path",
+            )
         order = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(self.split_seed)).tolist()
-        n_val, n_test = round(len(pairs) * self.val_fraction), round(len(pairs) * self.test_fraction)
         return {
             "val": [pairs[i] for i in order[:n_val]],
             "test": [pairs[i] for i in order[n_val : n_val + n_test]],
