@@ -214,7 +214,7 @@ def test_schemas_are_the_settings_dataclasses_the_classes_declare(tmp_path):
 
 
 def test_debug_presets_configure_the_trainer(tmp_path):
-    from transformer_lab.train import trainer_arguments
+    from transformer_lab.trainer_args import trainer_arguments
 
     profile = trainer_arguments(compose_cfg(["debug=profile"], tmp_path))["profiler"]
     assert type(profile).__name__ == "SimpleProfiler" and profile.dirpath == str(tmp_path)

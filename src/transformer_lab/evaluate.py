@@ -42,7 +42,7 @@ def evaluate(target: str, split: str = "val", overrides: list[str] = (), out: st
     from transformer_lab.errors import ConfigError
     from transformer_lab.factory import build, target_class
     from transformer_lab.resume import merge_overrides, run_overrides
-    from transformer_lab.train import trainer_arguments
+    from transformer_lab.trainer_args import trainer_arguments
     from transformer_lab.validate import validate
 
     path = checkpoint_of(target)

@@ -31,6 +31,7 @@ from transformer_lab.tasks.lm import LanguageModelTask
 from transformer_lab.tasks.masked_lm import MaskedLMTask
 from transformer_lab.tasks.seq2seq import Seq2SeqTask
 from transformer_lab.tasks.span_corruption import SpanCorruptionTask
+from transformer_lab.trainer_args import check_trainer
 from transformer_lab.validate import NOT_SETTINGS, check_pair, check_settings
 
 # A model's layout -> the task that trains it.
@@ -159,9 +160,11 @@ def make_datamodule(cfg: DictConfig) -> DataModule:
 
 def check_buildable(cfg: DictConfig) -> DataModule:
     """The checks of build() that need the classes but read no file: the model and data declarations fit,
-    the data module's and the model's own checks of their settings. Returns the data module, not set up."""
+    the data module's and the model's own checks of their settings, and Lightning's of the trainer's.
+    Returns the data module, not set up."""
     datamodule = make_datamodule(cfg)
     check_settings(cfg, "model", model_class(cfg).config_class)
+    check_trainer(cfg)
     return datamodule
 
 

@@ -22,6 +22,7 @@ from transformer_lab.factory import build
 from transformer_lab.launch import ddp_process_command  # noqa: F401  (importing it patches Lightning's DDP launcher)
 from transformer_lab.loggers import build_loggers
 from transformer_lab.resume import resume_config
+from transformer_lab.trainer_args import check_trainer, trainer_arguments
 from transformer_lab.validate import validate
 
 log = logging.getLogger(__name__)
@@ -54,19 +55,12 @@ def peak_memory_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def trainer_arguments(cfg: DictConfig) -> dict:
-    """lightning.Trainer's keyword arguments from `trainer`; a profiler given as a config is built."""
-    arguments = OmegaConf.to_container(cfg.trainer, resolve=True)
-    if OmegaConf.is_dict(cfg.trainer.profiler):
-        arguments["profiler"] = hydra.utils.instantiate(cfg.trainer.profiler)
-    return arguments
-
-
 def run(cfg: DictConfig, start_time: float | None = None) -> dict:
     """Train one configuration and return its summary (also written to summary.json in the run dir)."""
     start_time = start_time or time.time()
     cfg, resumed, overrides = resume_config(cfg)
     validate(cfg)
+    check_trainer(cfg)
     output_dir = Path(cfg.paths.output_dir)
     log.info("run directory: %s", output_dir)
     if "SLURM_JOB_ID" in os.environ and "SLURM_PROCID" in os.environ:  # a task of a SLURM job (srun)

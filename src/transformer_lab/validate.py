@@ -19,6 +19,8 @@ from transformer_lab.data.configs import DATA_DECIDED
 from transformer_lab.errors import ConfigError, no_such_key
 from transformer_lab.errors import require as _require
 
+MAX_SEED = 2**32 - 1  # numpy's limit, and so Lightning's seed_everything's
+
 # Keys of a model or data section that select and describe, not settings of its dataclass.
 NOT_SETTINGS = ("_target_", "name", "compile", "layout")
 
@@ -86,6 +88,7 @@ def validate(cfg: DictConfig) -> None:
 
     seed = cfg.seed
     _require(isinstance(seed, int) and not isinstance(seed, bool), "seed", f"must be an integer, got {seed!r}")
+    _require(0 <= seed <= MAX_SEED, "seed", f"must be in [0, {MAX_SEED}] (what seed_everything takes), got {seed}")
 
     # this repository's models and data check their own settings here; a user's own, once imported (factory.py)
     for section in ("model", "data"):
@@ -143,6 +146,37 @@ def validate(cfg: DictConfig) -> None:
         "trainer.max_steps",
         f"must be -1 (no limit) or positive, got {trainer.max_steps}",
     )
+    for key, lowest in (("log_every_n_steps", 1), ("accumulate_grad_batches", 1), ("num_sanity_val_steps", -1)):
+        value = trainer[key]
+        _require(
+            isinstance(value, int) and not isinstance(value, bool) and value >= lowest,
+            f"trainer.{key}",
+            f"must be an integer >= {lowest}, got {value!r}",
+        )
+    _require(
+        trainer.gradient_clip_val is None or trainer.gradient_clip_val >= 0,
+        "trainer.gradient_clip_val",
+        f"must be >= 0 or null, got {trainer.gradient_clip_val}",
+    )
+    _require(
+        trainer.check_val_every_n_epoch is None or trainer.check_val_every_n_epoch >= 1,
+        "trainer.check_val_every_n_epoch",
+        f"must be a positive integer or null, got {trainer.check_val_every_n_epoch}",
+    )
+    _require(
+        trainer.deterministic in (True, False, "warn"),
+        "trainer.deterministic",
+        f"must be true, false or warn, got {trainer.deterministic!r}",
+    )
+    for key in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "overfit_batches"):
+        value = trainer[key]
+        _require(
+            value is None
+            or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
+            or (isinstance(value, float) and 0 <= value <= 1),
+            f"trainer.{key}",
+            f"must be a number of batches (an integer >= 0) or a fraction in [0.0, 1.0], got {value!r}",
+        )
     vci = trainer.val_check_interval
     _require(
         isinstance(vci, (int, float)) and vci > 0,
