@@ -134,6 +134,28 @@ def check_state_fits(path: str, saved_shapes: dict, saved_config: dict, cfg: Dic
         )
 
 
+def check_same_data(path: str, saved_meta: dict, datamodule) -> None:
+    """A run resumes only on the data its checkpoint was trained on: the same file contents (their SHA-256,
+    wherever the files are now) and the same vocabulary, so every token id means what it meant and the
+    splits are the same. (Checkpoints from before data_files was recorded are checked by vocabulary only.)"""
+    saved, now = saved_meta.get("data_files"), datamodule.data_files()
+    if saved is not None and sorted(saved.values()) != sorted(now.values()):
+        changed = [f"{name} (SHA-256 {digest[:12]}…)" for name, digest in now.items() if digest not in saved.values()]
+        raise ConfigError(
+            "ckpt_path",
+            f"{path} was trained on other data than this run reads: {', '.join(changed)} changed since (the "
+            "checkpoint records its files' SHA-256); resuming would read other splits with another vocabulary. "
+            "Restore the data, or start a new run from its weights with init_from",
+        )
+    for key, value in datamodule.checkpoint_meta().items():
+        if saved_meta.get(key) != value:
+            raise ConfigError(
+                "ckpt_path",
+                f"{path} holds another vocabulary ({key}) than this run's data gives: its token ids would "
+                "mean other pieces. Resume without changing the data.* settings, or start a new run with init_from",
+            )
+
+
 def checkpoint_of(target: str | Path) -> Path:
     """A checkpoint file, or a run directory's checkpoints/best.ckpt (last.ckpt where there is no best)."""
     path = Path(target)

@@ -217,6 +217,7 @@ def build(cfg: DictConfig, overrides: list[str] | None = None, checkpoint_meta: 
         "overrides": overrides,
         "vocab": None,
         **datamodule.checkpoint_meta(),
+        "data_files": datamodule.data_files(),
     }
     task = TASKS[model_layout(cfg)].build(cfg, model, datamodule, meta)
     return datamodule, model, task

@@ -7,6 +7,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -16,35 +17,69 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from transformer_lab.errors import UserError, exit_on_user_error, no_such_key
+from transformer_lab.rundir import LOCK, release
 from transformer_lab.validate import validate
 
 log = logging.getLogger(__name__)
 
 
 class CheckFirst(Callback):
-    """Checks a single run's config before Hydra creates its directory (conf/hydra/default.yaml): first what
-    needs no torch, then the model and data classes' declarations; a resumed run is checked once composed
-    from its checkpoint (resume.py). A directory this run creates and that is left holding nothing but
-    Hydra's record and log, because the run failed before it trained (a download), is removed."""
+    """Checks a single run before Hydra creates its directory or writes to it (conf/hydra/default.yaml):
+    first what needs no torch, then the model and data classes' declarations and the trainer's arguments
+    (a resumed run is checked once composed from its checkpoint, resume.py); then claims the directory
+    (rundir.py), and ends a resume that has nothing to train before anything is written. A directory this
+    run creates and that is left holding nothing but Hydra's record and log, because the run failed before
+    it trained (a download), is removed."""
 
     new_run_dir: Path | None = None
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        run_dir = Path(config.hydra.run.dir).absolute()
+        with open_dict(config):
+            config.hydra.runtime.output_dir = str(run_dir)  # (as Hydra sets it next; paths.output_dir reads it)
         HydraConfig.instance().set_config(config)  # (${hydra:...} in the config resolves from it)
-        if config.get("ckpt_path") is None:
-            with exit_on_user_error():
+        CheckFirst.new_run_dir = None if run_dir.exists() else run_dir
+        with exit_on_user_error():
+            if config.get("ckpt_path") is None:
                 validate(config)
                 from transformer_lab.factory import check_buildable  # (imports torch and Lightning)
 
                 check_buildable(config)
-        run_dir = Path(config.hydra.run.dir)
-        CheckFirst.new_run_dir = None if run_dir.exists() else run_dir
+            claim_run_dir(config, run_dir, "hydra.run.dir")
+
+
+def claim_run_dir(config: DictConfig, run_dir: Path, key: str, keep: tuple[str, ...] = ()) -> None:
+    """This process's claim on its run directory (rundir.py), given what the run resumes; a resume whose
+    checkpoint has reached the step limit exits here, leaving the directory as it is."""
+    from transformer_lab.resume import nothing_to_do, requeued, resume_config
+    from transformer_lab.rundir import claim, first_process
+
+    if not first_process():
+        return
+    resumes = None
+    if config.get("ckpt_path") is not None or requeued(config):
+        resumed_config, resumed, _ = resume_config(config, record=False)
+        resumes = Path(resumed.path)
+        if nothing_to_do(resumed_config, resumed):
+            print(
+                f"{resumed.path} is at step {resumed.step}, the run's trainer.max_steps="
+                f"{resumed_config.trainer.max_steps}, and its run completed: nothing to do, {run_dir} is left "
+                "as it is (a higher trainer.max_steps trains it further)",
+                file=sys.stderr,
+            )
+            release(run_dir)
+            sys.exit(0)
+    claim(run_dir, key, resumes, bool(config.get("overwrite")), keep)
 
 
 def remove_if_unused(run_dir: Path | None) -> None:
     """Removes a run directory holding only what Hydra writes before a run starts: a run that failed before
     training (its summary.json is written once training starts, whatever happens then)."""
-    if run_dir is not None and run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= {".hydra", "train.log"}:
+    if (
+        run_dir is not None
+        and run_dir.is_dir()
+        and {p.name for p in run_dir.iterdir()} <= {".hydra", "train.log", LOCK}
+    ):
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
@@ -183,12 +218,16 @@ def main(cfg: DictConfig, start_time: float | None = None) -> float | None:
             submitit_tasks_as_processes()
             job_dir = Path(HydraConfig.get().runtime.output_dir)
             try:  # wall_time_s from the job's start: the process's start was the first job's
+                record = Path(HydraConfig.get().output_subdir or ".hydra").parts[0]
+                claim_run_dir(cfg, job_dir, "hydra.sweep.dir", keep=(record, "train.log"))
                 summary = run(cfg, None)
                 value = objective_value(cfg, summary) if summary else None
             except (UserError, TrialFailed) as e:
                 log.error("error: %s", e)
                 FAILED_TRIALS.append((job_dir, str(e)))
                 raise TrialFailed(str(e)) from None
+            finally:
+                release(job_dir)
             COMPLETED_TRIALS.append(job_dir)
             return value
     try:
@@ -199,4 +238,6 @@ def main(cfg: DictConfig, start_time: float | None = None) -> float | None:
     except SystemExit:
         remove_if_unused(CheckFirst.new_run_dir)
         raise
+    finally:
+        release()
     return objective_value(cfg, summary) if summary else None  # the other DDP processes have no summary

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from transformer_lab.checkpoint import check_compatible, checkpoint_path, read_checkpoint
 from transformer_lab.errors import ConfigError, UserError
+from transformer_lab.files import read_json
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +30,8 @@ class Resumed:
     path: str
     config: dict  # the checkpoint's run's resolved config
     shapes: dict[str, tuple[int, ...]]  # its tensors' shapes
+    step: int  # the training steps it holds
+    meta: dict  # what its run's data module wrote (vocabulary, data fingerprint) and the loggers' ids
 
 
 def override_key(override: str) -> str:
@@ -60,12 +63,14 @@ def merge_overrides(base: list[str], top: list[str]) -> list[str]:
     return merged
 
 
-def _recompose(overrides: list[str]) -> DictConfig:
+def _recompose(overrides: list[str], record: bool) -> DictConfig:
     from hydra import compose
 
     hydra_cfg = HydraConfig.get()
     searchpath = [o for o in hydra_cfg.overrides.hydra if o.split("=", 1)[0].lstrip("+") == "hydra.searchpath"]
     cfg = compose(config_name=hydra_cfg.job.config_name, overrides=[*overrides, *searchpath])
+    if not record:
+        return cfg
     # The record Hydra wrote of this invocation (its newest, .hydra or .hydra/TIME) says what it ran, not
     # only what it was given. (hydra.output_subdir names a new folder each time it is read: not used here.)
     records = [p.parent for p in (Path(hydra_cfg.runtime.output_dir) / ".hydra").glob("**/overrides.yaml")]
@@ -86,10 +91,11 @@ def requeued(cfg: DictConfig) -> bool:
     )
 
 
-def resume_config(cfg: DictConfig) -> tuple[DictConfig, Resumed | None, list[str] | None]:
+def resume_config(cfg: DictConfig, record: bool = True) -> tuple[DictConfig, Resumed | None, list[str] | None]:
     """The config to run, the checkpoint it resumes (None for a new run), and the overrides the run's
     config is composed from (kept in its checkpoints; None outside a Hydra app). A requeued SLURM job
-    resumes its own run directory's last.ckpt (its first start's init_from is in there already)."""
+    resumes its own run directory's last.ckpt (its first start's init_from is in there already).
+    `record`: write the composed config into Hydra's record of this invocation (once it exists)."""
     overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else None
     if requeued(cfg):
         log.info("SLURM requeued this job (restart %s): resuming from its last.ckpt", os.environ["SLURM_RESTART_COUNT"])
@@ -106,7 +112,8 @@ def resume_config(cfg: DictConfig) -> tuple[DictConfig, Resumed | None, list[str
     except UserError as e:
         raise ConfigError("ckpt_path", str(e)) from None
     meta = checkpoint["transformer_lab"]
-    resumed = Resumed(str(path), meta["config"], {k: tuple(v.shape) for k, v in checkpoint["state_dict"].items()})
+    shapes = {k: tuple(v.shape) for k, v in checkpoint["state_dict"].items()}
+    resumed = Resumed(str(path), meta["config"], shapes, int(checkpoint.get("global_step") or 0), meta)
     del checkpoint
     # Another data or model option cannot resume this checkpoint (nor be composed on its run's overrides).
     chosen = {o.split("=", 1)[0].lstrip("+"): o.split("=", 1)[1] for o in overrides or () if "=" in o}
@@ -120,6 +127,18 @@ def resume_config(cfg: DictConfig) -> tuple[DictConfig, Resumed | None, list[str
     stored = run_overrides(path, meta)
     if stored is not None and overrides is not None:
         overrides = merge_overrides(stored, overrides)
-        cfg = _recompose(overrides)
+        cfg = _recompose(overrides, record)
     check_compatible(resumed.config, cfg, resumed.path)
     return cfg, resumed, overrides
+
+
+def nothing_to_do(cfg: DictConfig, resumed: Resumed) -> bool:
+    """Whether resuming would only rewrite files: the checkpoint has reached this run's step limit, and
+    the run it belongs to completed (else its test is still to run)."""
+    if not 0 < cfg.trainer.max_steps <= resumed.step:
+        return False
+    summary = Path(resumed.path).parent.parent / "summary.json"
+    try:
+        return read_json(summary).get("status") == "completed"
+    except UserError:
+        return False

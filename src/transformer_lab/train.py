@@ -16,9 +16,11 @@ from lightning.pytorch.callbacks import ModelSummary, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.callbacks import GracefulInterrupt, History, StepAxis, Summary, Throughput
-from transformer_lab.checkpoint import AtomicCheckpointIO, check_state_fits, init_weights
+from transformer_lab.checkpoint import AtomicCheckpointIO, check_same_data, check_state_fits, init_weights
+from transformer_lab.errors import UserError
 from transformer_lab.errors import require as _require
 from transformer_lab.factory import build
+from transformer_lab.files import read_json
 from transformer_lab.launch import ddp_process_command  # noqa: F401  (importing it patches Lightning's DDP launcher)
 from transformer_lab.loggers import build_loggers
 from transformer_lab.resume import resume_config
@@ -55,6 +57,14 @@ def peak_memory_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
+def earlier_summary(output_dir: Path) -> dict:
+    """The summary.json a resumed run's directory holds from before, if a readable one."""
+    try:
+        return read_json(output_dir / "summary.json")
+    except UserError:
+        return {}
+
+
 def run(cfg: DictConfig, start_time: float | None = None) -> dict:
     """Train one configuration and return its summary (also written to summary.json in the run dir)."""
     start_time = start_time or time.time()
@@ -80,6 +90,7 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
     datamodule, model, task = build(cfg, overrides)
     task.translations_dir = output_dir / "translations"
     if resumed:
+        check_same_data(resumed.path, resumed.meta, datamodule)
         check_state_fits(resumed.path, resumed.shapes, resumed.config, cfg, task)
     if cfg.get("init_from"):
         report, misfits, task.pretrained = init_weights(model, cfg.init_from, datamodule.checkpoint_meta())
@@ -123,6 +134,7 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
         if trainer.is_global_zero:
             result = summary.write(
                 output_dir / "summary.json",
+                earlier_summary(output_dir) if resumed else None,
                 status=status,
                 tokens_per_sec=throughput.tokens_per_sec if throughput else None,
                 flops_per_token=round(throughput.flops_per_token)

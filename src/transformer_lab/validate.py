@@ -116,6 +116,14 @@ def validate(cfg: DictConfig) -> None:
         _require(0 <= model.dropout < 1, "model.dropout", f"must be in [0, 1), got {model.dropout}")
 
     _require(
+        cfg.get("overwrite") in (True, False, None), "overwrite", f"must be true or false, got {cfg.get('overwrite')!r}"
+    )
+    _require(
+        not (cfg.get("overwrite") and cfg.ckpt_path is not None),
+        "overwrite",
+        "deletes what a run directory holds, ckpt_path resumes from it: give one of them",
+    )
+    _require(
         cfg.get("init_from") is None or cfg.ckpt_path is None,
         "init_from",
         "starts a new run from a checkpoint's weights, ckpt_path resumes a run: give one of them",

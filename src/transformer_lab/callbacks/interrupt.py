@@ -51,24 +51,42 @@ class GracefulInterrupt(L.Callback):
         if "SLURM_JOB_ID" in os.environ and hasattr(signal, "SIGUSR2"):  # (in place of submitit's handler)
             self._previous_sigusr2 = signal.signal(signal.SIGUSR2, self._on_time_limit)
 
+    def on_test_start(self, trainer, pl_module):  # the test after training stops the same way on Ctrl-C
+        if trainer.is_global_zero and hasattr(signal, "SIGTERM"):
+            self._previous_sigint = signal.signal(signal.SIGINT, self._on_sigint)
+
     def on_fit_end(self, trainer, pl_module):
+        self._restore()
+
+    def on_test_end(self, trainer, pl_module):
         self._restore()
 
     def on_exception(self, trainer, pl_module, exception):
         self._restore()
         if not isinstance(exception, SIGTERMException):
             return
+        run_dir = self.ckpt_path.parent.parent
         if trainer.training:  # between two training steps: a consistent state to save
             trainer.save_checkpoint(self.ckpt_path)
             saved = f"saved {self.ckpt_path}"
+        elif trainer.testing:  # after training, whose end last.ckpt holds
+            saved = f"testing stopped; {self.ckpt_path} holds the end of training, and resuming it tests"
         else:  # mid-validation, whose partial metrics a checkpoint cannot hold: keep the last periodic one
             saved = f"kept {self.ckpt_path} from before the validation"
-        log.info(
-            "interrupted at step %d; %s. Resume with ckpt_path=last hydra.run.dir=%s",
-            trainer.global_step,
-            saved,
-            self.ckpt_path.parent.parent,
-        )
+        if self.ckpt_path.is_file():
+            log.info(
+                "interrupted at step %d; %s. Resume with ckpt_path=last hydra.run.dir=%s",
+                trainer.global_step,
+                saved,
+                run_dir,
+            )
+        else:
+            log.info(
+                "interrupted at step %d, before any checkpoint was written: nothing to resume. "
+                "Start it again with overwrite=true hydra.run.dir=%s",
+                trainer.global_step,
+                run_dir,
+            )
         if self.requeue and trainer.is_global_zero:
             job = os.environ["SLURM_JOB_ID"]
             requeued = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)

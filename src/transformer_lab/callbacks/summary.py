@@ -62,7 +62,10 @@ class Summary(L.Callback):
         out.update({f"{name}_best": value for name, value in self.best.items()})
         return out
 
-    def write(self, path: Path, **extra) -> dict:
+    def write(self, path: Path, earlier: dict | None = None, **extra) -> dict:
+        """summary.json: the metrics and `extra`; a figure this process could not measure (None: a resumed
+        run that trained no step) keeps its value in `earlier`, the run's summary before this process."""
+        extra = {key: (earlier or {}).get(key) if value is None else value for key, value in extra.items()}
         summary = {**self.metrics(), **extra}
         with atomic_write(path, "w") as f:
             json.dump(summary, f, indent=2, sort_keys=True)

@@ -13,11 +13,16 @@ one it is given as `layout`. The layouts, by what a batch holds:
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
 from typing import Any
 
 import lightning as L
 
 from transformer_lab.data.configs import DATA_DECIDED  # noqa: F401 (the factory's contract, re-exported)
+from transformer_lab.files import sha256_file
+
+log = logging.getLogger(__name__)
 
 
 class DataModule(L.LightningDataModule):
@@ -104,3 +109,20 @@ class DataModule(L.LightningDataModule):
     def checkpoint_meta(self) -> dict[str, Any]:
         """What a checkpoint must carry to turn ids back into text (a vocabulary, a tokenizer)."""
         return {}
+
+    def data_files(self) -> dict[str, str]:
+        """The files the splits were read from, once set up, each with its SHA-256 (a checkpoint records
+        them, and a run resuming it against other contents is refused); {} for generated data."""
+        return {}
+
+
+def is_runs_file(path: str | None, meta: dict) -> bool:
+    """Whether `path` (a data.path given to evaluate a checkpoint) is the file its run trained on, as it was
+    then; a file changed since is another file (all of it is evaluation data), and a warning says so."""
+    if path is None or path != meta["config"]["data"].get("path"):
+        return False
+    recorded = (meta.get("data_files") or {}).get(str(Path(path).absolute()))
+    if recorded is not None and Path(path).is_file() and sha256_file(path) != recorded:
+        log.warning("data.path: %s has changed since the checkpoint's run: all of it is evaluation data now", path)
+        return False
+    return True

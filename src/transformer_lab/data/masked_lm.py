@@ -154,6 +154,9 @@ class MaskedLMDataModule(DataModule):
     def checkpoint_meta(self) -> dict:
         return self.base.checkpoint_meta()
 
+    def data_files(self) -> dict[str, str]:
+        return self.base.data_files()
+
     def decode(self, ids) -> str:
         """Text with each [MASK] shown as such ([CLS] and padding left out)."""
         out, text = [], []

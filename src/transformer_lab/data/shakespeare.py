@@ -7,13 +7,13 @@ from pathlib import Path
 
 import torch
 
-from transformer_lab.data.base import DataModule
+from transformer_lab.data.base import DataModule, is_runs_file
 from transformer_lab.data.batches import Batches, RandomWindows, for_this_rank
 from transformer_lab.data.configs import ShakespeareConfig
 from transformer_lab.data.download import ensure_file
 from transformer_lab.data.tokens import TokenStreams
 from transformer_lab.errors import DataUnavailableError
-from transformer_lab.files import read_text
+from transformer_lab.files import read_text, sha256_file
 
 URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
@@ -76,7 +76,7 @@ class ShakespeareDataModule(DataModule):
 
     def for_checkpoint(self, meta: dict) -> None:
         self.tokenizer = CharTokenizer(meta["vocab"])
-        self.whole_file = self.given_path is not None and self.given_path != meta["config"]["data"].get("path")
+        self.whole_file = self.given_path is not None and not is_runs_file(self.given_path, meta)
 
     def setup(self, stage: str | None = None) -> None:
         if self.ready:
@@ -119,6 +119,9 @@ class ShakespeareDataModule(DataModule):
 
     def checkpoint_meta(self) -> dict:
         return {"vocab": self.tokenizer.chars}
+
+    def data_files(self) -> dict[str, str]:
+        return {str(self.path.absolute()): SHA256 if self.given_path is None else sha256_file(self.path)}
 
     def train_dataloader(self):
         # Batch i depends only on (seed, i), so a run resumed from a checkpoint continues the stream

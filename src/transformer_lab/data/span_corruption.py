@@ -218,6 +218,9 @@ class SpanCorruptionDataModule(DataModule):
     def checkpoint_meta(self) -> dict:
         return self.base.checkpoint_meta()
 
+    def data_files(self) -> dict[str, str]:
+        return self.base.data_files()
+
     def encode(self, text: str) -> list[int]:
         """A corrupted input from text with gaps marked <X0>, <X1>, ... (as decode writes them), and <eos>."""
         if self.streams.encode is None:

@@ -14,13 +14,13 @@ import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from transformer_lab.atomic import atomic_write
-from transformer_lab.data.base import DataModule
+from transformer_lab.data.base import DataModule, is_runs_file
 from transformer_lab.data.batches import for_this_rank
 from transformer_lab.data.configs import TranslationConfig
 from transformer_lab.data.download import ensure_file
 from transformer_lab.data.tokens import BOS, EOS, PAD, SEP, SPECIALS, UNK, TokenStreams  # noqa: F401 (re-exported)
 from transformer_lab.errors import require
-from transformer_lab.files import BadFile, read_text
+from transformer_lab.files import BadFile, read_text, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,9 @@ def read_pairs(path: str | Path) -> list[tuple[str, str]]:
         if len(fields) != 2:
             raise BadFile(path, f"expected 2 tab-separated fields, found {len(fields)}", "data.path", number)
         if not fields[0].strip() or not fields[1].strip():
-            raise BadFile(path, f"the {'source' if not fields[0].strip() else 'target'} side is empty", "data.path", number)
+            raise BadFile(
+                path, f"the {'source' if not fields[0].strip() else 'target'} side is empty", "data.path", number
+            )
         pairs.append((fields[0], fields[1]))
     if not pairs:
         raise BadFile(path, "holds no sentence pairs", "data.path")
@@ -274,7 +276,7 @@ class TranslationDataModule(DataModule):
         self.tokenizer = Tokenizer.from_str(meta["tokenizer"])
         source = meta.get("source_tokenizer")
         self.source_tokenizer = Tokenizer.from_str(source) if source else self.tokenizer
-        self.whole_file = self.path is not None and self.path != meta["config"]["data"].get("path")
+        self.whole_file = self.path is not None and not is_runs_file(self.path, meta)
 
     def setup(self, stage: str | None = None) -> None:
         if self.ready:
@@ -332,6 +334,14 @@ class TranslationDataModule(DataModule):
     @property
     def sequence_length(self) -> int:
         return 2 * self.max_length if self.prefix_lm else self.max_length  # a prefix LM sees both sides
+
+    def data_files(self) -> dict[str, str]:
+        if self.path is not None:
+            return {str(Path(self.path).absolute()): sha256_file(self.path)}
+        names = [
+            f"{SPLIT_FILES[split]}.{language}.gz" for split in SPLIT_FILES for language in (self.source, self.target)
+        ]
+        return {str((self.data_dir / "multi30k" / name).absolute()): SHA256[name] for name in names}
 
     def checkpoint_meta(self) -> dict:
         return {
