@@ -302,3 +302,64 @@ def test_evaluate_gives_each_models_best_validation_again(trained, tmp_path, nam
     result = evaluate(str(run_dir), "val", ["trainer.limit_val_batches=2"], str(tmp_path / "eval.json"))
     assert result["checkpoint"].endswith("best.ckpt")
     assert result["metrics"]["val/loss"] == pytest.approx(summary["val/loss_best"], abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    "command, run, options, message",
+    [
+        ("sample", "gpt_equations", ["num_samples=0"], "num_samples: must be an integer >= 1, got 0"),
+        ("sample", "gpt_equations", ["num_samples=two"], "num_samples: must be an integer >= 1, got 'two'"),
+        ("sample", "gpt_equations", ["max_new_tokens=-3"], "max_new_tokens: must be an integer >= 1, got -3"),
+        ("sample", "gpt_equations", ["prompt="], "prompt: is empty"),
+        ("sample", "gpt_equations", ["top_k=0"], "top_k: must be an integer >= 1 or null, got 0"),
+        ("sample", "gpt_equations", ["temperature=hot"], "temperature: must be a number >= 0, got 'hot'"),
+        ("sample", "gpt_equations", ["device=cuda:7"], "device: cuda:7 asks for a CUDA GPU but torch sees"),
+        ("sample", "gpt_equations", ["device=meta"], "device: 'meta': only cpu, cuda, cuda:N or mps"),
+        ("translate", "gpt_pairs", ["text=", "beam_size=2"], "text: is empty"),
+        ("translate", "gpt_pairs", ["text=ein Hund", "beam_size=0"], "beam_size: must be an integer >= 1, got 0"),
+        ("translate", "gpt_pairs", ["text=ein Hund", "batch_size=1.5"], "batch_size: must be an integer >= 1, got 1.5"),
+        ("translate", "gpt_pairs", ["text=ein Hund", "length_penalty=-1"], "length_penalty: must be a number >= 0"),
+        ("classify", "bert_equations", ["text=3 + 5 =", "top=0"], "top: must be an integer >= 1, got 0"),
+        ("classify", "bert_equations", ["text=3 + 5 =", "device=tpu"], "device: 'tpu' is not a device; use cpu, cuda, cuda:N or mps"),
+        ("classify", "bert_equations", [], "no input: give text=... or one input a line on standard input"),
+        ("fill", "t5_pairs", ["text=ein <X0>", "max_len=0"], "max_len: must be an integer >= 1, got 0"),
+        ("fill", "t5_pairs", ["text=ein <X0>", "spans=maybe"], "spans: must be true or false, got 'maybe'"),
+        ("evaluate", "gpt_equations", ["out=."], "out=.: give a file name"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_a_bad_inference_option_is_one_line_and_exit_2(trained, command, run, options, message, capsys, monkeypatch):
+    """Each command's options as typed: a wrong type, a count below one, an empty text, a device this
+    machine lacks: one `error:` line naming the option, exit code 2, and no output."""
+    import importlib
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"")))  # (no input lines at all)
+    main, run_dir = importlib.import_module(f"transformer_lab.{command}").main, trained(run)
+    capsys.readouterr()  # (what training printed)
+    with pytest.raises(SystemExit) as exit_:
+        main([str(run_dir), *options])
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 2 and out == "" and err == f"error: {err[7:]}" and message in err, err
+    assert "Traceback" not in err and err.count("\n") == 1
+
+
+def test_translate_refuses_standard_input_that_is_not_utf8(trained, capsys, monkeypatch):
+    import io
+
+    from transformer_lab.translate import main
+
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO("ein Hund\nzwei H\xfcnde\n".encode("latin-1"))))
+    run_dir = trained("gpt_pairs")
+    with pytest.raises(SystemExit) as exit_:
+        main([str(run_dir), "beam_size=1"])
+    assert exit_.value.code == 2
+    assert "error: standard input, line 2: not UTF-8 text (byte 0xfc)" in capsys.readouterr().err
+
+
+def test_evaluate_writes_into_a_folder_it_creates(trained, tmp_path):
+    from transformer_lab.evaluate import evaluate
+
+    out = tmp_path / "new" / "folder" / "eval.json"
+    evaluate(str(trained("gpt_equations")), out=str(out))
+    assert out.is_file() and "val/loss" in out.read_text()

@@ -163,6 +163,7 @@ def check_device(device) -> None:
 def input_lines(text: str | None) -> Iterable[str]:
     """`text=...` as the one input line, else standard input's lines (UTF-8), of which there must be one."""
     if text is not None:
+        require(text != "", "text", "is empty")
         yield text
         return
     number = 0

@@ -45,11 +45,15 @@ def wandb_identity(cfg: DictConfig, section: DictConfig) -> dict:
     }
 
 
-def build_loggers(cfg: DictConfig) -> tuple[list, dict]:
-    """The run's loggers, one per section of `logger` (`logger=[wandb,csv]`: both), and the settings each
-    was built with (W&B: name, group, tags and offline filled in)."""
-    loggers, settings = [], {}
+def build_loggers(cfg: DictConfig, runs: dict | None = None) -> tuple[dict, dict]:
+    """The run's loggers by section, one per section of `logger` (`logger=[wandb,csv]`: both), and the
+    settings each was built with (W&B: name, group, tags and offline filled in). `runs`: the runs (version
+    and name) a resumed run's loggers go on with (its checkpoint's, callbacks/logger_versions.py)."""
+    loggers, settings = {}, {}
     for name, section in (cfg.logger or {}).items():
+        if name in (runs or {}):
+            same = {key: value for key, value in runs[name].items() if value is not None}
+            section = OmegaConf.merge(OmegaConf.to_container(section, resolve=True), same)
         if section._target_.endswith("WandbLogger"):
             section = OmegaConf.merge(section, wandb_identity(cfg, section))
             mode = os.environ.get("WANDB_MODE")
@@ -60,6 +64,6 @@ def build_loggers(cfg: DictConfig) -> tuple[list, dict]:
                     "Sync afterwards with: wandb sync %s/wandb/offline-run-*",
                     cfg.paths.output_dir,
                 )
-        loggers.append(hydra.utils.instantiate(section))
+        loggers[name] = hydra.utils.instantiate(section)
         settings[name] = OmegaConf.to_container(section, resolve=True)
     return loggers, settings

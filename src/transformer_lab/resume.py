@@ -31,7 +31,8 @@ class Resumed:
     config: dict  # the checkpoint's run's resolved config
     shapes: dict[str, tuple[int, ...]]  # its tensors' shapes
     step: int  # the training steps it holds
-    meta: dict  # what its run's data module wrote (vocabulary, data fingerprint) and the loggers' ids
+    meta: dict  # what its run's data module wrote: vocabulary, data files
+    loggers: dict  # its loggers' runs by section: version (W&B's run id, ...) and name
 
 
 def override_key(override: str) -> str:
@@ -113,7 +114,8 @@ def resume_config(cfg: DictConfig, record: bool = True) -> tuple[DictConfig, Res
         raise ConfigError("ckpt_path", str(e)) from None
     meta = checkpoint["transformer_lab"]
     shapes = {k: tuple(v.shape) for k, v in checkpoint["state_dict"].items()}
-    resumed = Resumed(str(path), meta["config"], shapes, int(checkpoint.get("global_step") or 0), meta)
+    step, loggers = int(checkpoint.get("global_step") or 0), dict(checkpoint.get("loggers") or {})
+    resumed = Resumed(str(path), meta["config"], shapes, step, meta, loggers)
     del checkpoint
     # Another data or model option cannot resume this checkpoint (nor be composed on its run's overrides).
     chosen = {o.split("=", 1)[0].lstrip("+"): o.split("=", 1)[1] for o in overrides or () if "=" in o}
@@ -142,3 +144,11 @@ def nothing_to_do(cfg: DictConfig, resumed: Resumed) -> bool:
         return read_json(summary).get("status") == "completed"
     except UserError:
         return False
+
+
+def logger_versions(cfg: DictConfig, resumed: Resumed | None) -> dict:
+    """The loggers' runs a resumed run goes on with: its checkpoint's, when that is this run directory's own
+    (a checkpoint resumed into another directory starts new runs there)."""
+    if resumed is None or not Path(resumed.path).absolute().is_relative_to(Path(cfg.paths.output_dir).absolute()):
+        return {}
+    return resumed.loggers

@@ -15,7 +15,7 @@ import torch
 from lightning.pytorch.callbacks import ModelSummary, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
-from transformer_lab.callbacks import GracefulInterrupt, History, StepAxis, Summary, Throughput
+from transformer_lab.callbacks import GracefulInterrupt, History, LoggerVersions, StepAxis, Summary, Throughput
 from transformer_lab.checkpoint import AtomicCheckpointIO, check_same_data, check_state_fits, init_weights
 from transformer_lab.errors import UserError
 from transformer_lab.errors import require as _require
@@ -23,7 +23,7 @@ from transformer_lab.factory import build
 from transformer_lab.files import read_json
 from transformer_lab.launch import ddp_process_command  # noqa: F401  (importing it patches Lightning's DDP launcher)
 from transformer_lab.loggers import build_loggers
-from transformer_lab.resume import resume_config
+from transformer_lab.resume import logger_versions, resume_config
 from transformer_lab.trainer_args import check_trainer, trainer_arguments
 from transformer_lab.validate import validate
 
@@ -105,7 +105,9 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
     if not cfg.trainer.enable_model_summary:  # and a model summary
         callbacks = [c for c in callbacks if not isinstance(c, ModelSummary)]
     throughput = next((c for c in callbacks if isinstance(c, Throughput)), None)
-    loggers, logger_settings = build_loggers(cfg)
+    loggers, logger_settings = build_loggers(cfg, logger_versions(cfg, resumed))
+    callbacks.append(LoggerVersions(loggers, logger_settings))
+    loggers = list(loggers.values())
     trainer = L.Trainer(
         **trainer_arguments(cfg),
         logger=loggers or False,

@@ -1,10 +1,11 @@
 """Lightning callbacks: throughput, the summary.json writer, metric history, graceful interrupts, Grokfast,
-the progress bar, last.ckpt at the end."""
+the progress bar, last.ckpt at the end, the loggers' runs in checkpoints."""
 
 from transformer_lab.callbacks.grokfast import GrokfastEMA
 from transformer_lab.callbacks.history import History, StepAxis
 from transformer_lab.callbacks.interrupt import GracefulInterrupt
 from transformer_lab.callbacks.last_checkpoint import LastCheckpoint
+from transformer_lab.callbacks.logger_versions import LoggerVersions
 from transformer_lab.callbacks.long_run import LongRunWarning
 from transformer_lab.callbacks.progress import ModelSummary, RichProgressBar
 from transformer_lab.callbacks.summary import Summary
@@ -15,6 +16,7 @@ __all__ = [
     "GrokfastEMA",
     "History",
     "LastCheckpoint",
+    "LoggerVersions",
     "LongRunWarning",
     "ModelSummary",
     "RichProgressBar",
