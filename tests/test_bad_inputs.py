@@ -1,6 +1,7 @@
 """A user's mistakes, each run through train.py as a user would: exit non-zero with one clear message that
 names the problem, no traceback, and nothing that existed before lost or overwritten."""
 
+import gzip
 import hashlib
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 from conftest import ROOT, TINY, TrainProcess, run_train
 
 MODULAR = ["data=modular", "data.p=11", *TINY]
+PAIRS = ["model=encdec", "data=translation", *TINY]
 OFFLINE = {"https_proxy": "http://127.0.0.1:9", "http_proxy": "http://127.0.0.1:9"}  # refused at once
 
 # (id, overrides, fragment of the one message); {ws} is the workspace built below.
@@ -97,6 +99,42 @@ CASES = [
     ),
     ("language", ["model=encdec", "data=translation", "data.target=es"], "data.target: Multi30k has de, en, fr"),
     (
+        "header-only-tsv",
+        [*PAIRS, "data.path={ws}/header.tsv"],
+        "header.tsv: holds 1 sentence pair(s), too few to split",
+    ),
+    (
+        "gzipped-tsv",
+        [*PAIRS, "data.path={ws}/pairs.tsv.gz"],
+        "pairs.tsv.gz: is gzip-compressed (gunzip it first), not text",
+    ),
+    ("latin1-tsv", [*PAIRS, "data.path={ws}/latin1.tsv"], "latin1.tsv:2: is not UTF-8 text (byte 0xfc at column 7)"),
+    ("binary-text", ["data.path={ws}/binary.txt"], "data.path: {ws}/binary.txt:1: is binary, not text (a NUL byte)"),
+    ("folder-as-text", ["data.path={ws}"], "data.path: {ws}: is a directory, not a file"),
+    (
+        "short-text",
+        ["data.path={ws}/short.txt", "data.block_size=16"],
+        "9 characters to validate on, fewer than one window of data.block_size + 1 = 17",
+    ),
+    ("max-time", ["trainer.max_time=soon"], "trainer.max_time: `Timer(duration='soon')` is not a valid duration"),
+    ("accelerator", ["trainer.accelerator=npu"], "trainer.accelerator: You selected an invalid accelerator name"),
+    ("precision", ["trainer.precision=17"], "trainer.precision: Precision 17 is invalid. Allowed precision values"),
+    ("strategy", ["trainer.strategy=fsdp3"], "trainer.strategy: You selected an invalid strategy name"),
+    ("limit-fraction", ["trainer.limit_val_batches=1.5"], "trainer.limit_val_batches: must be a number of batches"),
+    ("log-every", ["trainer.log_every_n_steps=0"], "trainer.log_every_n_steps: must be an integer >= 1, got 0"),
+    ("seed-negative", ["seed=-1"], "seed: must be in [0, 4294967295] (what seed_everything takes), got -1"),
+    (
+        "seed-too-big",
+        ["seed=4294967296"],
+        "seed: must be in [0, 4294967295] (what seed_everything takes), got 4294967296",
+    ),
+    ("overwrite-type", ["overwrite=maybe"], "overwrite: must be true or false, got 'maybe'"),
+    (
+        "overwrite-and-resume",
+        [*MODULAR, "overwrite=true", "ckpt_path={ws}/prior/checkpoints/last.ckpt"],
+        "overwrite: deletes what a run directory holds, ckpt_path resumes from it: give one of them",
+    ),
+    (
         "gpt-two-vocabularies",
         ["model=gpt", "data=translation", "data.shared_vocab=false"],
         "data.shared_vocab: a decoder-only model reads source and target as one sequence",
@@ -117,6 +155,11 @@ def workspace(tmp_path_factory):
     (ws / "a-file").write_text("not a folder\n")
     (ws / "bad.tsv").write_text("ein Hund\ta dog\nzwei Hunde two dogs\n")
     (ws / "empty.tsv").write_text("")
+    (ws / "header.tsv").write_text("source\ttarget\n")
+    (ws / "pairs.tsv.gz").write_bytes(gzip.compress(b"ein Hund\ta dog\n" * 50))
+    (ws / "latin1.tsv").write_bytes("ein Hund\ta dog\nzwei H\u00fcnde\ttwo dogs\n".encode("latin-1"))
+    (ws / "binary.txt").write_bytes(bytes(range(256)) * 8)
+    (ws / "short.txt").write_text("To be, or not to be, that is the question.\n" * 2)
     return ws
 
 
@@ -150,7 +193,7 @@ def test_bad_input_gives_one_clear_message(overrides, fragment, workspace, train
         pytest.skip("tiny Shakespeare missing: run `make data`")
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    (run_dir / "summary.json").write_text('{"status": "completed", "from": "an earlier run"}\n')
+    (run_dir / "notes.txt").write_text("a user's own file, which no refused run may touch\n")
     before = snapshot(workspace), snapshot(run_dir)
 
     overrides = [o.replace("{ws}", str(workspace)) for o in overrides]

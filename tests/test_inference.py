@@ -320,7 +320,12 @@ def test_evaluate_gives_each_models_best_validation_again(trained, tmp_path, nam
         ("translate", "gpt_pairs", ["text=ein Hund", "batch_size=1.5"], "batch_size: must be an integer >= 1, got 1.5"),
         ("translate", "gpt_pairs", ["text=ein Hund", "length_penalty=-1"], "length_penalty: must be a number >= 0"),
         ("classify", "bert_equations", ["text=3 + 5 =", "top=0"], "top: must be an integer >= 1, got 0"),
-        ("classify", "bert_equations", ["text=3 + 5 =", "device=tpu"], "device: 'tpu' is not a device; use cpu, cuda, cuda:N or mps"),
+        (
+            "classify",
+            "bert_equations",
+            ["text=3 + 5 =", "device=tpu"],
+            "device: 'tpu' is not a device; use cpu, cuda, cuda:N or mps",
+        ),
         ("classify", "bert_equations", [], "no input: give text=... or one input a line on standard input"),
         ("fill", "t5_pairs", ["text=ein <X0>", "max_len=0"], "max_len: must be an integer >= 1, got 0"),
         ("fill", "t5_pairs", ["text=ein <X0>", "spans=maybe"], "spans: must be true or false, got 'maybe'"),

@@ -59,6 +59,7 @@ def claim_run_dir(config: DictConfig, run_dir: Path, key: str, keep: tuple[str, 
     resumes = None
     if config.get("ckpt_path") is not None or requeued(config):
         resumed_config, resumed, _ = resume_config(config, record=False)
+        validate(resumed_config)
         resumes = Path(resumed.path)
         if nothing_to_do(resumed_config, resumed):
             print(
