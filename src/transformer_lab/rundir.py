@@ -69,7 +69,10 @@ def earlier_run(run_dir: Path) -> str | None:
         return f"holds a completed run (step {step})"
     if last.is_file():
         return f"holds an unfinished run ({status or 'stopped'}, with a checkpoints/last.ckpt to resume)"
-    return f"holds another run's files ({status or 'stopped'} at step {step}, no checkpoint to resume)"
+    found = ", ".join(name for name in RUN_FILES if (run_dir / name).exists())
+    return (
+        f"holds another run's files ({found}{f'; {status} at step {step}' if status else ''}; no checkpoint to resume)"
+    )
 
 
 def claim(run_dir: Path, key: str, resumes: Path | None, overwrite: bool, keep: tuple[str, ...] = ()) -> None:

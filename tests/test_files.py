@@ -1,0 +1,130 @@
+"""The one path by which a user's files are read (files.py), the run directory's lock and ownership
+(rundir.py), and the temporaries a killed writer leaves (atomic.py)."""
+
+import fcntl
+import gzip
+import json
+import os
+import subprocess
+
+import pytest
+
+from transformer_lab.atomic import _HOST, atomic_write, remove_stale_temporaries
+from transformer_lab.errors import UserError
+from transformer_lab.files import read_json, read_jsonl, read_text
+from transformer_lab.rundir import LOCK, claim, lock, release
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        (gzip.compress(b"To be, or not to be\n"), "text.txt: is gzip-compressed (gunzip it first), not text"),
+        (b"PK\x03\x04rest of a zip", "text.txt: is a zip archive (unzip it first), not text"),
+        (b"line one\nline two\x00\x01\x02", "text.txt:2: is binary, not text (a NUL byte)"),
+        ("one\ntwo\nthr\xe9e\n".encode("latin-1"), "text.txt:3: is not UTF-8 text (byte 0xe9 at column 4)"),
+    ],
+)
+def test_a_file_that_is_not_text_is_named_with_its_line(tmp_path, content, problem):
+    (tmp_path / "text.txt").write_bytes(content)
+    with pytest.raises(UserError) as error:
+        read_text(tmp_path / "text.txt", "data.path")
+    assert str(error.value) == f"data.path: {tmp_path / problem}"
+
+
+def test_a_missing_or_folder_path_is_named(tmp_path):
+    with pytest.raises(UserError, match="nope.txt: no such file"):
+        read_text(tmp_path / "nope.txt")
+    with pytest.raises(UserError, match="is a directory, not a file"):
+        read_text(tmp_path)
+
+
+def test_a_torn_last_line_of_metrics_jsonl_is_dropped_a_bad_earlier_one_is_named(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "train/loss": 2.5}\n{"step": 2, "train/loss": 2.4}\n{"step": 3, "train/lo')
+    assert [r["step"] for r in read_jsonl(path)] == [1, 2]
+    path.write_text('{"step": 1}\n{"step": 2, "train\n{"step": 3}\n')
+    with pytest.raises(UserError, match=r"metrics.jsonl:2: is not a JSON object"):
+        read_jsonl(path)
+    path.write_text('{"step": 1}\n[1, 2]\n')
+    with pytest.raises(UserError, match=r"metrics.jsonl:2: is not a JSON object \(a list\)"):
+        read_jsonl(path)
+
+
+def test_summary_json_that_is_not_an_object_is_named(tmp_path):
+    path = tmp_path / "summary.json"
+    path.write_text('{"status": "completed", ')
+    with pytest.raises(UserError, match=r"summary.json:1: is not JSON"):
+        read_json(path)
+    path.write_text(json.dumps({"status": "completed"}))
+    assert read_json(path) == {"status": "completed"}
+
+
+def dead_pid() -> int:
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
+
+
+def test_temporaries_of_a_killed_writer_are_removed_a_live_ones_kept(tmp_path):
+    dead = [tmp_path / f".last.ckpt.{dead_pid()}@{_HOST}.x{i}.tmp" for i in range(3)]
+    alive = tmp_path / f".last.ckpt.{os.getpid()}@{_HOST}.y.tmp"
+    other_host = tmp_path / f".last.ckpt.{dead_pid()}@elsewhere.z.tmp"  # (its pid means nothing here)
+    for path in (*dead, alive, other_host):
+        path.write_bytes(b"half a checkpoint")
+    with atomic_write(tmp_path / "last.ckpt") as f:
+        f.write(b"whole")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, other_host.name, "last.ckpt"])
+    assert remove_stale_temporaries(tmp_path) == []
+
+
+def test_a_run_directory_has_one_writer_and_a_dead_writers_lock_frees_it(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    holder = os.open(run / LOCK, os.O_RDWR | os.O_CREAT)
+    os.write(holder, b"4242\n")
+    fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another writer (another open file: flock conflicts)
+    with pytest.raises(UserError, match=r"hydra.run.dir=.*/run: another process \(pid 4242\) is writing"):
+        lock(run, "hydra.run.dir")
+    os.close(holder)  # the holder's end (as a kill -9's): the kernel drops its lock
+    lock(run, "hydra.run.dir")
+    assert (run / LOCK).read_text() == f"{os.getpid()}\n"
+    release(run)
+
+
+@pytest.mark.parametrize(
+    "summary, last, message",
+    [
+        ({"status": "completed", "global_step": 30}, True, "holds a completed run (step 30); train it further with"),
+        (
+            {"status": "interrupted", "global_step": 12},
+            True,
+            "holds an unfinished run (interrupted, with a checkpoints",
+        ),
+        (
+            None,
+            False,
+            "holds another run's files (metrics.jsonl, checkpoints; no checkpoint to resume); nothing there can",
+        ),
+    ],
+)
+def test_a_directory_holding_a_run_is_refused_unless_resumed_or_overwritten(tmp_path, summary, last, message):
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    if summary:
+        (run / "summary.json").write_text(json.dumps(summary))
+    if last:
+        (run / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+    stale = run / "checkpoints" / f".last.ckpt.{dead_pid()}@{_HOST}.a.tmp"
+    stale.write_bytes(b"half")
+    with pytest.raises(UserError) as error:
+        claim(run, "hydra.run.dir", None, overwrite=False)
+    assert message in str(error.value) and "overwrite=true" in str(error.value)
+    assert not stale.exists() and (run / "metrics.jsonl").exists()  # refused: nothing else touched
+    claim(run, "hydra.run.dir", run / "checkpoints" / "last.ckpt", overwrite=False)  # resuming it: allowed
+    release()
+    with pytest.raises(UserError, match="overwrite=true"):  # resuming another run's checkpoint into it: refused
+        claim(run, "hydra.run.dir", tmp_path / "elsewhere" / "last.ckpt", overwrite=False)
+    claim(run, "hydra.run.dir", None, overwrite=True)
+    assert [p.name for p in run.iterdir()] == [LOCK]
+    release()
