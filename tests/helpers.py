@@ -28,3 +28,31 @@ class KillAt(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if trainer.global_step == self.step:
             os.kill(os.getpid(), self.signum)
+
+
+class SleepAt(L.Callback):
+    """Sleeps `seconds` after step `step`: a window in which a second process meets this running run."""
+
+    def __init__(self, step: int, seconds: float):
+        self.step, self.seconds = step, seconds
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step:
+            import time
+
+            time.sleep(self.seconds)
+
+
+class SignalIn(L.Callback):
+    """Sends its own process `signum` at the first batch of the sanity check or of the test (`stage`)."""
+
+    def __init__(self, stage: str, signum: str = "SIGINT"):
+        self.stage, self.signum = stage, getattr(signal, signum)
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        if self.stage == "sanity" and trainer.sanity_checking and batch_idx == 0:
+            os.kill(os.getpid(), self.signum)
+
+    def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        if self.stage == "test" and batch_idx == 0:
+            os.kill(os.getpid(), self.signum)

@@ -1,7 +1,10 @@
 """Exact resume after a crash, graceful interrupts, and the non-finite loss guard, on real train.py runs."""
 
 import json
+import os
 import subprocess
+import sys
+import time
 
 import pytest
 
@@ -264,3 +267,115 @@ def test_a_checkpoint_with_arbitrary_objects_is_refused(tmp_path):
     torch.save({"transformer_lab": {}, "state_dict": {}, "payload": subprocess.Popen}, evil)
     result = run_train(*DATA["modular"], "logger=none", f"ckpt_path={evil}", f"hydra.run.dir={tmp_path / 'run'}")
     assert result.returncode == 2 and "refusing to load it (weights_only=True)" in result.stderr
+
+
+def snapshot(folder):
+    """Every file's bytes, but the lock's (it names the pid of the last process to claim the directory)."""
+    return {
+        p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file() and p.name != ".lock"
+    }
+
+
+@pytest.mark.e2e
+def test_a_run_directory_belongs_to_one_run(tmp_path):
+    """A second writer is refused while the first runs, and a kill -9 leaves no lock behind; a finished
+    run is not overwritten, a resume with nothing to do changes nothing, overwrite=true starts afresh."""
+    run = tmp_path / "run"
+    short = [*DATA["modular"], *TINY, "logger=none", "callbacks.last_checkpoint.every_n_train_steps=5"]
+    first = subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), *short, "trainer.max_steps=30", f"hydra.run.dir={run}"]
+        + ["+callbacks.sleep._target_=helpers.SleepAt", "+callbacks.sleep.step=6", "+callbacks.sleep.seconds=120"],
+        cwd=ROOT,
+        env={**os.environ, **HELPERS},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.time() + 120
+        while not (run / "checkpoints" / "last.ckpt").exists() and time.time() < deadline:
+            time.sleep(0.5)
+        time.sleep(1)  # (step 6, asleep)
+        second = run_train(*short, "trainer.max_steps=30", f"hydra.run.dir={run}")
+        assert second.returncode == 2 and "Traceback" not in second.stderr, second.stderr[-2000:]
+        assert f"error: hydra.run.dir={run}: another process (pid {first.pid}) is writing" in second.stderr
+    finally:
+        first.kill()  # SIGKILL: no chance to clean up
+        first.wait()
+    resumed = run_train("ckpt_path=last", "+callbacks.sleep.step=1000", f"hydra.run.dir={run}", env=HELPERS)
+    # (the lock died with its process)
+    assert resumed.returncode == 0 and summary(run)["global_step"] == 30, resumed.stderr[-2000:]
+
+    finished = snapshot(run)
+    again = run_train(*short, "trainer.max_steps=30", f"hydra.run.dir={run}")
+    assert again.returncode == 2 and f"hydra.run.dir={run} holds a completed run (step 30)" in again.stderr
+    no_op = run_train("ckpt_path=last", f"hydra.run.dir={run}", env=HELPERS)
+    assert no_op.returncode == 0 and "nothing to do" in no_op.stderr, no_op.stderr[-2000:]
+    assert snapshot(run) == finished  # summary.json, metrics.jsonl, checkpoints, .hydra, train.log: all as they were
+
+    afresh = run_train(*short, "trainer.max_steps=10", "overwrite=true", f"hydra.run.dir={run}")
+    assert afresh.returncode == 0 and summary(run)["global_step"] == 10, afresh.stderr[-2000:]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]  # no -v1
+    assert len(list((run / ".hydra").glob("*/config.yaml"))) == 0  # one run's record
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("data", ["pairs", "text"])
+def test_a_resume_on_changed_data_is_refused_by_name(data, tmp_path):
+    from test_translation import write_pairs
+
+    if data == "pairs":
+        path = write_pairs(tmp_path / "pairs.tsv", n=200)
+        args = [*DATA["translation"], f"data.path={path}", f"paths.data_dir={tmp_path / 'data'}"]
+    else:
+        path = tmp_path / "poem.txt"
+        path.write_text("Shall I compare thee to a summer's day?\nThou art more lovely and more temperate.\n" * 40)
+        args = ["data=shakespeare", f"data.path={path}", "data.block_size=16", "data.batch_size=4"]
+    run = tmp_path / "run"
+    assert run_train(*args, *TINY, "logger=none", "trainer.max_steps=4", f"hydra.run.dir={run}").returncode == 0
+    path.write_text(path.read_text().replace("e", "E", 30))  # an edited file: another tokenizer, other splits
+    result = run_train("ckpt_path=last", "trainer.max_steps=8", f"hydra.run.dir={run}")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert f"was trained on other data than this run reads: {path} (SHA-256" in result.stderr
+    assert summary(run)["global_step"] == 4
+
+
+@pytest.mark.e2e
+def test_ctrl_c_while_testing_exits_130_and_resuming_tests_keeping_the_figures(uninterrupted, tmp_path):
+    args, _ = uninterrupted("translation")
+    run = tmp_path / "run"
+    stopped = train(
+        run,
+        *args,
+        *COMMON,
+        "data.val_batch_size=4",
+        "+callbacks.stop._target_=helpers.SignalIn",
+        "+callbacks.stop.stage=test",
+    )  # (several test batches: Lightning stops after the batch the signal came in)
+    assert stopped.returncode == 130, stopped.stderr[-3000:]
+    assert "testing stopped" in stopped.stderr + stopped.stdout
+    interrupted = summary(run)
+    assert interrupted["status"] == "interrupted" and "test/bleu" not in interrupted
+
+    resumed = train(run, "ckpt_path=last", "+callbacks.stop.stage=none")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    done = summary(run)
+    assert done["status"] == "completed" and "test/bleu" in done and done["global_step"] == 60
+    for key in ("tokens_per_sec", "train_time_s", "flops_per_token"):  # measured before, not turned null
+        assert done[key] == interrupted[key] is not None
+
+
+@pytest.mark.e2e
+def test_sigterm_before_the_first_step_says_there_is_nothing_to_resume(tmp_path):
+    result = train(
+        tmp_path / "run",
+        *DATA["modular"],
+        *COMMON,
+        "data.val_batch_size=4",  # (several batches to sanity-check: it stops after the first)
+        "+callbacks.stop._target_=helpers.SignalIn",
+        "+callbacks.stop.stage=sanity",
+        "+callbacks.stop.signum=SIGTERM",
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 143 and "Traceback" not in result.stderr, output[-3000:]
+    assert "before any checkpoint was written: nothing to resume" in output and "Resume with" not in output
+    assert not (tmp_path / "run" / "checkpoints" / "last.ckpt").exists()
