@@ -43,9 +43,11 @@ def test_multirun_jobs_are_named_grouped_tagged_with_resolved_config(tmp_path):
         env=OFFLINE,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    ids = set()
     for job, p in (("0", "7"), ("1", "11")):
         run_records = records(tmp_path / job)
         (run,) = run_records["run"]
+        ids.add(run["run_id"])
         assert f"data.p={p}" in run["display_name"] and "trainer.max_steps=23" in run["display_name"]
         assert run["run_group"] == str(tmp_path) and sorted(run["tags"]) == [
             "data=modular",
@@ -64,3 +66,73 @@ def test_multirun_jobs_are_named_grouped_tagged_with_resolved_config(tmp_path):
         for metric, steps in (("val/loss", [10, 20]), ("train/loss", [5, 10, 15, 20, 23])):
             logged = [h["item"]["trainer/global_step"] for h in run_records["history"] if metric in h["item"]]
             assert logged == [r["step"] for r in local if metric in r] == steps
+    assert len(ids) == 2  # each job a W&B run of its own
+
+
+def history_of(offline_run) -> tuple[dict, list[dict]]:
+    """(the run record, its history items) of one offline W&B run folder."""
+    out = subprocess.run(
+        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline_run)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    records = [json.loads(line) for line in out.stdout.splitlines()]
+    (run,) = [r["run"] for r in records if r["type"] == "run"]
+    return run, [r["history"]["item"] for r in records if r["type"] == "history"]
+
+
+@pytest.mark.e2e
+def test_a_resumed_run_continues_its_wandb_run_at_the_right_step(tmp_path):
+    """Stopped at step 27 (SIGTERM: its checkpoint is that step's) and resumed with ckpt_path=last: one W&B
+    run, its id and name kept, whose history goes on from step 30 as metrics.jsonl does. Offline, W&B writes
+    each process's part in a folder of its own (`wandb sync` uploads them, in order, as that one run)."""
+    from conftest import ROOT
+
+    helpers = {**OFFLINE, "PYTHONPATH": str(ROOT / "tests")}
+    args = [
+        "data=modular",
+        "data.p=11",
+        "data.batch_size=16",
+        *TINY,
+        "trainer.max_steps=60",
+        "trainer.val_check_interval=20",
+        "trainer.log_every_n_steps=5",
+        "callbacks.last_checkpoint.every_n_train_steps=10",
+        f"hydra.run.dir={tmp_path}",
+    ]
+    stop = ["+callbacks.kill._target_=helpers.KillAt", "+callbacks.kill.step=27", "+callbacks.kill.signum=SIGTERM"]
+    assert run_train(*args, *stop, env=helpers).returncode == 143
+    resumed = run_train("ckpt_path=last", "+callbacks.kill.step=1000", f"hydra.run.dir={tmp_path}", env=helpers)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+    parts = [history_of(folder) for folder in sorted((tmp_path / "wandb").glob("offline-run-*"))]
+    assert len(parts) == 2
+    (first, first_history), (second, second_history) = parts
+    assert first["run_id"] == second["run_id"] and first["display_name"] == second["display_name"]
+    assert "data.p=11" in first["display_name"] and "ckpt_path" not in second["display_name"]
+    local = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    for metric in ("train/loss", "val/loss"):
+        steps = [
+            [h["trainer/global_step"] for h in history if metric in h] for history in (first_history, second_history)
+        ]
+        assert steps[0] + steps[1] == [r["step"] for r in local if metric in r]  # continuous, none twice
+        assert max(steps[0]) <= 27 < min(steps[1])
+    values = [h["train/loss"] for h in first_history + second_history if "train/loss" in h]
+    assert values == [r["train/loss"] for r in local if "train/loss" in r]
+
+
+@pytest.mark.e2e
+def test_a_run_resumed_into_another_directory_starts_its_own_wandb_run(tmp_path):
+    args = ["data=modular", "data.p=11", *TINY, "trainer.max_steps=10", "trainer.val_check_interval=5"]
+    assert run_train(*args, f"hydra.run.dir={tmp_path / 'a'}", env=OFFLINE).returncode == 0
+    fork = run_train(
+        f"ckpt_path={tmp_path / 'a' / 'checkpoints' / 'last.ckpt'}",
+        "trainer.max_steps=20",
+        f"hydra.run.dir={tmp_path / 'b'}",
+        env=OFFLINE,
+    )
+    assert fork.returncode == 0, fork.stderr[-3000:]
+    (a,) = (tmp_path / "a" / "wandb").glob("offline-run-*")
+    (b,) = (tmp_path / "b" / "wandb").glob("offline-run-*")
+    assert history_of(a)[0]["run_id"] != history_of(b)[0]["run_id"]
