@@ -1,5 +1,6 @@
 """Exact resume after a crash, graceful interrupts, and the non-finite loss guard, on real train.py runs."""
 
+import csv
 import json
 import os
 import subprocess
@@ -66,6 +67,12 @@ def history(run_dir):
     return [{k: v for k, v in json.loads(line).items() if not k.startswith("throughput/")} for line in lines]
 
 
+def csv_rows(run_dir):
+    """The CSV logger's rows as (step, train/loss, val/loss)."""
+    with open(run_dir / "csv" / "metrics.csv", newline="") as f:
+        return [(r["step"], r.get("train/loss"), r.get("val/loss")) for r in csv.DictReader(f)]
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     """The uninterrupted run of each data's settings, trained once for the tests that compare with it:
@@ -111,6 +118,8 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(data, uninterrupted, tm
 
     # metrics.jsonl: the killed run's lines after its checkpoint are dropped, the rest are the same lines
     assert history(crashed) == history(whole) and len(history(whole)) >= 6
+    # and the CSV logger's file too: the killed process's rows kept up to its checkpoint, none twice
+    assert csv_rows(crashed) == csv_rows(whole) and len(csv_rows(whole)) >= 6
 
     a, b = summary(whole), summary(crashed)
     assert a.keys() == b.keys()
