@@ -123,3 +123,26 @@ def test_table_shows_resolved_settings_that_differ_in_100_columns(tmp_path, caps
     assert "data.name" not in settings  # the same in all three
     assert not [line for line in lines if line.startswith(("paths.", "hydra.", "logger.", "callbacks.best"))]
     assert (runs[0] / "compare.png").read_bytes().startswith(b"\x89PNG")  # into the first run's directory
+
+
+def test_a_torn_metrics_line_is_left_out_and_a_broken_summary_is_one_line(tmp_path, capsys):
+    """A run killed mid-write leaves half a line at the end of metrics.jsonl: the table and the plot use the
+    rest. A summary.json that is not JSON is named, with its line, in one `error:` line."""
+    from transformer_lab.compare import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"val/loss": 2.0, "global_step": 3, "status": "interrupted"}))
+    (run / "metrics.jsonl").write_text(
+        '{"step": 1, "train/loss": 2.5}\n{"step": 2, "train/loss": 2.2}\n{"step": 3, "tr'
+    )
+    assert main([str(run), "--plot", "train/loss", "--out", str(tmp_path / "plot.png")]) == 0
+    assert (tmp_path / "plot.png").is_file() and "interrupted" in capsys.readouterr().out
+
+    (run / "summary.json").write_text('{"val/loss": 2.0,\n "status": ')
+    with pytest.raises(SystemExit) as exit_:
+        main([str(run)])
+    err = capsys.readouterr().err
+    assert (
+        exit_.value.code == 2 and err == f"error: {run / 'summary.json'}:2: is not JSON (Expecting value, column 12)\n"
+    )

@@ -18,11 +18,12 @@ from transformer_lab.rundir import LOCK, claim, lock, release
 @pytest.mark.parametrize(
     "content, problem",
     [
-        (gzip.compress(b"To be, or not to be\n"), "text.txt: is gzip-compressed (gunzip it first), not text"),
+        (gzip.compress(b"To be, or not to be\n", mtime=0), "text.txt: is gzip-compressed (gunzip it first), not text"),
         (b"PK\x03\x04rest of a zip", "text.txt: is a zip archive (unzip it first), not text"),
         (b"line one\nline two\x00\x01\x02", "text.txt:2: is binary, not text (a NUL byte)"),
         ("one\ntwo\nthr\xe9e\n".encode("latin-1"), "text.txt:3: is not UTF-8 text (byte 0xe9 at column 4)"),
     ],
+    ids=["gzip", "zip", "binary", "latin-1"],
 )
 def test_a_file_that_is_not_text_is_named_with_its_line(tmp_path, content, problem):
     (tmp_path / "text.txt").write_bytes(content)

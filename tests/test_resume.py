@@ -341,11 +341,16 @@ def test_a_resume_on_changed_data_is_refused_by_name(data, tmp_path):
         args = ["data=shakespeare", f"data.path={path}", "data.block_size=16", "data.batch_size=4"]
     run = tmp_path / "run"
     assert run_train(*args, *TINY, "logger=none", "trainer.max_steps=4", f"hydra.run.dir={run}").returncode == 0
-    path.write_text(path.read_text().replace("e", "E", 30))  # an edited file: another tokenizer, other splits
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[3:]))  # edited: other splits (and tokens)
     result = run_train("ckpt_path=last", "trainer.max_steps=8", f"hydra.run.dir={run}")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert f"was trained on other data than this run reads: {path} (SHA-256" in result.stderr
     assert summary(run)["global_step"] == 4
+    # evaluate keeps the checkpoint's vocabulary and takes the changed file as another file, saying so
+    evaluated = subprocess.run(
+        [sys.executable, "-m", "transformer_lab.evaluate", str(run)], capture_output=True, text=True, cwd=ROOT
+    )
+    assert evaluated.returncode == 0 and f"data.path: {path} has changed since the checkpoint's run" in evaluated.stderr
 
 
 @pytest.mark.e2e
