@@ -286,7 +286,7 @@ def snapshot(folder):
 
 
 @pytest.mark.e2e
-def test_a_run_directory_belongs_to_one_run(tmp_path):
+def test_a_run_directory_belongs_to_one_run(tmp_path, train_process):
     """A second writer is refused while the first runs, and a kill -9 leaves no lock behind; a finished
     run is not overwritten, a resume with nothing to do changes nothing, overwrite=true starts afresh."""
     run = tmp_path / "run"
@@ -304,24 +304,24 @@ def test_a_run_directory_belongs_to_one_run(tmp_path):
         while not (run / "checkpoints" / "last.ckpt").exists() and time.time() < deadline:
             time.sleep(0.5)
         time.sleep(1)  # (step 6, asleep)
-        second = run_train(*short, "trainer.max_steps=30", f"hydra.run.dir={run}")
+        second = train_process.run(*short, "trainer.max_steps=30", f"hydra.run.dir={run}")
         assert second.returncode == 2 and "Traceback" not in second.stderr, second.stderr[-2000:]
         assert f"error: hydra.run.dir={run}: another process (pid {first.pid}) is writing" in second.stderr
     finally:
         first.kill()  # SIGKILL: no chance to clean up
         first.wait()
-    resumed = run_train("ckpt_path=last", "+callbacks.sleep.step=1000", f"hydra.run.dir={run}", env=HELPERS)
+    resumed = train_process.run("ckpt_path=last", "+callbacks.sleep.step=1000", f"hydra.run.dir={run}")
     # (the lock died with its process)
     assert resumed.returncode == 0 and summary(run)["global_step"] == 30, resumed.stderr[-2000:]
 
     finished = snapshot(run)
-    again = run_train(*short, "trainer.max_steps=30", f"hydra.run.dir={run}")
+    again = train_process.run(*short, "trainer.max_steps=30", f"hydra.run.dir={run}")
     assert again.returncode == 2 and f"hydra.run.dir={run} holds a completed run (step 30)" in again.stderr
-    no_op = run_train("ckpt_path=last", f"hydra.run.dir={run}", env=HELPERS)
+    no_op = train_process.run("ckpt_path=last", f"hydra.run.dir={run}")
     assert no_op.returncode == 0 and "nothing to do" in no_op.stderr, no_op.stderr[-2000:]
     assert snapshot(run) == finished  # summary.json, metrics.jsonl, checkpoints, .hydra, train.log: all as they were
 
-    afresh = run_train(*short, "trainer.max_steps=10", "overwrite=true", f"hydra.run.dir={run}")
+    afresh = train_process.run(*short, "trainer.max_steps=10", "overwrite=true", f"hydra.run.dir={run}")
     assert afresh.returncode == 0 and summary(run)["global_step"] == 10, afresh.stderr[-2000:]
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]  # no -v1
     assert len(list((run / ".hydra").glob("*/config.yaml"))) == 0  # one run's record
@@ -329,7 +329,7 @@ def test_a_run_directory_belongs_to_one_run(tmp_path):
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("data", ["pairs", "text"])
-def test_a_resume_on_changed_data_is_refused_by_name(data, tmp_path):
+def test_a_resume_on_changed_data_is_refused_by_name(data, tmp_path, train_process):
     from test_translation import write_pairs
 
     if data == "pairs":
@@ -340,9 +340,9 @@ def test_a_resume_on_changed_data_is_refused_by_name(data, tmp_path):
         path.write_text("Shall I compare thee to a summer's day?\nThou art more lovely and more temperate.\n" * 40)
         args = ["data=shakespeare", f"data.path={path}", "data.block_size=16", "data.batch_size=4"]
     run = tmp_path / "run"
-    assert run_train(*args, *TINY, "logger=none", "trainer.max_steps=4", f"hydra.run.dir={run}").returncode == 0
+    assert train_process.run(*args, *TINY, "logger=none", "trainer.max_steps=4", f"hydra.run.dir={run}").returncode == 0
     path.write_text("".join(path.read_text().splitlines(keepends=True)[3:]))  # edited: other splits (and tokens)
-    result = run_train("ckpt_path=last", "trainer.max_steps=8", f"hydra.run.dir={run}")
+    result = train_process.run("ckpt_path=last", "trainer.max_steps=8", f"hydra.run.dir={run}")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert f"was trained on other data than this run reads: {path} (SHA-256" in result.stderr
     assert summary(run)["global_step"] == 4

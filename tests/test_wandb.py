@@ -85,11 +85,12 @@ def history_of(offline_run) -> tuple[dict, list[dict]]:
 @pytest.mark.e2e
 def test_a_resumed_run_continues_its_wandb_run_at_the_right_step(tmp_path):
     """Stopped at step 27 (SIGTERM: its checkpoint is that step's) and resumed with ckpt_path=last: one W&B
-    run, its id and name kept, whose history goes on from step 30 as metrics.jsonl does. Offline, W&B writes
-    each process's part in a folder of its own (`wandb sync` uploads them, in order, as that one run)."""
+        run, its id and name kept, whose history goes on from step 30 as metrics.jsonl does. Offline, W&B writes
+        each process's part in a folder of its own (`wandb sync` uploads them, in order, as that one run). The
+    checkpoint resumed into another directory starts a W&B run of its own there."""
     from conftest import ROOT
 
-    helpers = {**OFFLINE, "PYTHONPATH": str(ROOT / "tests")}
+    helpers, run = {**OFFLINE, "PYTHONPATH": str(ROOT / "tests")}, tmp_path / "run"
     args = [
         "data=modular",
         "data.p=11",
@@ -99,19 +100,19 @@ def test_a_resumed_run_continues_its_wandb_run_at_the_right_step(tmp_path):
         "trainer.val_check_interval=20",
         "trainer.log_every_n_steps=5",
         "callbacks.last_checkpoint.every_n_train_steps=10",
-        f"hydra.run.dir={tmp_path}",
+        f"hydra.run.dir={run}",
     ]
     stop = ["+callbacks.kill._target_=helpers.KillAt", "+callbacks.kill.step=27", "+callbacks.kill.signum=SIGTERM"]
     assert run_train(*args, *stop, env=helpers).returncode == 143
-    resumed = run_train("ckpt_path=last", "+callbacks.kill.step=1000", f"hydra.run.dir={tmp_path}", env=helpers)
+    resumed = run_train("ckpt_path=last", "+callbacks.kill.step=1000", f"hydra.run.dir={run}", env=helpers)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 
-    parts = [history_of(folder) for folder in sorted((tmp_path / "wandb").glob("offline-run-*"))]
+    parts = [history_of(folder) for folder in sorted((run / "wandb").glob("offline-run-*"))]
     assert len(parts) == 2
     (first, first_history), (second, second_history) = parts
     assert first["run_id"] == second["run_id"] and first["display_name"] == second["display_name"]
     assert "data.p=11" in first["display_name"] and "ckpt_path" not in second["display_name"]
-    local = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    local = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     for metric in ("train/loss", "val/loss"):
         steps = [
             [h["trainer/global_step"] for h in history if metric in h] for history in (first_history, second_history)
@@ -121,18 +122,9 @@ def test_a_resumed_run_continues_its_wandb_run_at_the_right_step(tmp_path):
     values = [h["train/loss"] for h in first_history + second_history if "train/loss" in h]
     assert values == [r["train/loss"] for r in local if "train/loss" in r]
 
-
-@pytest.mark.e2e
-def test_a_run_resumed_into_another_directory_starts_its_own_wandb_run(tmp_path):
-    args = ["data=modular", "data.p=11", *TINY, "trainer.max_steps=10", "trainer.val_check_interval=5"]
-    assert run_train(*args, f"hydra.run.dir={tmp_path / 'a'}", env=OFFLINE).returncode == 0
-    fork = run_train(
-        f"ckpt_path={tmp_path / 'a' / 'checkpoints' / 'last.ckpt'}",
-        "trainer.max_steps=20",
-        f"hydra.run.dir={tmp_path / 'b'}",
-        env=OFFLINE,
-    )
+    # Its checkpoint resumed into another directory is another run: a W&B run of its own
+    last = run / "checkpoints" / "last.ckpt"
+    fork = run_train(f"ckpt_path={last}", "trainer.max_steps=65", f"hydra.run.dir={tmp_path / 'fork'}", env=helpers)
     assert fork.returncode == 0, fork.stderr[-3000:]
-    (a,) = (tmp_path / "a" / "wandb").glob("offline-run-*")
-    (b,) = (tmp_path / "b" / "wandb").glob("offline-run-*")
-    assert history_of(a)[0]["run_id"] != history_of(b)[0]["run_id"]
+    (forked,) = (tmp_path / "fork" / "wandb").glob("offline-run-*")
+    assert history_of(forked)[0]["run_id"] != first["run_id"]

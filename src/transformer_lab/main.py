@@ -17,6 +17,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from transformer_lab.errors import UserError, exit_on_user_error, no_such_key
+from transformer_lab.files import read_json
 from transformer_lab.rundir import LOCK, release
 from transformer_lab.validate import validate
 
@@ -45,17 +46,18 @@ class CheckFirst(Callback):
                 from transformer_lab.factory import check_buildable  # (imports torch and Lightning)
 
                 check_buildable(config)
-            claim_run_dir(config, run_dir, "hydra.run.dir")
+            if claim_run_dir(config, run_dir, "hydra.run.dir"):
+                sys.exit(0)  # (nothing to do: exits before Hydra writes anything)
 
 
-def claim_run_dir(config: DictConfig, run_dir: Path, key: str, keep: tuple[str, ...] = ()) -> None:
-    """This process's claim on its run directory (rundir.py), given what the run resumes; a resume whose
-    checkpoint has reached the step limit exits here, leaving the directory as it is."""
+def claim_run_dir(config: DictConfig, run_dir: Path, key: str, keep: tuple[str, ...] = ()) -> bool:
+    """This process's claim on its run directory (rundir.py), given what the run resumes. True, and no
+    claim, for a resume with nothing to do (its checkpoint at the step limit of a completed run)."""
     from transformer_lab.resume import nothing_to_do, requeued, resume_config
     from transformer_lab.rundir import claim, first_process
 
     if not first_process():
-        return
+        return False
     resumes = None
     if config.get("ckpt_path") is not None or requeued(config):
         resumed_config, resumed, _ = resume_config(config, record=False)
@@ -68,9 +70,9 @@ def claim_run_dir(config: DictConfig, run_dir: Path, key: str, keep: tuple[str, 
                 "as it is (a higher trainer.max_steps trains it further)",
                 file=sys.stderr,
             )
-            release(run_dir)
-            sys.exit(0)
+            return True
     claim(run_dir, key, resumes, bool(config.get("overwrite")), keep)
+    return False
 
 
 def remove_if_unused(run_dir: Path | None) -> None:
@@ -220,8 +222,10 @@ def main(cfg: DictConfig, start_time: float | None = None) -> float | None:
             job_dir = Path(HydraConfig.get().runtime.output_dir)
             try:  # wall_time_s from the job's start: the process's start was the first job's
                 record = Path(HydraConfig.get().output_subdir or ".hydra").parts[0]
-                claim_run_dir(cfg, job_dir, "hydra.sweep.dir", keep=(record, "train.log"))
-                summary = run(cfg, None)
+                if claim_run_dir(cfg, job_dir, "hydra.sweep.dir", keep=(record, "train.log")):
+                    summary = read_json(job_dir / "summary.json")  # (its result, as it was)
+                else:
+                    summary = run(cfg, None)
                 value = objective_value(cfg, summary) if summary else None
             except (UserError, TrialFailed) as e:
                 log.error("error: %s", e)
