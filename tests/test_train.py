@@ -9,9 +9,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 from test_data import solve
-from test_wandb import records
 
 from conftest import ROOT, TINY, needs_shakespeare, run_train
+from test_wandb import records
 from transformer_lab.checkpoint import load_model
 from transformer_lab.data.modular import ModularDataModule
 from transformer_lab.data.tokens import BOS

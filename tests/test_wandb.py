@@ -11,9 +11,8 @@ from conftest import TINY, run_train
 OFFLINE = {"WANDB_MODE": "offline"}
 
 
-def records(run_dir) -> dict[str, list[dict]]:
-    """The records of the run directory's one offline W&B run, by type (run, config, history, ...)."""
-    (offline_run,) = (run_dir / "wandb").glob("offline-run-*")  # one W&B run per job
+def inspect(offline_run) -> dict[str, list[dict]]:
+    """The records of one offline W&B run folder, by type (run, config, history, ...)."""
     out = subprocess.run(
         [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline_run)],
         capture_output=True,
@@ -25,6 +24,12 @@ def records(run_dir) -> dict[str, list[dict]]:
         record = json.loads(line)
         by_type.setdefault(record["type"], []).append(record[record["type"]])
     return by_type
+
+
+def records(run_dir) -> dict[str, list[dict]]:
+    """The records of the run directory's one offline W&B run, by type."""
+    (offline_run,) = (run_dir / "wandb").glob("offline-run-*")  # one W&B run per job
+    return inspect(offline_run)
 
 
 @pytest.mark.e2e
@@ -71,15 +76,9 @@ def test_multirun_jobs_are_named_grouped_tagged_with_resolved_config(tmp_path):
 
 def history_of(offline_run) -> tuple[dict, list[dict]]:
     """(the run record, its history items) of one offline W&B run folder."""
-    out = subprocess.run(
-        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline_run)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    records = [json.loads(line) for line in out.stdout.splitlines()]
-    (run,) = [r["run"] for r in records if r["type"] == "run"]
-    return run, [r["history"]["item"] for r in records if r["type"] == "history"]
+    found = inspect(offline_run)
+    (run,) = found["run"]
+    return run, [h["item"] for h in found.get("history", [])]
 
 
 @pytest.mark.e2e

@@ -1,7 +1,6 @@
 """W&B sweep specs driving Hydra: the agent's command line, and the offline `hydra/sweeper=wandb`."""
 
 import json
-import subprocess
 import sys
 
 import pytest
@@ -10,6 +9,7 @@ from sweeps import next_run
 from wandb.sdk.launch.sweeps.utils import create_sweep_command_args
 
 from conftest import ROOT, TINY, run_train
+from test_wandb import records
 
 OFFLINE = {"WANDB_MODE": "offline"}
 
@@ -34,15 +34,7 @@ def test_the_agents_command_line_is_train_pys_override_syntax(tmp_path):
 
 
 def wandb_run_record(run_dir):
-    (offline_run,) = (run_dir / "wandb").glob("offline-run-*")
-    out = subprocess.run(
-        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline_run)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    records = [json.loads(line) for line in out.stdout.splitlines()]
-    (run,) = [r["run"] for r in records if r["type"] == "run"]
+    (run,) = records(run_dir)["run"]
     return run
 
 
