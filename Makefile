@@ -32,7 +32,7 @@ train: install data  ## the CPU preset (EXPERIMENT=..., ARGS=overrides)
 test: install data  ## every test, one process per core (what CI runs)
 	$(PY) -m pytest -n auto --dist worksteal $(ARGS)
 
-test-fast: install data  ## the unit tier: no train.py or command in a subprocess (about 55 s)
+test-fast: install data  ## the unit tier: no train.py or command in a subprocess (1-2 minutes)
 	$(PY) -m pytest -n auto --dist worksteal -m "not e2e" $(ARGS)
 
 lint: install  ## ruff: lint and format check
