@@ -127,7 +127,7 @@ def test_table_shows_resolved_settings_that_differ_in_100_columns(tmp_path, caps
 
 def test_a_torn_metrics_line_is_left_out_and_a_broken_summary_is_one_line(tmp_path, capsys):
     """A run killed mid-write leaves half a line at the end of metrics.jsonl: the table and the plot use the
-    rest. A summary.json that is not JSON is named, with its line, in one `error:` line."""
+    rest. A summary.json that is not JSON, or a .hydra/config.yaml that is not YAML, is one `error:` line."""
     from transformer_lab.compare import main
 
     run = tmp_path / "run"
@@ -139,6 +139,13 @@ def test_a_torn_metrics_line_is_left_out_and_a_broken_summary_is_one_line(tmp_pa
     assert main([str(run), "--plot", "train/loss", "--out", str(tmp_path / "plot.png")]) == 0
     assert (tmp_path / "plot.png").is_file() and "interrupted" in capsys.readouterr().out
 
+    (run / ".hydra").mkdir()
+    (run / ".hydra" / "config.yaml").write_text("model: {n_layer: [1, 2\n")  # cut short
+    with pytest.raises(SystemExit) as exit_:
+        main([str(run)])
+    assert capsys.readouterr().err == f"error: {run / '.hydra' / 'config.yaml'}: is not Hydra's YAML record of a run\n"
+
+    (run / ".hydra" / "config.yaml").write_text("model: {n_layer: 2}\n")
     (run / "summary.json").write_text('{"val/loss": 2.0,\n "status": ')
     with pytest.raises(SystemExit) as exit_:
         main([str(run)])

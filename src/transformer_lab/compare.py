@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from transformer_lab.callbacks.history import read_history
-from transformer_lab.errors import exit_on_user_error
-from transformer_lab.files import read_json
+from transformer_lab.errors import UserError, exit_on_user_error
+from transformer_lab.files import BadFile, read_json, read_text
 
 DEFAULT_METRICS = (
     "val/loss",
@@ -50,6 +50,21 @@ class Run:
         return read_history(path) if path.exists() else []
 
 
+def hydra_record(path: Path, edit=lambda text: text):
+    """One of Hydra's YAML files of a run (.hydra/config.yaml, hydra.yaml), or one line saying it is not one."""
+    from omegaconf import OmegaConf
+
+    try:
+        record = OmegaConf.create(edit(read_text(path)))
+    except UserError:
+        raise
+    except Exception:  # noqa: BLE001  (YAML's and OmegaConf's errors, of many types)
+        record = None
+    if not OmegaConf.is_dict(record) or (path.name == "hydra.yaml" and "runtime" not in record.get("hydra", {})):
+        raise BadFile(path, "is not Hydra's YAML record of a run")
+    return record
+
+
 def resolved_settings(run_dir: Path) -> dict[str, str]:
     """The run's composed config (.hydra/config.yaml) resolved, as `key: value` text, less what names
     the run's own directory. Hydra's `${hydra:...}` values are read from .hydra/hydra.yaml."""
@@ -58,9 +73,9 @@ def resolved_settings(run_dir: Path) -> dict[str, str]:
     config_file, hydra_file = run_dir / ".hydra" / "config.yaml", run_dir / ".hydra" / "hydra.yaml"
     if not config_file.exists():
         return {}
-    config = OmegaConf.create(config_file.read_text().replace("${hydra:", "${hydra."))
+    config = hydra_record(config_file, lambda text: text.replace("${hydra:", "${hydra."))
     if hydra_file.exists():
-        config.hydra = {"runtime": OmegaConf.load(hydra_file).hydra.runtime}  # what ${hydra:runtime.*} reads
+        config.hydra = {"runtime": hydra_record(hydra_file).hydra.runtime}  # what ${hydra:runtime.*} reads
     try:
         values = OmegaConf.to_container(config, resolve=True)
     except Exception:  # noqa: BLE001  (an interpolation these files cannot resolve: shown as written)
