@@ -5,18 +5,19 @@ import torch
 
 from conftest import SHAKESPEARE, needs_shakespeare
 from transformer_lab.data import shakespeare
-from transformer_lab.data.download import ensure_file, sha256_of
+from transformer_lab.data.download import ensure_file
 from transformer_lab.data.modular import OPS, ModularDataModule, make_equations
 from transformer_lab.data.shakespeare import SHA256, ShakespeareDataModule
 from transformer_lab.data.tokens import BOS, EOS
 from transformer_lab.errors import DataUnavailableError
+from transformer_lab.files import sha256_file
 
 UNREACHABLE = "http://127.0.0.1:9/input.txt"  # the discard port: refused at once, no network needed
 
 
 @needs_shakespeare
 def test_shakespeare_split_vocabulary_and_windows(tmp_path):
-    assert sha256_of(SHAKESPEARE) == SHA256
+    assert sha256_file(SHAKESPEARE) == SHA256
     dm = ShakespeareDataModule(data_dir=str(SHAKESPEARE.parents[1]), block_size=32, batch_size=5, seed=1)
     dm.setup()
     assert dm.vocab_size == 65
@@ -87,7 +88,7 @@ def test_corrupt_file_is_reported_not_used(tmp_path):
 def test_download_verifies_and_renames_into_place(tmp_path):
     target = tmp_path / "sub" / "input.txt"
     ensure_file(target, SHAKESPEARE.as_uri(), SHA256)
-    assert sha256_of(target) == SHA256
+    assert sha256_file(target) == SHA256
     with pytest.raises(DataUnavailableError, match="expected"):
         ensure_file(tmp_path / "other.txt", SHAKESPEARE.as_uri(), "0" * 64)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sub"]  # the bad download was discarded

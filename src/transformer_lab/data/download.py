@@ -10,14 +10,7 @@ from pathlib import Path
 
 from transformer_lab.atomic import atomic_write
 from transformer_lab.errors import DataUnavailableError
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+from transformer_lab.files import sha256_file
 
 
 def ensure_file(path: str | os.PathLike, url: str, sha256: str, timeout: float = 30.0) -> Path:
@@ -29,7 +22,7 @@ def ensure_file(path: str | os.PathLike, url: str, sha256: str, timeout: float =
     """
     path = Path(path)
     if path.exists():
-        actual = sha256_of(path)
+        actual = sha256_file(path)
         if actual != sha256:
             raise DataUnavailableError(
                 f"{path} has SHA-256 {actual}, expected {sha256}: the file is corrupt or a different "
