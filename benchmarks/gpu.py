@@ -64,7 +64,7 @@ SMOKE = {
         "model.n_embd=32",
         "model.d_ff=64",
         "data.batch_size=8",
-        "decode.beam_size=2",
+        "task.decode.beam_size=2",
     ],
 }
 SMOKE_TRAINER = [

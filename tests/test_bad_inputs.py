@@ -45,8 +45,8 @@ CASES = [
     ("betas", ["optim.betas=[0.9,1.5]"], "optim.betas: must be two numbers in [0, 1)"),
     ("endless", ["trainer.max_steps=-1"], "trainer.max_steps: must be set: data=shakespeare draws"),
     ("val-interval", ["trainer.val_check_interval=0.5"], "trainer.val_check_interval: must be a number of steps"),
-    ("temperature", ["sample.temperature=-1"], "sample.temperature: must be >= 0"),
-    ("top-k", ["sample.top_k=0"], "sample.top_k: must be >= 1 or null"),
+    ("temperature", ["task.sample.temperature=-1"], "task.sample.temperature: must be >= 0"),
+    ("top-k", ["task.sample.top_k=0"], "task.sample.top_k: must be >= 1 or null"),
     ("gpu", ["hardware=gpu"], "asks for a CUDA GPU but torch sees none"),
     ("ckpt-missing", [*MODULAR, "ckpt_path={ws}/nowhere.ckpt"], "ckpt_path: no checkpoint file at"),
     (
@@ -57,6 +57,12 @@ CASES = [
     ("init-missing", [*MODULAR, "init_from={ws}/nowhere"], "init_from: no run directory or checkpoint file at"),
     ("ckpt-last-missing", [*MODULAR, "ckpt_path=last"], "ckpt_path: `last` means"),
     ("ckpt-corrupt", [*MODULAR, "ckpt_path={ws}/corrupt.ckpt"], "is not a readable checkpoint (truncated or corrupt"),
+    (
+        "ckpt-before-tasks",
+        [*MODULAR, "ckpt_path={ws}/before-tasks.ckpt"],
+        "before-tasks.ckpt was written before the objective became the `task` config group",
+    ),
+    ("init-before-tasks", [*MODULAR, "init_from={ws}/before-tasks.ckpt"], "was written before the objective became"),
     (
         "ckpt-other-model",
         [*MODULAR, "model.n_embd=64", "ckpt_path={ws}/prior/checkpoints/last.ckpt"],
@@ -71,17 +77,33 @@ CASES = [
     ("data-corrupt", ["paths.data_dir={ws}/corrupt"], "the file is corrupt or a different version"),
     ("unwritable-output", ["hydra.run.dir={ws}/a-file/run"], "cannot create the run directory, {ws}/a-file is a file"),
     ("prompt-vocabulary", ["data.sample_prompt=@"], "data.sample_prompt: characters not in the vocabulary: ['@']"),
-    ("model-data-pair", ["model=encdec", "data=shakespeare"], "model=encdec does not train on data=shakespeare; combi"),
-    ("t5-equations", ["model=t5", "data=modular"], "model=t5 does not train on data=modular"),
-    ("t5-sentinels", ["model=t5", "span.extra_ids=5"], "span.extra_ids: windows of 141 tokens have 7 noise spans"),
-    ("layout", ["model=t5", "model.layout=classify"], "model.layout: model=t5 reads spans, seq2seq; got 'classify'"),
     (
-        "bert-text-without-layout",
-        ["model=bert", "data=shakespeare"],
-        "model=bert does not train on data=shakespeare; combinations that work: model=bert data=modular, "
-        "model=bert data=shakespeare model.layout=mlm, model=bert data=translation model.layout=mlm, ",
+        "task-architecture",
+        ["model=encdec", "task=classify"],
+        "task: task=classify trains an encoder-only model, model=encdec is an encoder-decoder; "
+        "model=encdec data=shakespeare trains with task=spans; combinations that work: ",
     ),
-    ("mlm-probabilities", ["model=bert", "model.layout=mlm", "mlm.mask_token_prob=0.95"], "mlm.random_token_prob: "),
+    (
+        "t5-equations",
+        ["model=t5", "data=modular"],
+        "task: task=spans does not train on data=modular; model=t5 data=modular trains with task=seq2seq;",
+    ),
+    ("t5-sentinels", ["model=t5", "task.extra_ids=5"], "task.extra_ids: windows of 141 tokens have 7 noise spans"),
+    ("task-option", ["task=lmm"], "task=lmm: no such option; task has: classify, lm, mlm, seq2seq, spans"),
+    (
+        "task-key",
+        ["model=t5", "task.sample.top_k=5"],
+        "task.sample: no such key; task has: _target_, name, input_length, noise_density, mean_noise_span_length, "
+        "extra_ids (a setting of task=lm; this run's is task=spans)",
+    ),
+    (
+        "bert-text-default-task",
+        ["model=bert", "data=shakespeare"],
+        "task: task=classify does not train on data=shakespeare; model=bert data=shakespeare trains with task=mlm; "
+        "combinations that work: model=bert data=modular, model=bert data=shakespeare task=mlm, "
+        "model=bert data=translation task=mlm, ",
+    ),
+    ("mlm-probabilities", ["model=bert", "task=mlm", "task.mask_token_prob=0.95"], "task.random_token_prob: "),
     (
         "pretrained-lr-alone",
         [*MODULAR, "optim.pretrained_lr=1e-4"],
@@ -149,6 +171,11 @@ def workspace(tmp_path_factory):
     assert result.returncode == 0, result.stderr[-2000:]
     checkpoint = (ws / "prior" / "checkpoints" / "last.ckpt").read_bytes()
     (ws / "corrupt.ckpt").write_bytes(checkpoint[: len(checkpoint) // 3])
+    # as written before the objective was the task group: model.layout and top-level task sections
+    old = torch.load(ws / "prior" / "checkpoints" / "last.ckpt", weights_only=True)
+    config = old["transformer_lab"]["config"]
+    config["model"]["layout"], config["sample"] = None, config.pop("task")["sample"]
+    torch.save(old, ws / "before-tasks.ckpt")
     (ws / "empty").mkdir()
     (ws / "corrupt" / "shakespeare").mkdir(parents=True)
     (ws / "corrupt" / "shakespeare" / "input.txt").write_text("To be, or not to be\n")
@@ -210,7 +237,7 @@ def test_bad_input_gives_one_clear_message(overrides, fragment, workspace, train
     assert {k: v for k, v in after_run.items() if k in before[1]} == before[1]  # the earlier run's files intact
 
 
-FAILING_BEFORE_TRAINING = ["model-data-pair", "not-prime", "data-missing-offline", "malformed-tsv", "unknown-key"]
+FAILING_BEFORE_TRAINING = ["task-architecture", "not-prime", "data-missing-offline", "malformed-tsv", "unknown-key"]
 
 
 @pytest.mark.e2e

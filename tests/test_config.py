@@ -45,7 +45,7 @@ def test_data_and_model_compose_and_instantiate(data, model, tmp_path):
     )
     validate(cfg)
     if data not in SUPPORTED[model]:
-        with pytest.raises(ConfigError, match=f"model={model} does not train on data={data}"):
+        with pytest.raises(ConfigError, match=f"task={cfg.task.name} does not train on data={data}"):
             make_datamodule(cfg)
         return
     make_datamodule(cfg)
@@ -53,6 +53,50 @@ def test_data_and_model_compose_and_instantiate(data, model, tmp_path):
     x = torch.randint(1, DATA.vocab_size, (2, DATA.sequence_length))
     logits = net(x) if model in ("gpt", "bert") else net(x, x)
     assert logits.shape[-1] == (DATA.n_classes if model == "bert" else DATA.vocab_size)
+
+
+# Which tasks train which model on which data: DESIGN.md's matrix, computed from what models, tasks and
+# data modules declare (factory.fits).
+TASKS_OF = {
+    ("gpt", "shakespeare"): {"lm"},
+    ("gpt", "modular"): {"lm"},
+    ("gpt", "translation"): {"lm"},
+    ("encdec", "shakespeare"): {"spans"},
+    ("encdec", "modular"): {"seq2seq"},
+    ("encdec", "translation"): {"seq2seq", "spans"},
+    ("bert", "shakespeare"): {"mlm"},
+    ("bert", "modular"): {"classify"},
+    ("bert", "translation"): {"mlm"},
+    ("t5", "shakespeare"): {"spans"},
+    ("t5", "modular"): {"seq2seq"},
+    ("t5", "translation"): {"seq2seq", "spans"},
+}
+
+
+def test_declarations_give_the_documented_matrix():
+    from hydra.utils import get_class
+
+    from transformer_lab.config import DATA, MODELS
+    from transformer_lab.factory import fits
+    from transformer_lab.tasks.configs import TASKS
+
+    for (model, data), tasks in TASKS_OF.items():
+        model_cls, data_cls = get_class(MODELS[model][0]), get_class(DATA[data][0])
+        assert {t for t, (target, _) in TASKS.items() if fits(model_cls, get_class(target), data_cls)} == tasks
+    assert len(TASKS_OF) == len(MODELS) * len(DATA)
+
+
+def test_a_model_yaml_names_its_task_and_task_picks_another(tmp_path):
+    own = {"gpt": "lm", "encdec": "seq2seq", "bert": "classify", "t5": "spans"}
+    for model, task in own.items():
+        cfg = compose_cfg([f"model={model}"], tmp_path)
+        assert cfg.task.name == task and cfg.task._target_.startswith("transformer_lab.tasks.")
+    cfg = compose_cfg(["model=t5", "data=translation", "task=seq2seq", "task.decode.beam_size=2"], tmp_path)
+    assert (cfg.task.name, cfg.task.decode.beam_size, cfg.task.label_smoothing) == ("seq2seq", 2, 0.1)
+    # a run's config holds only its task's settings: no span corruption for a GPT, no samples for T5
+    assert set(compose_cfg([], tmp_path).task) == {"_target_", "name", "sample", "decode"}
+    assert "sample" not in compose_cfg(["model=t5"], tmp_path).task
+    assert not {"sample", "decode", "span", "mlm"} & set(compose_cfg([], tmp_path))
 
 
 @pytest.mark.parametrize("logger", options("logger"))
@@ -146,7 +190,10 @@ BAD_VALUES = [
     (["model.dropout=1.5"], "model.dropout", "[0, 1)"),
     (["model.pos_encoding=rope", "model.n_embd=36", "model.n_head=4"], "model.n_embd", "even head size"),
     (["model=t5", "model.num_buckets=2"], "model.num_buckets", "num_buckets >= 4"),
-    (["model=t5", "span.extra_ids=5"], "span.extra_ids", "noise spans"),
+    (["model=t5", "task.extra_ids=5"], "task.extra_ids", "noise spans"),
+    (["task.sample.temperature=-1"], "task.sample.temperature", ">= 0"),
+    (["task.decode.beam_size=0"], "task.decode.beam_size", "at least 1"),
+    (["model=encdec", "data=translation", "task.label_smoothing=1"], "task.label_smoothing", "[0, 1)"),
     (["optim.min_lr=1"], "optim.min_lr", "[0, optim.lr"),
     (["trainer.max_steps=-1"], "trainer.max_steps", "must be set"),
     (["callbacks.throughput.peak_flops=-5"], "callbacks.throughput.peak_flops", "positive number of FLOP/s"),
@@ -196,21 +243,25 @@ def test_schemas_are_the_settings_dataclasses_the_classes_declare(tmp_path):
 
     from transformer_lab.config import DATA, MODELS
     from transformer_lab.data.configs import DATA_DECIDED
+    from transformer_lab.tasks.configs import TASKS
 
-    for group, options in (("data", DATA), ("model", MODELS)):
+    for group, options in (("data", DATA), ("model", MODELS), ("task", TASKS)):
         for name, (target, config_class) in options.items():
             assert get_class(target).config_class is config_class, target
             section = compose_cfg([f"{group}={name}"], tmp_path)[group]
-            fields = {f.name: f.default for f in dataclasses.fields(config_class)}
+            fields = {
+                f.name: f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+                for f in dataclasses.fields(config_class)
+            }
             if group == "model":
                 fields = {k: v for k, v in fields.items() if k not in DATA_DECIDED}
                 assert section.compile is False and section.get("block_size", None) is None
-                assert section.layout is None  # the class's default layout
-            not_settings = {"_target_", "name", "compile", "layout"}
+            not_settings = {"_target_", "name", "compile"}
             assert set(section) - not_settings == set(fields) | ({"block_size"} & set(section)), target
             for key, default in fields.items():
                 if key not in ("data_dir", "seed"):  # those two come from paths.data_dir and seed
-                    assert section[key] == default, (name, key)
+                    expected = dataclasses.asdict(default) if dataclasses.is_dataclass(default) else default
+                    assert section[key] == expected, (name, key)
 
 
 def test_debug_presets_configure_the_trainer(tmp_path):

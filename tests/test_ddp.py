@@ -80,7 +80,7 @@ def test_two_processes_train_the_single_process_weights_on_uneven_shards(train_p
         "trainer.log_every_n_steps=1",
         "optim.warmup_steps=2",
         "optim.lr=1e-2",
-        "sample.enabled=false",
+        "task.sample.enabled=false",
     ]
     single, ddp = single_and_ddp(train_process, tmp_path, setup, "wandb", {"WANDB_MODE": "offline"})
     assert largest_difference(weights(single), weights(ddp)) < WEIGHTS_ATOL
@@ -112,7 +112,7 @@ def test_two_processes_train_the_single_process_weights_on_padded_pairs(train_pr
         "trainer.val_check_interval=6",
         "optim.warmup_steps=2",
         "optim.lr=1e-2",
-        "decode.val_beam_size=2",
+        "task.decode.val_beam_size=2",
     ]
     single, ddp = single_and_ddp(train_process, tmp_path, setup)
     assert largest_difference(weights(single), weights(ddp)) < WEIGHTS_ATOL

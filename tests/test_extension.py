@@ -39,7 +39,7 @@ class TinyGRUConfig:
 
 
 class TinyGRU(nn.Module):
-    layout = "lm"  # reads token sequences, predicts each next token
+    architecture = "decoder"  # tokens -> next-token logits at every position
     config_class = TinyGRUConfig
 
     def __init__(self, config: TinyGRUConfig):
@@ -67,6 +67,10 @@ class TinyGRU(nn.Module):
 '''
 
 MODEL_YAML = """
+defaults:
+  - /task@_global_.task: lm  # trained by next-token prediction unless task=NAME says otherwise
+  - _self_
+
 _target_: mine.TinyGRU
 name: mine
 n_embd: 48
@@ -250,7 +254,7 @@ def test_own_dataset_trains_gpt_and_t5(user_files, tmp_path, model):
     user, searchpath, env = user_files
     run = tmp_path / "run"
     size = ["model.n_layer=1", "model.n_head=2", "model.n_embd=32"]
-    extra = ["span.input_length=24", "model.d_ff=64"] if model == "t5" else []
+    extra = ["task.input_length=24", "model.d_ff=64"] if model == "t5" else []
     result = run_train(
         f"model={model}",
         "data=textfile",
@@ -275,7 +279,9 @@ def test_a_pair_that_cannot_work_lists_those_that_can(user_files, user_process, 
     result = user_process.run("model=bert", "data=textfile", *searchpath, f"hydra.run.dir={tmp_path}")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     message = result.stderr.strip().splitlines()[-1]
-    assert message.startswith("error: data: model=bert does not train on data=textfile; combinations that work:")
+    assert message.startswith(
+        "error: task: task=classify does not train on data=textfile; combinations that work:"
+    )  # (no task trains model=bert on data=textfile: nothing to suggest for this pair)
     for pair in (
         "model=mine data=shakespeare",
         "model=mine data=textfile",
@@ -286,7 +292,7 @@ def test_a_pair_that_cannot_work_lists_those_that_can(user_files, user_process, 
     ):
         assert pair in message
     # bert reads text only as a masked LM, from token streams, which the user's textfile module does not give
-    assert "model=bert data=shakespeare," not in message and "model=bert data=shakespeare model.layout=mlm" in message
+    assert "model=bert data=shakespeare," not in message and "model=bert data=shakespeare task=mlm" in message
     assert "model=bert data=textfile" not in message and "model=mine data=translation" in message
 
 

@@ -20,7 +20,7 @@ from transformer_lab.tasks.decoding import PrefixLM, beam_search, continue_promp
 
 RUNS = {
     "gpt_text": ["model=gpt", "data=shakespeare", "data.block_size=32", "trainer.max_steps=40", "optim.lr=1e-2"],
-    "t5_text": ["model=t5", "data=shakespeare", "span.input_length=32", "trainer.max_steps=40", "optim.lr=1e-2"],
+    "t5_text": ["model=t5", "data=shakespeare", "task.input_length=32", "trainer.max_steps=40", "optim.lr=1e-2"],
     "bert_equations": ["model=bert", "data=modular", "data.p=11", "trainer.max_steps=60", "optim.lr=3e-3"],
     "gpt_pairs": [
         "model=gpt",
@@ -33,26 +33,37 @@ RUNS = {
     # the other pairs, for evaluate
     "gpt_equations": ["model=gpt", "data=modular", "data.p=11", "trainer.max_steps=20"],
     "encdec_equations": ["model=encdec", "data=modular", "data.p=11", "trainer.max_steps=20"],
-    "t5_pairs": ["model=t5", "data=translation", "data.vocab_size=100", "span.input_length=16", "trainer.max_steps=20"],
-    # the pairs of a second layout (model.layout)
+    "t5_pairs": ["model=t5", "data=translation", "data.vocab_size=100", "task.input_length=16", "trainer.max_steps=20"],
+    # the combinations of a second task (task=NAME)
     "t5_translation": [
         "model=t5",
-        "model.layout=seq2seq",
+        "task=seq2seq",
         "data=translation",
         "data.vocab_size=100",
         "trainer.max_steps=20",
     ],
-    "t5_equations": ["model=t5", "model.layout=seq2seq", "data=modular", "data.p=11", "trainer.max_steps=20"],
-    "bert_text": ["model=bert", "model.layout=mlm", "data=shakespeare", "mlm.length=32", "trainer.max_steps=20"],
+    "t5_equations": ["model=t5", "task=seq2seq", "data=modular", "data.p=11", "trainer.max_steps=20"],
+    "bert_text": ["model=bert", "task=mlm", "data=shakespeare", "task.length=32", "trainer.max_steps=20"],
+    "encdec_text": ["model=encdec", "task=spans", "data=shakespeare", "task.input_length=32", "trainer.max_steps=20"],
     "bert_pairs": [
         "model=bert",
-        "model.layout=mlm",
+        "task=mlm",
         "data=translation",
         "data.vocab_size=100",
-        "mlm.length=16",
+        "task.length=16",
         "trainer.max_steps=20",
     ],
 }
+
+
+def has_decode(overrides: list[str]) -> bool:
+    """Whether a run's task decodes outputs (task=lm and task=seq2seq: task.decode)."""
+    return (
+        "model=gpt" in overrides
+        or "task=seq2seq" in overrides
+        or "model=encdec" in overrides
+        and "task=spans" not in overrides
+    )
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +87,9 @@ def trained(tmp_path_factory):
                     *TINY,
                     *toy_pairs,
                     "logger=none",
-                    "sample.enabled=false",
                     "trainer.val_check_interval=20",
-                    "decode.beam_size=1",
+                    *(["task.sample.enabled=false"] if "model=gpt" in RUNS[name] else []),  # (task=lm's)
+                    *(["task.decode.beam_size=1"] if has_decode(RUNS[name]) else []),
                 ],
                 output_dir=str(tmp / name),
                 return_hydra_config=True,
@@ -258,8 +269,8 @@ def test_evaluate_on_a_users_tsv(trained, tmp_path):
     _, datamodule = set_up(run_dir)
     tsv = tmp_path / "test_pairs.tsv"  # the run's own test pairs, as a user's file: every line is evaluated
     tsv.write_text("".join(f"{s}\t{t}\n" for s, t in datamodule.pairs["test"]), encoding="utf-8")
-    on_file = evaluate(str(run_dir), "test", [f"data.path={tsv}", "decode.beam_size=2"], str(tmp_path / "a.json"))
-    on_run = evaluate(str(run_dir), "test", ["decode.beam_size=2"], str(tmp_path / "b.json"))
+    on_file = evaluate(str(run_dir), "test", [f"data.path={tsv}", "task.decode.beam_size=2"], str(tmp_path / "a.json"))
+    on_run = evaluate(str(run_dir), "test", ["task.decode.beam_size=2"], str(tmp_path / "b.json"))
     for key in ("test/bleu", "test/loss"):
         assert on_file["metrics"][key] == pytest.approx(on_run["metrics"][key], abs=1e-6)
 
@@ -288,10 +299,11 @@ def test_inference_commands_have_help(module, capsys):
         "t5_equations",
         "bert_text",
         "bert_pairs",
+        "encdec_text",
     ],
 )
 def test_evaluate_gives_each_models_best_validation_again(trained, tmp_path, name):
-    # every model x data x layout but two tested elsewhere (gpt on text: test_train.py; encdec on pairs:
+    # every model x data x task but two tested elsewhere (gpt on text: test_train.py; encdec on pairs:
     # test_translation.py)
     import json
 

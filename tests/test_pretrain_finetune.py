@@ -23,7 +23,7 @@ VOCABULARY = {"tokenizer": "the same BPE"}
 def checkpoint_of(model, path, vocabulary=VOCABULARY):
     """A checkpoint as train.py writes one (the task's `model.` prefix and the run's metadata)."""
     state = {f"model.{k}": v for k, v in model.state_dict().items()}
-    torch.save({"state_dict": state, "transformer_lab": {"config": {}, **vocabulary}}, path)
+    torch.save({"state_dict": state, "transformer_lab": {"config": {"task": {}}, **vocabulary}}, path)
     return path
 
 
@@ -109,7 +109,7 @@ def span_pretrained(tmp_path_factory, train_process):
         "model=t5",
         "data=translation",
         *common,
-        "span.input_length=24",
+        "task.input_length=24",
         "trainer.max_steps=100",
         "trainer.val_check_interval=50",
         f"hydra.run.dir={run}",
@@ -125,12 +125,12 @@ def test_t5_fine_tuned_for_translation_from_span_corruption(span_pretrained, tmp
     result = train_process.run(
         "model=t5",
         "data=translation",
-        "model.layout=seq2seq",
+        "task=seq2seq",
         *common,
         f"init_from={pretrained}",
         "trainer.max_steps=150",
         "trainer.val_check_interval=50",
-        "decode.beam_size=2",
+        "task.decode.beam_size=2",
         f"hydra.run.dir={run}",
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -163,8 +163,8 @@ def test_bert_masked_lm_then_a_classifier_from_it(tmp_path, train_process):
     result = train_process.run(
         "model=bert",
         "data=shakespeare",
-        "model.layout=mlm",
-        "mlm.length=32",
+        "task=mlm",
+        "task.length=32",
         *TINY,
         "model.n_layer=2",
         "model.n_head=4",

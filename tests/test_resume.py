@@ -13,14 +13,14 @@ from conftest import ROOT, TINY, needs_shakespeare, run_train
 
 DATA = {
     "modular": ["data=modular", "data.p=11", "data.train_fraction=0.9", "data.batch_size=16"],
-    "shakespeare": ["data=shakespeare", "data.block_size=32", "data.batch_size=8", "sample.max_new_tokens=10"],
+    "shakespeare": ["data=shakespeare", "data.block_size=32", "data.batch_size=8", "task.sample.max_new_tokens=10"],
     # a pair file written by the fixture below; encoder-decoder, length-grouped batches, BLEU
     "translation": [
         "model=encdec",
         "data=translation",
         "data.vocab_size=100",
         "data.batch_size=16",
-        "decode.beam_size=2",
+        "task.decode.beam_size=2",
     ],
 }
 # Dropout on, so the resumed run must also restore the random generators' states.

@@ -76,7 +76,7 @@ def shakespeare_run(tmp_path_factory, train_process):
         "trainer.limit_val_batches=4",
         "optim.warmup_steps=5",
         "optim.lr=1e-2",
-        "sample.max_new_tokens=20",
+        "task.sample.max_new_tokens=20",
         "logger=csv",
         "trainer.log_every_n_steps=1",
         "callbacks.throughput.peak_flops=1e9",
@@ -124,7 +124,7 @@ def test_resume_from_the_run_directory_alone(shakespeare_run, tmp_path, train_pr
     resumed = tmp_path / "resumed"
     subprocess.run(["cp", "-r", str(run_dir), str(resumed)], check=True)
     result = train_process.run(
-        "ckpt_path=last", f"hydra.run.dir={resumed}", "trainer.max_steps=80", "sample.enabled=false"
+        "ckpt_path=last", f"hydra.run.dir={resumed}", "trainer.max_steps=80", "task.sample.enabled=false"
     )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((resumed / "summary.json").read_text())
@@ -132,7 +132,12 @@ def test_resume_from_the_run_directory_alone(shakespeare_run, tmp_path, train_pr
     assert "Restoring states from the checkpoint" in result.stdout + result.stderr
     (record,) = [p for p in (resumed / ".hydra").iterdir() if p.is_dir()]  # this invocation's record
     ran = OmegaConf.load(record / "config.yaml")
-    assert (ran.model.n_embd, ran.data.block_size, ran.trainer.max_steps, ran.sample.enabled) == (32, 32, 80, False)
+    assert (ran.model.n_embd, ran.data.block_size, ran.trainer.max_steps, ran.task.sample.enabled) == (
+        32,
+        32,
+        80,
+        False,
+    )
     # and from a checkpoint file, into a new directory
     elsewhere = tmp_path / "elsewhere"
     result = train_process.run(
@@ -140,7 +145,7 @@ def test_resume_from_the_run_directory_alone(shakespeare_run, tmp_path, train_pr
         f"hydra.run.dir={elsewhere}",
         "trainer.max_steps=70",
         "logger=none",
-        "sample.enabled=false",
+        "task.sample.enabled=false",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((elsewhere / "summary.json").read_text())["global_step"] == 70
@@ -297,7 +302,7 @@ def test_encdec_learns_modular_answers(tmp_path, train_process):
         "trainer.val_check_interval=50",
         "optim.warmup_steps=10",
         "optim.lr=3e-3",
-        "optim.label_smoothing=0.0",
+        "task.label_smoothing=0.0",
         "logger=csv",
         "trainer.log_every_n_steps=1",
         f"hydra.run.dir={tmp_path}",

@@ -169,7 +169,7 @@ def test_translation_pairs_train_end_to_end(tmp_path, train_process):
         "trainer.val_check_interval=50",
         "optim.lr=3e-3",
         "optim.warmup_steps=20",
-        "decode.beam_size=2",
+        "task.decode.beam_size=2",
         "logger=csv",
         "trainer.log_every_n_steps=5",
         f"hydra.run.dir={run}",
@@ -195,7 +195,7 @@ def test_translation_pairs_train_end_to_end(tmp_path, train_process):
     from transformer_lab.evaluate import evaluate  # in this process: the command line is tested in test_train
 
     beam2, greedy = (
-        evaluate(str(run), "test", [f"decode.beam_size={beam}"], str(tmp_path / f"{beam}.json"))["metrics"]
+        evaluate(str(run), "test", [f"task.decode.beam_size={beam}"], str(tmp_path / f"{beam}.json"))["metrics"]
         for beam in (2, 1)
     )
     assert beam2["test/bleu"] == pytest.approx(summary["test/bleu"], abs=1e-6) and "test/bleu" in greedy

@@ -47,6 +47,12 @@ def read_checkpoint(path: str | Path, mmap: bool = False) -> dict:
     meta = checkpoint.get("transformer_lab") if isinstance(checkpoint, dict) else None
     if not meta or "state_dict" not in checkpoint:
         raise UserError(f"{path} was not written by transformer-lab's train.py (no config inside)")
+    if "task" not in (meta.get("config") or {}):
+        raise UserError(
+            f"{path} was written before the objective became the `task` config group (model.layout, and the "
+            "top-level sample/decode/span/mlm sections, are task=NAME and task.* now): train it again, or use "
+            "the transformer-lab it was written with"
+        )
     return checkpoint
 
 

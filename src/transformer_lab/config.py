@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, List, Optional
@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 from transformer_lab.data.configs import DATA_DECIDED, ModularConfig, ShakespeareConfig, TranslationConfig
 from transformer_lab.errors import ConfigError, exit_on_user_error
 from transformer_lab.models.configs import BertConfig, EncDecConfig, GPTConfig, T5Config
+from transformer_lab.tasks.configs import TASKS
 
 # The options of the model and data groups this repository ships: the class each builds (its `_target_`)
 # and the dataclass of its settings, which needs no torch (tests/test_config.py checks that each class
@@ -36,11 +37,11 @@ DATA = {
     "translation": ("transformer_lab.data.translation.TranslationDataModule", TranslationConfig),
 }
 # A class (`_target_`) -> the dataclass of its settings, to check them before any heavy import (validate.py).
-SETTINGS = {target: config_class for target, config_class in (*MODELS.values(), *DATA.values())}
+SETTINGS = {target: config_class for target, config_class in (*MODELS.values(), *DATA.values(), *TASKS.values())}
 
 
 def _schema(name: str, target: str, config_class: type, model: bool) -> type:
-    """A group option's schema: the settings dataclass's fields (for a model, less what the data decides;
+    """A model, data or task option's schema: the settings dataclass's fields (for a model, less what the data decides;
     block_size, where the model has one, becomes an optional maximum), the class it builds (`_target_`)
     and the option's name."""
     hints = typing.get_type_hints(config_class)
@@ -49,32 +50,13 @@ def _schema(name: str, target: str, config_class: type, model: bool) -> type:
         fields.append(("block_size", Optional[int], field(default=None)))  # None: the data's sequence length
     for f in dataclasses.fields(config_class):
         if not (model and f.name in DATA_DECIDED):
-            fields.append((f.name, hints[f.name], field(default=f.default)))
+            default = (
+                field(default=f.default) if f.default_factory is MISSING else field(default_factory=f.default_factory)
+            )
+            fields.append((f.name, hints[f.name], default))
     if model:
         fields.append(("compile", bool, field(default=False)))  # torch.compile the model (in place)
-        # the batches it reads, of the layouts its class declares (factory.py); None: its default
-        fields.append(("layout", Optional[str], field(default=None)))
     return dataclasses.make_dataclass(f"{config_class.__name__}Schema", fields)
-
-
-@dataclass
-class SpanCorruptionConfig:
-    """T5's span-corruption objective (model=t5). Defaults are T5's."""
-
-    input_length: int = 128  # corrupted input tokens, EOS included (raw windows are longer: 128 <- 141)
-    noise_density: float = 0.15  # share of a window's tokens dropped
-    mean_noise_span_length: float = 3.0
-    extra_ids: int = 100  # sentinel tokens, at the top of the vocabulary
-
-
-@dataclass
-class MaskedLMConfig:
-    """BERT's masked-LM objective (model=bert model.layout=mlm). Defaults are BERT's."""
-
-    length: int = 128  # tokens per sequence, [CLS] included
-    mask_prob: float = 0.15  # share of tokens chosen for prediction (the loss is on these only)
-    mask_token_prob: float = 0.8  # of the chosen: replaced by [MASK]
-    random_token_prob: float = 0.1  # replaced by a random token; the rest are kept as they are
 
 
 @dataclass
@@ -120,27 +102,7 @@ class OptimConfig:
     eps: float = 1e-8
     fused: Optional[bool] = True  # torch's fused AdamW kernel (CUDA and CPU); null lets torch choose
     skip_nonfinite: bool = False  # on an inf/nan loss: false stops the run, true skips the step (counted)
-    label_smoothing: float = 0.1  # sequence-to-sequence training loss
     pretrained_lr: Optional[float] = None  # with init_from: peak lr of the loaded tensors (null: lr, as the rest)
-
-
-@dataclass
-class DecodeConfig:
-    """How sequence-to-sequence models produce outputs (validation BLEU, test BLEU, translate CLI)."""
-
-    beam_size: int = 4  # for test/bleu and the translate CLI; 1 is greedy
-    val_beam_size: int = 1  # for val/bleu at each validation (greedy keeps validation fast)
-    length_penalty: float = 0.6  # GNMT's alpha; 0 ranks finished outputs by raw log-probability
-    max_extra_len: int = 50  # an output may be this many tokens longer than its source
-
-
-@dataclass
-class SampleConfig:
-    enabled: bool = True  # print (and log to W&B) a text sample at each validation
-    max_new_tokens: int = 200
-    temperature: float = 0.8
-    top_k: Optional[int] = 200
-    seed: int = 0
 
 
 def config_subdir(output_dir: str) -> str:
@@ -176,10 +138,8 @@ def register() -> None:
         cs.store(group="schema/model", name=name, node=_schema(name, target, config_class, model=True))
     cs.store(name="trainer_schema", node=TrainerConfig, package="trainer")
     cs.store(name="optim_schema", node=OptimConfig, package="optim")
-    cs.store(name="sample_schema", node=SampleConfig, package="sample")
-    cs.store(name="decode_schema", node=DecodeConfig, package="decode")
-    cs.store(name="span_schema", node=SpanCorruptionConfig, package="span")
-    cs.store(name="mlm_schema", node=MaskedLMConfig, package="mlm")
+    for name, (target, config_class) in TASKS.items():
+        cs.store(group="schema/task", name=name, node=_schema(name, target, config_class, model=False))
 
 
 register()

@@ -2,7 +2,7 @@
 
     python -m transformer_lab.evaluate RUN_DIR_OR_CKPT [split=val|test] [out=FILE] [overrides ...]
 
-    python -m transformer_lab.evaluate outputs/DATE/TIME split=test decode.beam_size=8
+    python -m transformer_lab.evaluate outputs/DATE/TIME split=test task.decode.beam_size=8
     python -m transformer_lab.evaluate outputs/DATE/TIME/checkpoints/last.ckpt trainer.limit_val_batches=50
     python -m transformer_lab.evaluate outputs/DATE/TIME data.path=my_text.txt
 
@@ -54,7 +54,7 @@ def evaluate(target: str, split: str = "val", overrides: list[str] = (), out: st
     defaults = [
         "logger=none",
         "ckpt_path=null",
-        "sample.enabled=false",
+        *(["task.sample.enabled=false"] if "sample" in meta["config"]["task"] else []),
         "trainer.limit_val_batches=1.0",
         "trainer.limit_test_batches=null",
         f"paths.data_dir={meta['config']['paths']['data_dir']}",

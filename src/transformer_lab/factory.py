@@ -1,16 +1,16 @@
 """Builds a run's data, model and task from its config, from what each side declares; nothing here
-names a model or a dataset.
+names a model, a dataset or a task.
 
-- A model YAML's `_target_` is a plain nn.Module class declaring `layout`, the batches it reads, and
-  `config_class`, the dataclass of its settings: the YAML's keys, plus the sizes the data decides
-  (`DATA_DECIDED`, for those of them the dataclass has). A model that can read several declares them all
-  in `layouts` (`layout` first); `model.layout` picks one.
+- A model YAML's `_target_` is a plain nn.Module class declaring its `architecture` ("decoder", "encoder",
+  "encoder-decoder") and `config_class`, the dataclass of its settings: the YAML's keys, plus the sizes
+  the data decides (`DATA_DECIDED`, for those of them the dataclass has). Its YAML names its default task.
+- A task YAML's `_target_` (conf/task/) is a `tasks.base.Task` declaring the `architecture` it trains and
+  the batch `layout` it reads.
 - A data YAML's `_target_` is a `data.base.DataModule` declaring the `layouts` it can produce; it is
-  built with the model's layout.
-- The layout decides the task (`TASKS`). "spans" and "mlm" are made from the data's token streams
-  (`FROM_STREAMS`).
+  built with the task's layout. "spans" and "mlm" are made from the data's token streams (`FROM_STREAMS`).
 
-So a model or dataset of your own is one Python file and one YAML (README: "Your own model or dataset").
+So a model, dataset or objective of your own is one Python file and one YAML (README: "Your own model or
+dataset").
 """
 
 from __future__ import annotations
@@ -26,24 +26,17 @@ from transformer_lab.data.base import DATA_DECIDED, DataModule
 from transformer_lab.data.masked_lm import MaskedLMDataModule
 from transformer_lab.data.span_corruption import SpanCorruptionDataModule
 from transformer_lab.errors import ConfigError
-from transformer_lab.tasks.classify import ClassificationTask
-from transformer_lab.tasks.lm import LanguageModelTask
-from transformer_lab.tasks.masked_lm import MaskedLMTask
-from transformer_lab.tasks.seq2seq import Seq2SeqTask
-from transformer_lab.tasks.span_corruption import SpanCorruptionTask
 from transformer_lab.trainer_args import check_trainer
 from transformer_lab.validate import NOT_SETTINGS, check_pair, check_settings
 
-# A model's layout -> the task that trains it.
-TASKS = {
-    "lm": LanguageModelTask,
-    "seq2seq": Seq2SeqTask,
-    "classify": ClassificationTask,
-    "spans": SpanCorruptionTask,
-    "mlm": MaskedLMTask,
+ARCHITECTURES = ("decoder", "encoder", "encoder-decoder")
+A_NETWORK = {
+    "decoder": "a decoder-only model",
+    "encoder": "an encoder-only model",
+    "encoder-decoder": "an encoder-decoder",
 }
-# Layouts made from a text dataset's token streams: the wrapping data module, and its config section.
-FROM_STREAMS = {"spans": (SpanCorruptionDataModule, "span"), "mlm": (MaskedLMDataModule, "mlm")}
+# Layouts made from a text dataset's token streams: the wrapping data module.
+FROM_STREAMS = {"spans": SpanCorruptionDataModule, "mlm": MaskedLMDataModule}
 
 
 def target_class(section: DictConfig | dict, key: str) -> type:
@@ -54,91 +47,107 @@ def target_class(section: DictConfig | dict, key: str) -> type:
         raise ConfigError(f"{key}._target_", f"cannot import {target!r}: {e.__cause__ or e}") from None
 
 
-def model_class(cfg: DictConfig) -> type:
-    cls = target_class(cfg.model, "model")
-    for attribute in ("layout", "config_class"):
+def _declares(cls: type, key: str, attributes: tuple[str, ...]) -> type:
+    for attribute in attributes:
         if not hasattr(cls, attribute):
-            raise ConfigError("model._target_", f"{cls.__qualname__} declares no `{attribute}` (see factory.py)")
-    for layout in layouts_of(cls):
-        if layout not in TASKS:
-            raise ConfigError(
-                "model._target_", f"{cls.__qualname__} declares layout {layout!r}; layouts: {', '.join(TASKS)}"
-            )
+            raise ConfigError(f"{key}._target_", f"{cls.__qualname__} declares no `{attribute}` (see factory.py)")
+    if getattr(cls, "architecture", ARCHITECTURES[0]) not in ARCHITECTURES:
+        raise ConfigError(
+            f"{key}._target_",
+            f"{cls.__qualname__} declares architecture {cls.architecture!r}; one of {', '.join(ARCHITECTURES)}",
+        )
     return cls
 
 
-def layouts_of(cls: type) -> tuple[str, ...]:
-    """The layouts a model class can read, its default first."""
-    return (cls.layout, *(layout for layout in getattr(cls, "layouts", ()) if layout != cls.layout))
+def model_class(cfg: DictConfig) -> type:
+    return _declares(target_class(cfg.model, "model"), "model", ("architecture", "config_class"))
 
 
-def model_layout(cfg: DictConfig) -> str:
-    """The layout this run's model reads: `model.layout`, or its class's default."""
-    cls = model_class(cfg)
-    layout = cfg.model.get("layout") or cls.layout
-    if layout not in layouts_of(cls):
-        raise ConfigError("model.layout", f"model={cfg.model.name} reads {', '.join(layouts_of(cls))}; got {layout!r}")
-    return layout
+def task_class(cfg: DictConfig) -> type:
+    if cfg.get("task") is None:
+        raise ConfigError(
+            "task",
+            f"model={cfg.model.name} names no task: add task=NAME (conf/task/), or to its YAML's defaults "
+            "`- /task@_global_.task: NAME`",
+        )
+    return _declares(target_class(cfg.task, "task"), "task", ("architecture", "layout"))
+
+
+def fits(model_cls: type, task_cls: type, data_cls: type) -> bool:
+    """Whether a task can train this model on this data: the network it trains, the batches it reads."""
+    return model_cls.architecture == task_cls.architecture and task_cls.layout in getattr(data_cls, "layouts", ())
 
 
 @cache
-def _option_targets(group: str, searchpath: tuple[str, ...]) -> dict[str, str]:
-    """Each option of a config group (this repository's and the search path's) -> its `_target_`."""
+def _options(group: str, searchpath: tuple[str, ...]) -> dict[str, tuple[str, str | None]]:
+    """Each option of a config group (this repository's and the search path's) -> its `_target_`, and the
+    task the composed config has with it (a model's default task)."""
     from hydra import compose
     from hydra.core.global_hydra import GlobalHydra
 
     overrides = [f"hydra.searchpath=[{','.join(searchpath)}]"] if searchpath else []
     loader = GlobalHydra.instance().config_loader()
-    targets = {}
+    options = {}
     for option in loader.get_group_options(group, config_name="train", overrides=overrides):
         try:
-            section = compose("train", overrides=[*overrides, f"{group}={option}"])[group]
-            targets[option] = section["_target_"]
+            composed = compose("train", overrides=[*overrides, f"{group}={option}"])
+            options[option] = (composed[group]["_target_"], (composed.get("task") or {}).get("name"))
         except Exception:  # noqa: BLE001  (an option that does not compose cannot be suggested)
             continue
-    return targets
+    return options
 
 
-def working_pairs(cfg: DictConfig) -> str:
-    """`model=M data=D` for every pair whose declarations fit, among the config groups' options."""
+def working_combinations(cfg: DictConfig) -> list[tuple[str, str, str, bool]]:
+    """(model, data, task, whether it is the model's own task) for every combination of the config groups'
+    options whose declarations fit."""
     from hydra.core.global_hydra import GlobalHydra
 
     if not GlobalHydra.instance().is_initialized():
-        return "(not listed: no Hydra context)"
+        return []
     searchpath = tuple(OmegaConf.select(cfg, "hydra.searchpath", default=None) or ())
     if not searchpath:
         from hydra.core.hydra_config import HydraConfig
 
         if HydraConfig.initialized():
             searchpath = tuple(HydraConfig.get().searchpath or ())
-    pairs = []
-    models, datas = _option_targets("model", searchpath), _option_targets("data", searchpath)
-    for model, model_target in models.items():
-        for data, data_target in datas.items():
-            try:
-                layouts = [lay for lay in layouts_of(get_class(model_target)) if lay in get_class(data_target).layouts]
-                if layouts:
-                    default = get_class(model_target).layout
-                    pairs += [
-                        f"model={model} data={data}" + ("" if lay == default else f" model.layout={lay}")
-                        for lay in layouts
-                    ]
-            except Exception:  # noqa: BLE001
-                continue
-    return ", ".join(pairs)
+    found = []
+    models, datas, tasks = (_options(group, searchpath) for group in ("model", "data", "task"))
+    for model, (model_target, default_task) in models.items():
+        for data, (data_target, _) in datas.items():
+            for task, (task_target, _) in tasks.items():
+                try:
+                    if fits(get_class(model_target), get_class(task_target), get_class(data_target)):
+                        found.append((model, data, task, task == default_task))
+                except Exception:  # noqa: BLE001
+                    continue
+    return found
+
+
+def listed(combinations: list[tuple[str, str, str, bool]]) -> str:
+    """`model=M data=D [task=T]`, ...: task=T where it is not the model's own."""
+    if not combinations:
+        return "(not listed: no Hydra context)"
+    return ", ".join(f"model={m} data={d}" + ("" if own else f" task={t}") for m, d, t, own in combinations)
 
 
 def make_datamodule(cfg: DictConfig) -> DataModule:
-    """The data module for this model, built but not yet set up (no file is read): its declared
-    layouts are checked against the model's, and its constructor checks its own arguments."""
-    layout = model_layout(cfg)
-    data_cls = target_class(cfg.data, "data")
-    if layout not in getattr(data_cls, "layouts", ()):
-        reads = f"model={cfg.model.name}" + (f" model.layout={layout}" if cfg.model.get("layout") else "")
-        raise ConfigError(
-            "data",
-            f"{reads} does not train on data={cfg.data.name}; combinations that work: {working_pairs(cfg)}",
-        )
+    """The data module for this run's task, built but not yet set up (no file is read): the model's,
+    the task's and the data's declarations are checked against each other, and the data module's
+    constructor checks its own arguments."""
+    model_cls, task_cls, data_cls = model_class(cfg), task_class(cfg), target_class(cfg.data, "data")
+    if not fits(model_cls, task_cls, data_cls):
+        if model_cls.architecture != task_cls.architecture:
+            why = (
+                f"task={cfg.task.name} trains {A_NETWORK[task_cls.architecture]}, "
+                f"model={cfg.model.name} is {A_NETWORK[model_cls.architecture]}"
+            )
+        else:
+            why = f"task={cfg.task.name} does not train on data={cfg.data.name}"
+        combinations = working_combinations(cfg)
+        these = [f"task={t}" for m, d, t, _ in combinations if (m, d) == (cfg.model.name, cfg.data.name)]
+        hint = f"model={cfg.model.name} data={cfg.data.name} trains with {' or '.join(these)}; " if these else ""
+        raise ConfigError("task", f"{why}; {hint}combinations that work: {listed(combinations)}")
+    layout = task_cls.layout
     settings = {
         k: v
         for k, v in OmegaConf.to_container(cfg.data, resolve=True, enum_to_str=True).items()
@@ -146,10 +155,9 @@ def make_datamodule(cfg: DictConfig) -> DataModule:
     }
     datamodule = data_cls(**settings, layout=layout)  # checks its own arguments (a ConfigError naming the key)
     if layout in FROM_STREAMS:  # the text's token streams, corrupted or masked
-        wrapper, section = FROM_STREAMS[layout]
-        datamodule = wrapper(
+        datamodule = FROM_STREAMS[layout](
             datamodule,
-            **cfg[section],
+            **{k: v for k, v in cfg.task.items() if k not in NOT_SETTINGS},
             batch_size=cfg.data.batch_size,
             val_batch_size=cfg.data.val_batch_size,
             seed=cfg.seed,
@@ -164,6 +172,8 @@ def check_buildable(cfg: DictConfig) -> DataModule:
     Returns the data module, not set up."""
     datamodule = make_datamodule(cfg)
     check_settings(cfg, "model", model_class(cfg).config_class)
+    if hasattr(task_class(cfg), "config_class"):  # a user's own task may declare its settings' dataclass
+        check_settings(cfg, "task", task_class(cfg).config_class)
     check_trainer(cfg)
     return datamodule
 
@@ -219,7 +229,7 @@ def build(cfg: DictConfig, overrides: list[str] | None = None, checkpoint_meta: 
         **datamodule.checkpoint_meta(),
         "data_files": datamodule.data_files(),
     }
-    task = TASKS[model_layout(cfg)].build(cfg, model, datamodule, meta)
+    task = task_class(cfg).build(cfg, model, datamodule, meta)
     return datamodule, model, task
 
 

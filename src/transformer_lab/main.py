@@ -108,35 +108,59 @@ def output_dir_problem(argv: list[str]) -> str | None:
 
 def composition_problem(config_dir: str, overrides: list[str]) -> str | None:
     """Hydra's complaint about a single run's command line, as one line (Hydra's own is several, and tells
-    to add an unknown key with `+`, which only defers the error): the config is composed once beforehand."""
+    to add an unknown key with `+`, which only defers the error): the config is composed once beforehand.
+    What is wrong comes from the exceptions' own fields (Hydra's missing option and its group's options,
+    OmegaConf's key), not from their text."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import MissingConfigException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-    try:
-        with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
+    with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
+        try:
             compose("train", overrides=overrides)
-        return None
-    except MissingConfigException as e:  # data=imagenet
-        text = str(e)
-        if (found := re.search(r"Could not find '(.+)/([^/']+)'", text)) and "Available options" in text:
-            options = re.findall(
-                r"^\t(\S+)$", text.split("Available options", 1)[1].split("Config search path")[0], re.M
-            )
-            return f"{found[1]}={found[2]}: no such option; {found[1]} has: {', '.join(options)}"
-        return " ".join(text.split("\n")[:1])
-    except Exception as e:  # noqa: BLE001  (Hydra's and OmegaConf's errors, of many types)
-        cause = e.__cause__ if e.__cause__ is not None else e
-        text = str(cause)
-        key = re.search(r"full_key: (\S+)", text)
-        if key and re.match(r"Key '.+' (not in|is not in struct)", text):
-            parent = key[1].rpartition(".")[0]
-            rest = [o for o in overrides if o.split("=")[0].lstrip("+~") != key[1]]
-            with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
+            return None
+        except MissingConfigException as e:  # data=imagenet
+            if e.missing_cfg_file and e.options is not None:
+                group, _, option = e.missing_cfg_file.rpartition("/")
+                return f"{group}={option}: no such option; {group} has: {', '.join(e.options)}"
+            return str(e).split("\n")[0]
+        except Exception as e:  # noqa: BLE001  (Hydra's errors of many types, most with OmegaConf's as cause)
+            cause = e.__cause__ if isinstance(e.__cause__, OmegaConfBaseException) else None
+            if cause is None or not cause.full_key:
+                return " ".join(line.strip() for line in str(e).split("\n") if line.strip())
+            key = cause.full_key
+            if isinstance(cause, (ConfigKeyError, ConfigAttributeError)):  # a key the schema does not have
+                parent = key.rpartition(".")[0]
+                rest = [o for o in overrides if override_key(o) != key and not override_key(o).startswith(key + ".")]
                 composed = compose("train", overrides=rest)
-            known = OmegaConf.select(composed, parent) if parent else composed
-            return str(no_such_key(key[1], list(known) if OmegaConf.is_dict(known) else []))
-        first = text.split("\n")[0]
-        return f"{key[1]}: {first}" if key else " ".join(line.strip() for line in text.split("\n") if line.strip())
+                known = OmegaConf.select(composed, parent) if parent else None
+                message = str(no_such_key(key, list(known) if OmegaConf.is_dict(known) else []))
+                return message + task_having(key, composed)
+            return f"{key}: {str(cause).split(chr(10))[0]}"
+
+
+def task_having(key: str, composed: DictConfig) -> str:
+    """For a task.* key the run's task lacks: the tasks whose settings have it."""
+    import dataclasses
+
+    from transformer_lab.tasks.configs import TASKS
+
+    section, _, name = key.partition(".")
+    if section != "task" or not name:
+        return ""
+    having = [
+        task
+        for task, (_, settings) in TASKS.items()
+        if name.split(".")[0] in {f.name for f in dataclasses.fields(settings)}
+    ]
+    return (
+        f" (a setting of task={' and task='.join(having)}; this run's is task={composed.task.name})" if having else ""
+    )
+
+
+def override_key(override: str) -> str:
+    """The key an override sets, without its `+` (add) or `~` (delete) prefix."""
+    return override.split("=", 1)[0].lstrip("+~")
 
 
 def print_help(config_dir: str, overrides: list[str]) -> None:
@@ -153,6 +177,19 @@ def print_help(config_dir: str, overrides: list[str]) -> None:
         loader = GlobalHydra.instance().config_loader()
         options = {group: loader.get_group_options(group, config_name="train", overrides=overrides) for group in groups}
     choices = cfg.hydra.runtime.choices
+    # groups a chosen option's own defaults list selects (a model's task), listed after the model
+    selected = [g for g in choices if "/" not in g and "@" not in g and g != "hydra" and g not in groups]
+    at = groups.index("model") + 1 if "model" in groups else len(groups)
+    groups[at:at] = selected
+    with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        options.update(
+            {
+                g: loader.get_group_options(g, config_name="train", overrides=overrides)
+                for g in groups
+                if g not in options
+            }
+        )
     print("python train.py [group=option ...] [key=value ...]   (README.md; Hydra's own options: --hydra-help)\n")
     print("== Groups (group=option; the current choice in brackets) ==")
     for group in groups:

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from transformer_lab.checkpoint import check_compatible, checkpoint_path, read_checkpoint
 from transformer_lab.errors import ConfigError, UserError
 from transformer_lab.files import read_json
+from transformer_lab.main import override_key
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +34,6 @@ class Resumed:
     step: int  # the training steps it holds
     meta: dict  # what its run's data module wrote: vocabulary, data files
     loggers: dict  # its loggers' runs by section: version (W&B's run id, ...) and name
-
-
-def override_key(override: str) -> str:
-    """The key an override sets, without its `+` (add) or `~` (delete) prefix."""
-    return override.split("=", 1)[0].lstrip("+~")
 
 
 def run_overrides(path: Path, meta: dict) -> list[str] | None:
@@ -119,7 +115,7 @@ def resume_config(cfg: DictConfig, record: bool = True) -> tuple[DictConfig, Res
     del checkpoint
     # Another data or model option cannot resume this checkpoint (nor be composed on its run's overrides).
     chosen = {o.split("=", 1)[0].lstrip("+"): o.split("=", 1)[1] for o in overrides or () if "=" in o}
-    for group in ("data", "model"):
+    for group in ("data", "model", "task"):
         option = chosen.get(group, resumed.config[group]["name"]) if overrides is not None else cfg[group].name
         if option != resumed.config[group]["name"]:
             raise ConfigError(

@@ -22,7 +22,7 @@ from transformer_lab.errors import require as _require
 MAX_SEED = 2**32 - 1  # numpy's limit, and so Lightning's seed_everything's
 
 # Keys of a model or data section that select and describe, not settings of its dataclass.
-NOT_SETTINGS = ("_target_", "name", "compile", "layout")
+NOT_SETTINGS = ("_target_", "name", "compile")
 
 
 def _torch():
@@ -72,7 +72,7 @@ def check_pair(cfg: DictConfig, datamodule) -> None:
             f"model.block_size={block_size}",
         )
     if datamodule.endless:  # random windows without end: only steps end it
-        what = f"model={cfg.model.name}" if hasattr(datamodule, "base") else f"data={cfg.data.name}"  # (spans, mlm)
+        what = f"task={cfg.task.name}" if hasattr(datamodule, "base") else f"data={cfg.data.name}"  # (spans, mlm)
         _require(trainer.max_steps >= 1, "trainer.max_steps", f"must be set: {what} draws random windows without end")
         _require(
             isinstance(trainer.val_check_interval, int),
@@ -84,15 +84,16 @@ def check_pair(cfg: DictConfig, datamodule) -> None:
 
 
 def validate(cfg: DictConfig) -> None:
-    data, model, trainer, optim, sample = cfg.data, cfg.model, cfg.trainer, cfg.optim, cfg.sample
+    data, model, trainer, optim = cfg.data, cfg.model, cfg.trainer, cfg.optim
 
     seed = cfg.seed
     _require(isinstance(seed, int) and not isinstance(seed, bool), "seed", f"must be an integer, got {seed!r}")
     _require(0 <= seed <= MAX_SEED, "seed", f"must be in [0, {MAX_SEED}] (what seed_everything takes), got {seed}")
 
-    # this repository's models and data check their own settings here; a user's own, once imported (factory.py)
-    for section in ("model", "data"):
-        if cfg[section].get("_target_") in SETTINGS:
+    # this repository's models, data and tasks check their own settings here; a user's own, once imported
+    # (factory.py)
+    for section in ("model", "data", "task"):
+        if cfg.get(section) is not None and cfg[section].get("_target_") in SETTINGS:
             check_settings(cfg, section, SETTINGS[cfg[section]._target_])
 
     # the keys most data modules and models have (each checks its own in its settings dataclass's
@@ -141,7 +142,6 @@ def validate(cfg: DictConfig) -> None:
     _require(0 <= optim.min_lr <= optim.lr, "optim.min_lr", f"must be in [0, optim.lr={optim.lr}], got {optim.min_lr}")
     _require(optim.warmup_steps >= 0, "optim.warmup_steps", f"must be >= 0, got {optim.warmup_steps}")
     _require(optim.weight_decay >= 0, "optim.weight_decay", f"must be >= 0, got {optim.weight_decay}")
-    _require(0 <= optim.label_smoothing < 1, "optim.label_smoothing", f"must be in [0, 1), got {optim.label_smoothing}")
     _require(
         len(optim.betas) == 2 and all(0 <= b < 1 for b in optim.betas),
         "optim.betas",
@@ -224,13 +224,3 @@ def validate(cfg: DictConfig) -> None:
         "callbacks.throughput.peak_flops",
         f"must be a positive number of FLOP/s (e.g. 989e12) or null, got {peak!r}",
     )
-
-    # decoding
-    decode = cfg.decode
-    for key in ("beam_size", "val_beam_size", "max_extra_len"):
-        _require(decode[key] >= 1, f"decode.{key}", f"must be at least 1, got {decode[key]}")
-    _require(decode.length_penalty >= 0, "decode.length_penalty", f"must be >= 0, got {decode.length_penalty}")
-
-    # samples
-    _require(sample.temperature >= 0, "sample.temperature", f"must be >= 0, got {sample.temperature}")
-    _require(sample.top_k is None or sample.top_k >= 1, "sample.top_k", f"must be >= 1 or null, got {sample.top_k}")

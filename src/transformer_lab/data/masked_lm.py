@@ -71,7 +71,7 @@ class MaskedLMDataModule(DataModule):
     layouts = ("mlm",)
     kind = "masked_lm"
     endless = True
-    length_key = "mlm.length"
+    length_key = "task.length"
 
     def __init__(
         self,
@@ -85,13 +85,13 @@ class MaskedLMDataModule(DataModule):
         seed: int = 1337,
     ):
         super().__init__("mlm")
-        require(length >= 2, "mlm.length", f"must be at least 2 ([CLS] and a token), got {length}")
-        require(0 < mask_prob <= 1, "mlm.mask_prob", f"must be in (0, 1], got {mask_prob}")
+        require(length >= 2, "task.length", f"must be at least 2 ([CLS] and a token), got {length}")
+        require(0 < mask_prob <= 1, "task.mask_prob", f"must be in (0, 1], got {mask_prob}")
         for key, value in (("mask_token_prob", mask_token_prob), ("random_token_prob", random_token_prob)):
-            require(0 <= value <= 1, f"mlm.{key}", f"must be in [0, 1], got {value}")
+            require(0 <= value <= 1, f"task.{key}", f"must be in [0, 1], got {value}")
         require(
             mask_token_prob + random_token_prob <= 1,
-            "mlm.random_token_prob",
+            "task.random_token_prob",
             f"mask_token_prob + random_token_prob must be at most 1, got {mask_token_prob + random_token_prob}",
         )
         self.base, self.length = base, length
@@ -115,7 +115,7 @@ class MaskedLMDataModule(DataModule):
         window = self.length - 1
         require(
             len(self.streams.train) >= window and len(self.streams.val) >= window,
-            "mlm.length",
+            "task.length",
             f"windows of {window} tokens do not fit the data's splits "
             f"({len(self.streams.train)} and {len(self.streams.val)} tokens)",
         )

@@ -137,6 +137,7 @@ class SpanCorruptionDataModule(DataModule):
     layouts = ("spans",)
     kind = "span_corruption"
     endless = True
+    length_key = "task.input_length"
 
     def __init__(
         self,
@@ -150,18 +151,18 @@ class SpanCorruptionDataModule(DataModule):
         seed: int = 1337,
     ):
         super().__init__("spans")
-        require(0 < noise_density < 1, "span.noise_density", f"must be in (0, 1), got {noise_density}")
+        require(0 < noise_density < 1, "task.noise_density", f"must be in (0, 1), got {noise_density}")
         require(
             mean_noise_span_length >= 1,
-            "span.mean_noise_span_length",
+            "task.mean_noise_span_length",
             f"must be at least 1, got {mean_noise_span_length}",
         )
-        require(input_length >= 4, "span.input_length", f"must be at least 4, got {input_length}")
+        require(input_length >= 4, "task.input_length", f"must be at least 4, got {input_length}")
         raw, _ = raw_and_target_length(input_length, noise_density, mean_noise_span_length)
         spans = num_noise_spans(raw, noise_density, mean_noise_span_length)
         require(
             extra_ids >= spans,
-            "span.extra_ids",
+            "task.extra_ids",
             f"windows of {raw} tokens have {spans} noise spans, each needing a sentinel; got {extra_ids}",
         )
         self.base = base
@@ -198,6 +199,11 @@ class SpanCorruptionDataModule(DataModule):
     @property
     def vocab_size(self) -> int:
         return self.streams.vocab_size + self.extra_ids
+
+    @property
+    def sequence_length(self) -> int:
+        """The longer of a corrupted input and its target (a model with positions needs both)."""
+        return max(self.input_length, self.target_length)
 
     @property
     def first_sentinel(self) -> int:

@@ -40,8 +40,7 @@ class MaskedLMHead(nn.Module):
 
 
 class Bert(nn.Module):
-    layout = "classify"  # what it reads: token sequences and a class each (data/base.py)
-    layouts = ("classify", "mlm")  # or masked token sequences (model.layout=mlm, with n_classes None)
+    architecture = "encoder"  # (B, T) -> (B, n_classes), or (B, T, vocab_size) with n_classes None
     config_class = BertConfig
 
     def __init__(self, config: BertConfig):

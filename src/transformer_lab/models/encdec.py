@@ -90,7 +90,7 @@ class DecoderLayer(nn.Module):
 
 
 class EncDec(nn.Module):
-    layout = "seq2seq"  # what it reads: (source, target) pairs (data/base.py)
+    architecture = "encoder-decoder"  # (source, target prefix) -> next-token logits of the target
     config_class = EncDecConfig
 
     def __init__(self, config: EncDecConfig):

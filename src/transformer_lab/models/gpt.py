@@ -43,7 +43,7 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    layout = "lm"  # what it reads: token sequences, predicting each next token (data/base.py)
+    architecture = "decoder"  # causal: tokens -> next-token logits at every position
     config_class = GPTConfig
 
     def __init__(self, config: GPTConfig):

@@ -93,8 +93,7 @@ class Block(nn.Module):
 
 
 class T5(nn.Module):
-    layout = "spans"  # what it reads: span-corrupted token streams (T5's objective) (data/base.py)
-    layouts = ("spans", "seq2seq")  # or source/target pairs (model.layout=seq2seq: translation)
+    architecture = "encoder-decoder"  # (source, target prefix) -> next-token logits of the target
     config_class = T5Config
 
     def __init__(self, config: T5Config):

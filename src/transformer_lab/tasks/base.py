@@ -23,6 +23,12 @@ log = logging.getLogger(__name__)
 
 
 class Task(L.LightningModule):
+    # What a task declares (factory.py checks them against the model and data a run names): the kind of
+    # network it trains (a model class's `architecture`: "decoder", "encoder" or "encoder-decoder"), and
+    # the batch layout it reads, one of a data module's `layouts` (data/base.py).
+    architecture: str
+    layout: str
+
     def __init__(self, model: torch.nn.Module, optim: dict, checkpoint_meta: dict | None = None):
         super().__init__()
         self.model, self.optim = model, optim

@@ -11,9 +11,13 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from transformer_lab.tasks.base import Task
+from transformer_lab.tasks.configs import ClassifyConfig
 
 
 class ClassificationTask(Task):
+    architecture, layout = "encoder", "classify"  # what it trains, and the batches it reads (data/base.py)
+    config_class = ClassifyConfig  # its settings: the task.* keys
+
     def __init__(
         self, model: torch.nn.Module, optim: dict, decode: Callable[[Any], str], checkpoint_meta: dict | None = None
     ):

@@ -15,10 +15,14 @@ from torchmetrics.classification import MulticlassAccuracy
 from transformer_lab.data.tokens import EOS, SEP
 from transformer_lab.errors import ConfigError, require
 from transformer_lab.tasks.base import Task
+from transformer_lab.tasks.configs import LanguageModelConfig
 from transformer_lab.tasks.decoding import continue_prompts
 
 
 class LanguageModelTask(Task):
+    architecture, layout = "decoder", "lm"  # what it trains, and the batches it reads (data/base.py)
+    config_class = LanguageModelConfig  # its settings: the task.* keys
+
     def __init__(
         self,
         model: torch.nn.Module,
@@ -38,7 +42,7 @@ class LanguageModelTask(Task):
             for key in ("beam_size", "val_beam_size"):
                 require(
                     self.decode_cfg[key] == 1,
-                    f"decode.{key}",
+                    f"task.decode.{key}",
                     f"{type(model).__name__} has no key/value "
                     "cache (new_cache()) for beam search: set it to 1 (greedy)",
                 )
@@ -55,12 +59,12 @@ class LanguageModelTask(Task):
         except ValueError as e:
             raise ConfigError("data.sample_prompt", str(e)) from None
         return {
-            "sample": OmegaConf.to_container(cfg.sample, resolve=True),
+            "sample": OmegaConf.to_container(cfg.task.sample, resolve=True),
             "decode": datamodule.decode,
             "answer_only": datamodule.answer_only,
             "prompt_ids": prompt_ids,
             "kind": datamodule.kind,
-            "decode_cfg": OmegaConf.to_container(cfg.decode, resolve=True),
+            "decode_cfg": OmegaConf.to_container(cfg.task.decode, resolve=True),
         }
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:

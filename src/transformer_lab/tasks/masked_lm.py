@@ -12,9 +12,13 @@ from torchmetrics import MeanMetric
 
 from transformer_lab.data.masked_lm import IGNORE
 from transformer_lab.tasks.base import Task
+from transformer_lab.tasks.configs import MaskedLMConfig
 
 
 class MaskedLMTask(Task):
+    architecture, layout = "encoder", "mlm"  # what it trains, and the batches it reads (data/base.py)
+    config_class = MaskedLMConfig  # its settings: the task.* keys
+
     def __init__(
         self,
         model: torch.nn.Module,

@@ -10,19 +10,29 @@ from torchmetrics import MeanMetric
 from transformer_lab.data.tokens import BOS, EOS, PAD
 from transformer_lab.tasks import decoding
 from transformer_lab.tasks.base import Task
+from transformer_lab.tasks.configs import Seq2SeqConfig
 
 
 class Seq2SeqTask(Task):
     """`decode`: beam_size for the test set (1 = greedy), val_beam_size for validation, length_penalty,
     max_extra_len (outputs may be this many tokens longer than their source). Training minimises the
-    label-smoothed cross-entropy (optim.label_smoothing); `val/loss` and `test/loss` are the plain one,
+    label-smoothed cross-entropy (task.label_smoothing); `val/loss` and `test/loss` are the plain one,
     comparable across smoothing settings."""
 
+    architecture, layout = "encoder-decoder", "seq2seq"  # what it trains, and the batches it reads (data/base.py)
+    config_class = Seq2SeqConfig  # its settings: the task.* keys
+
     def __init__(
-        self, model: torch.nn.Module, optim: dict, decode: dict, datamodule, checkpoint_meta: dict | None = None
+        self,
+        model: torch.nn.Module,
+        optim: dict,
+        decode: dict,
+        datamodule,
+        label_smoothing: float = 0.1,
+        checkpoint_meta: dict | None = None,
     ):
         super().__init__(model, optim, checkpoint_meta)
-        self.decode_cfg = decode
+        self.decode_cfg, self.label_smoothing = decode, label_smoothing
         self.detokenize = datamodule.decode
         self.answer_only = datamodule.answer_only  # equations: accuracy of the answer instead of BLEU
         self.eval_loss = MeanMetric()
@@ -30,7 +40,11 @@ class Seq2SeqTask(Task):
 
     @classmethod
     def settings(cls, cfg, datamodule) -> dict:
-        return {"decode": OmegaConf.to_container(cfg.decode, resolve=True), "datamodule": datamodule}
+        return {
+            "decode": OmegaConf.to_container(cfg.task.decode, resolve=True),
+            "label_smoothing": cfg.task.label_smoothing,
+            "datamodule": datamodule,
+        }
 
     def batch_tokens(self, batch) -> int:
         src, tgt = batch[:2]
@@ -49,7 +63,7 @@ class Seq2SeqTask(Task):
 
     def training_step(self, batch, batch_idx):
         src, tgt = batch
-        return self.guarded(self.loss(src, tgt, self.optim["label_smoothing"]), (tgt[:, 1:] != PAD).sum())
+        return self.guarded(self.loss(src, tgt, self.label_smoothing), (tgt[:, 1:] != PAD).sum())
 
     def translate(self, src: torch.Tensor, beam_size: int) -> decoding.Decoded:
         d = self.decode_cfg

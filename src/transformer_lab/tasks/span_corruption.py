@@ -10,10 +10,14 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from transformer_lab.data.span_corruption import fill_spans
 from transformer_lab.tasks.base import Task
+from transformer_lab.tasks.configs import SpanCorruptionConfig
 from transformer_lab.tasks.decoding import fill_spans_greedy
 
 
 class SpanCorruptionTask(Task):
+    architecture, layout = "encoder-decoder", "spans"  # what it trains, and the batches it reads (data/base.py)
+    config_class = SpanCorruptionConfig  # its settings: the task.* keys
+
     def __init__(
         self, model: torch.nn.Module, optim: dict, datamodule, checkpoint_meta: dict | None = None, n_examples: int = 2
     ):

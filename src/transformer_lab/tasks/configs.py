@@ -1,0 +1,103 @@
+"""The settings of each training objective (the `task` group, conf/task/): types, defaults and checks,
+importable without torch, so a command line is composed and checked before anything heavy loads. A task's
+YAML holds only what that objective uses: `python train.py --cfg job` for a GPT shows its samples, not span
+corruption. Checks that relate these keys live here, in `__post_init__`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from transformer_lab.errors import ConfigError, require
+
+
+@dataclass
+class SampleConfig:
+    """Text samples at each validation of a language model on text."""
+
+    enabled: bool = True  # print (and log to W&B) a text sample at each validation
+    max_new_tokens: int = 200
+    temperature: float = 0.8
+    top_k: int | None = 200
+    seed: int = 0
+
+    def __post_init__(self):
+        require(self.max_new_tokens >= 1, "sample.max_new_tokens", f"must be at least 1, got {self.max_new_tokens}")
+        require(self.temperature >= 0, "sample.temperature", f"must be >= 0, got {self.temperature}")
+        require(self.top_k is None or self.top_k >= 1, "sample.top_k", f"must be >= 1 or null, got {self.top_k}")
+
+
+@dataclass
+class DecodeConfig:
+    """How outputs are produced for BLEU (validation, test, the translate command)."""
+
+    beam_size: int = 4  # for test/bleu and the translate command; 1 is greedy
+    val_beam_size: int = 1  # for val/bleu at each validation (greedy keeps validation fast)
+    length_penalty: float = 0.6  # GNMT's alpha; 0 ranks finished outputs by raw log-probability
+    max_extra_len: int = 50  # an output may be this many tokens longer than its source
+
+    def __post_init__(self):
+        for key in ("beam_size", "val_beam_size", "max_extra_len"):
+            require(getattr(self, key) >= 1, f"decode.{key}", f"must be at least 1, got {getattr(self, key)}")
+        require(self.length_penalty >= 0, "decode.length_penalty", f"must be >= 0, got {self.length_penalty}")
+
+
+def _section(value, cls: type, key: str):
+    """A nested section as its dataclass (Hydra hands it over as a dict); its errors named under `key`."""
+    if isinstance(value, cls):
+        return value
+    try:
+        return cls(**value)
+    except ConfigError as e:
+        raise ConfigError(e.key if e.key.startswith(f"{key}.") else f"{key}.{e.key}", e.message) from None
+
+
+@dataclass
+class LanguageModelConfig:  # tasks/lm.py: next-token loss (text, equations' answers, translation as a prefix LM)
+    sample: SampleConfig = field(default_factory=SampleConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)  # translation as a prefix LM
+
+    def __post_init__(self):
+        self.sample = _section(self.sample, SampleConfig, "sample")
+        self.decode = _section(self.decode, DecodeConfig, "decode")
+
+
+@dataclass
+class Seq2SeqConfig:  # tasks/seq2seq.py: teacher-forced target loss; BLEU or answer accuracy
+    label_smoothing: float = 0.1  # of the training loss; val/loss and test/loss are the plain one
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+    def __post_init__(self):
+        require(0 <= self.label_smoothing < 1, "label_smoothing", f"must be in [0, 1), got {self.label_smoothing}")
+        self.decode = _section(self.decode, DecodeConfig, "decode")
+
+
+@dataclass
+class ClassifyConfig:  # tasks/classify.py: one class per sequence, from the pooled encoder output
+    pass
+
+
+@dataclass
+class SpanCorruptionConfig:  # tasks/span_corruption.py: T5's objective (data/span_corruption.py); T5's defaults
+    input_length: int = 128  # corrupted input tokens, EOS included (raw windows are longer: 128 <- 141)
+    noise_density: float = 0.15  # share of a window's tokens dropped
+    mean_noise_span_length: float = 3.0
+    extra_ids: int = 100  # sentinel tokens, at the top of the vocabulary
+
+
+@dataclass
+class MaskedLMConfig:  # tasks/masked_lm.py: BERT's objective (data/masked_lm.py); BERT's defaults
+    length: int = 128  # tokens per sequence, [CLS] included
+    mask_prob: float = 0.15  # share of tokens chosen for prediction (the loss is on these only)
+    mask_token_prob: float = 0.8  # of the chosen: replaced by [MASK]
+    random_token_prob: float = 0.1  # replaced by a random token; the rest are kept as they are
+
+
+# The options of the task group this repository ships: the LightningModule each builds (its `_target_`) and
+# the dataclass of its settings. A model's YAML names its default task; `task=NAME` picks another.
+TASKS = {
+    "lm": ("transformer_lab.tasks.lm.LanguageModelTask", LanguageModelConfig),
+    "seq2seq": ("transformer_lab.tasks.seq2seq.Seq2SeqTask", Seq2SeqConfig),
+    "classify": ("transformer_lab.tasks.classify.ClassificationTask", ClassifyConfig),
+    "spans": ("transformer_lab.tasks.span_corruption.SpanCorruptionTask", SpanCorruptionConfig),
+    "mlm": ("transformer_lab.tasks.masked_lm.MaskedLMTask", MaskedLMConfig),
+}
