@@ -10,7 +10,7 @@ import pytest
 
 from conftest import ROOT
 
-DOCS = [ROOT / "README.md", *sorted((ROOT / "experiments").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "experiments").glob("*.md"))]
 COMMAND = re.compile(r"python (benchmarks/\w+\.py)([^`#\n]*)")
 
 

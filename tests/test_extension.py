@@ -141,6 +141,53 @@ class TextFileDataModule(DataModule):
         return Batches(x, y, self.val_batch_size)
 '''
 
+TASK = '''
+"""Next-token prediction with the focal loss (Lin et al. 2017): easy tokens weigh less."""
+from dataclasses import dataclass
+
+import torch.nn.functional as F
+
+from transformer_lab.errors import require
+from transformer_lab.tasks.configs import LanguageModelConfig
+from transformer_lab.tasks.lm import LanguageModelTask
+
+
+@dataclass
+class FocalConfig(LanguageModelConfig):
+    gamma: float = 2.0
+
+    def __post_init__(self):
+        super().__post_init__()
+        require(self.gamma >= 0, "gamma", f"must be >= 0, got {self.gamma}")
+
+
+class FocalLM(LanguageModelTask):
+    config_class = FocalConfig  # (architecture and layout: a language model's, inherited)
+
+    def __init__(self, *args, gamma=2.0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.gamma = gamma
+
+    @classmethod
+    def settings(cls, cfg, datamodule):
+        return {**super().settings(cfg, datamodule), "gamma": cfg.task.gamma}
+
+    def loss(self, logits, targets):
+        logp = F.log_softmax(logits.flatten(0, 1).float(), -1)
+        targets = targets.flatten()
+        kept = targets != -100
+        logp = logp[kept].gather(1, targets[kept, None])[:, 0]
+        return -((1 - logp.exp()) ** self.gamma * logp).mean()
+'''
+
+TASK_YAML = """
+_target_: focal.FocalLM
+name: focal
+gamma: 2.0
+sample: {enabled: true, max_new_tokens: 20, temperature: 0.8, top_k: 200, seed: 0}
+decode: {beam_size: 1, val_beam_size: 1, length_penalty: 0.6, max_extra_len: 50}
+"""
+
 DATA_YAML = """
 _target_: textfile.TextFileDataModule
 name: textfile
@@ -171,9 +218,14 @@ def user_files(tmp_path_factory):
     (tmp / "code").mkdir()
     (tmp / "code" / "mine.py").write_text(textwrap.dedent(MODEL))
     (tmp / "code" / "textfile.py").write_text(textwrap.dedent(DATA))
+    (tmp / "code" / "focal.py").write_text(textwrap.dedent(TASK))
     text = tmp / "poem.txt"
     text.write_text(TEXT)
-    for group, name, content in [("model", "mine", MODEL_YAML), ("data", "textfile", DATA_YAML.format(path=text))]:
+    for group, name, content in [
+        ("model", "mine", MODEL_YAML),
+        ("data", "textfile", DATA_YAML.format(path=text)),
+        ("task", "focal", TASK_YAML),
+    ]:
         (tmp / "conf" / group).mkdir(parents=True, exist_ok=True)
         (tmp / "conf" / group / f"{name}.yaml").write_text(textwrap.dedent(content))
     env = {"PYTHONPATH": os.pathsep.join([str(tmp / "code"), os.environ.get("PYTHONPATH", "")])}
@@ -361,3 +413,35 @@ def test_gpt_trained_on_shakespeare_continues_on_a_users_text_file(user_files, t
     )
     assert strict.returncode == 2 and "Traceback" not in strict.stderr
     assert strict.stderr.strip().splitlines()[-1].startswith("error: init_strict: ")
+
+
+@pytest.mark.e2e
+def test_own_task_trains_a_model_and_checks_its_settings(user_files, user_process, tmp_path):
+    user, searchpath, env = user_files
+    run = tmp_path / "run"
+    size = ["model.n_layer=1", "model.n_head=2", "model.n_embd=32"]
+    result = run_train(
+        "model=gpt",
+        "data=textfile",
+        "task=focal",
+        *size,
+        "trainer.max_steps=30",
+        *FAST,
+        *searchpath,
+        f"hydra.run.dir={run}",
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = read_summary(run)
+    assert summary["status"] == "completed" and summary["global_step"] == 30
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    first_loss = next(r["train/loss"] for r in records if "train/loss" in r)
+    assert summary["train/loss"] < 0.75 * first_loss  # the focal loss falls: it learns
+    assert "gamma: 2.0" in (run / ".hydra" / "config.yaml").read_text()
+
+    refused = user_process.run("data=textfile", "task=focal", "task.gamma=-1", *searchpath, f"hydra.run.dir={tmp_path}")
+    assert (
+        refused.returncode == 2 and refused.stderr.strip().splitlines()[-1] == "error: task.gamma: must be >= 0, got -1"
+    )
+    refused = user_process.run("model=bert", "data=textfile", "task=focal", *searchpath, f"hydra.run.dir={tmp_path}")
+    assert "error: task: task=focal trains a decoder-only model, model=bert is an encoder-only model" in refused.stderr

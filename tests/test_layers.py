@@ -6,9 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_lab.models.bert import Bert, BertConfig
 from transformer_lab.models.encdec import EncDec, EncDecConfig
-from transformer_lab.models.gpt import GPT, GPTConfig
 from transformer_lab.models.layers import Attention, FeedForward
 from transformer_lab.models.t5 import T5, T5Config
 
@@ -73,69 +71,3 @@ def test_feed_forward_variants(activation, formula):
     x = torch.randn(2, 3, 16)
     torch.testing.assert_close(ff(x), ff.down(formula(ff, x)))
     assert (ff.gate is not None) == (activation in ("swiglu", "gated-gelu"))
-
-
-# Each model's parameter names before the shared layers: new name -> old names, concatenated in this order.
-OLD_NAMES = {
-    GPT: {
-        "attn.in_proj": ["attn.c_attn"],
-        "attn.out_proj": ["attn.c_proj"],
-        "mlp.up": ["mlp.c_fc"],
-        "mlp.gate": ["mlp.c_gate"],
-        "mlp.down": ["mlp.c_proj"],
-    },
-    EncDec: {"attn.in_proj": ["attn.q_proj", "attn.kv_proj"], "ff.up": ["ff.linear1"], "ff.down": ["ff.linear2"]},
-    T5: {
-        "attn.in_proj": ["attn.q", "attn.k", "attn.v"],
-        "attn.out_proj": ["attn.o"],
-        "ff.up": ["ff.wi"],
-        "ff.gate": ["ff.wi_gate"],
-        "ff.down": ["ff.wo"],
-    },
-}
-OLD_NAMES[Bert] = OLD_NAMES[EncDec]
-
-
-def old_state_dict(model: nn.Module) -> dict:
-    """The model's state dict as the code before the shared layers named (and split) it."""
-    old = {}
-    for key, value in model.state_dict().items():
-        module, part = key.rsplit(".", 1)
-        new = next((n for n in OLD_NAMES[type(model)] if module.endswith(n)), None)
-        if new is None:
-            old[key] = value
-            continue
-        names = OLD_NAMES[type(model)][new]
-        for name, piece in zip(
-            names,
-            value.chunk(len(names))
-            if len(names) == 3
-            else (value[: len(value) // 3], value[len(value) // 3 :])
-            if len(names) == 2
-            else (value,),
-        ):
-            old[f"{module.removesuffix(new)}{name}.{part}"] = piece
-    return old
-
-
-@pytest.mark.parametrize(
-    "build",
-    [
-        lambda: GPT(GPTConfig(vocab_size=40, block_size=16, mlp="swiglu", **SMALL)),
-        lambda: EncDec(EncDecConfig(vocab_size=40, block_size=16, **SMALL)),
-        lambda: Bert(BertConfig(vocab_size=40, n_classes=3, block_size=16, **SMALL)),
-        lambda: T5(T5Config(vocab_size=40, d_ff=64, feed_forward="gated-gelu", **SMALL)),
-    ],
-    ids=["gpt", "encdec", "bert", "t5"],
-)
-def test_checkpoints_with_the_old_parameter_names_still_load(build):
-    torch.manual_seed(0)
-    trained = build().eval()
-    old = old_state_dict(trained)
-    assert not set(old) & {k for k in trained.state_dict() if "in_proj" in k or ".up." in k}  # really renamed
-    torch.manual_seed(1)
-    loaded = build().eval()
-    loaded.load_state_dict(old)
-    idx = torch.randint(1, 40, (2, 7))
-    args = (idx,) if isinstance(trained, (GPT, Bert)) else (idx, idx[:, :5])
-    torch.testing.assert_close(loaded(*args), trained(*args), atol=0, rtol=0)

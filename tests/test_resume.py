@@ -237,10 +237,8 @@ def test_checkpoints_load_with_weights_only_and_carry_the_config(tmp_path):
     assert config["model"]["n_embd"] == 32 and config["data"]["name"] == "modular"
     assert "${" not in json.dumps(config)  # resolved: no interpolation left to resolve elsewhere
 
-    # A checkpoint from before the shared layers (GPT's c_attn, c_fc, ...) still loads for sampling, and a
-    # run refuses to resume from it with one line rather than failing inside the optimizer's state.
-    from transformer_lab.checkpoint import load_model
-
+    # A checkpoint whose tensors are named otherwise (a model class of one's own, changed since): a run
+    # refuses to resume from it with one line rather than failing inside the optimizer's state.
     old_names = {
         "attn.in_proj": "attn.c_attn",
         "attn.out_proj": "attn.c_proj",
@@ -254,8 +252,6 @@ def test_checkpoints_load_with_weights_only_and_carry_the_config(tmp_path):
         renamed[key] = value
     old = run / "checkpoints" / "old.ckpt"
     torch.save({**checkpoint, "state_dict": renamed}, old)
-    idx = torch.randint(0, 10, (2, 4))
-    torch.testing.assert_close(load_model(old)[0](idx), load_model(run / "checkpoints" / "last.ckpt")[0](idx))
     result = run_train(
         *DATA["modular"],
         *TINY,
@@ -264,7 +260,7 @@ def test_checkpoints_load_with_weights_only_and_carry_the_config(tmp_path):
         f"ckpt_path={old}",
         f"hydra.run.dir={tmp_path / 'resumed'}",
     )
-    assert result.returncode == 2 and "names its parameters differently" in result.stderr
+    assert result.returncode == 2 and "holds other tensors than this run's model" in result.stderr
     assert "attn.c_attn" in result.stderr and "Traceback" not in result.stderr
 
 

@@ -115,15 +115,10 @@ def check_state_fits(path: str, saved_shapes: dict, saved_config: dict, cfg: Dic
     hold exactly this model's tensors, of the same shapes. Checked here, before Lightning loads anything,
     so a mismatch is one message naming every tensor and setting involved, not a size-mismatch traceback."""
     ours = {key: tuple(value.shape) for key, value in task.state_dict().items()}
-    if set(saved_shapes) != set(ours):
-        # Checkpoints from before the models' shared layers name their parameters differently: load_model
-        # still reads their weights, but a run cannot resume from them.
-        theirs = ", ".join(sorted(set(saved_shapes) - set(ours))[:3])
+    if set(saved_shapes) != set(ours):  # (a model class of the user's own, changed since)
+        theirs = ", ".join(sorted(set(saved_shapes) ^ set(ours))[:3])
         raise ConfigError(
-            "ckpt_path",
-            f"{path} names its parameters differently from this code ({theirs}, ...): "
-            "it was written by an older transformer-lab. Its weights still load for "
-            "sampling and translation, but training cannot resume from it",
+            "ckpt_path", f"{path} holds other tensors than this run's model ({theirs}, ...): it cannot resume it"
         )
     mismatched = [
         f"{key} {list(saved_shapes[key])} (this run: {list(shape)})"
@@ -175,6 +170,11 @@ def checkpoint_of(target: str | Path) -> Path:
     return path
 
 
+def model_state(checkpoint: dict) -> dict:
+    """The model's tensors of a checkpoint, under the model's own names (the task holds it as `model`)."""
+    return {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
+
+
 def init_weights(
     model: torch.nn.Module, source: str, vocabulary: dict | None = None
 ) -> tuple[str, list[str], set[str]]:
@@ -188,7 +188,7 @@ def init_weights(
         checkpoint = read_checkpoint(path)
     except UserError as e:
         raise ConfigError("init_from", str(e)) from None
-    state = {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
+    state = model_state(checkpoint)
     meta = checkpoint.get("transformer_lab") or {}
     same_vocabulary = bool(vocabulary) and all(meta.get(key) == value for key, value in vocabulary.items())
     ours = model.state_dict()
@@ -218,12 +218,7 @@ def load_model(path: str | Path, map_location: str = "cpu") -> tuple[torch.nn.Mo
 
     checkpoint = read_checkpoint(path)
     meta = checkpoint["transformer_lab"]
-    state = {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
-    try:
-        model = model_from_checkpoint(meta, state)
-    except ConfigError as e:
-        raise UserError(f"{path}: {str(e).split(': ', 1)[1]}") from None
-    return model.to(map_location).eval(), meta
+    return model_from_checkpoint(meta, model_state(checkpoint)).to(map_location).eval(), meta
 
 
 def checkpoint_path(cfg: DictConfig) -> Path | None:

@@ -244,12 +244,6 @@ def datamodule_from_checkpoint(meta: dict) -> DataModule:
 def model_from_checkpoint(meta: dict, state: dict) -> torch.nn.Module:
     """The model a checkpoint's metadata describes, with its weights."""
     model_cfg = meta["config"]["model"]
-    if "_target_" not in model_cfg or "model_args" not in meta:
-        raise ConfigError(
-            "ckpt",
-            "this checkpoint was written by an older transformer-lab, before checkpoints "
-            "named their model class; train it again, or load it with that version",
-        )
     model = instantiate(model_class(DictConfig({"model": model_cfg})), model_cfg, meta["model_args"])
     model.load_state_dict(state)
     return model

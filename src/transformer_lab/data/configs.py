@@ -30,11 +30,12 @@ class ModularConfig:  # data/modular.py
     train_fraction: float = 0.5
     split_seed: int = 0  # which equations go to training
     batch_size: int = 512
-    val_batch_size: int | None = None  # default: batch_size
+    val_batch_size: int | None = None  # default (null): batch_size
     max_examples: int = 1_000_000  # with many terms, sample this many equations instead of all
     seed: int = 1337
 
     def __post_init__(self):
+        self.val_batch_size = self.val_batch_size or self.batch_size
         require(is_prime(self.p), "data.p", f"must be a prime (division needs inverses), got {self.p}")
         require(self.terms >= 2, "data.terms", f"must be at least 2, got {self.terms}")
         require(0 < self.train_fraction < 1, "data.train_fraction", f"must be in (0, 1), got {self.train_fraction}")
@@ -46,12 +47,13 @@ class ShakespeareConfig:  # data/shakespeare.py
     path: str | None = None  # a UTF-8 text file to use instead of Tiny Shakespeare
     block_size: int = 256  # context length of each training window
     batch_size: int = 64
-    val_batch_size: int | None = None  # default: batch_size
+    val_batch_size: int | None = None  # default (null): batch_size
     val_fraction: float = 0.1  # the last 10% of the text is held out
     seed: int = 1337
     sample_prompt: str = "\n"  # where text samples at each validation start
 
     def __post_init__(self):
+        self.val_batch_size = self.val_batch_size or self.batch_size
         require(self.block_size >= 1, "data.block_size", f"must be a positive integer, got {self.block_size}")
         require(0 < self.val_fraction < 1, "data.val_fraction", f"must be in (0, 1), got {self.val_fraction}")
 
@@ -69,10 +71,11 @@ class TranslationConfig:  # data/translation.py
     shared_vocab: bool = True  # one vocabulary for both languages (false: one each)
     max_length: int = 128  # tokens per sentence, longer ones are cut
     batch_size: int = 128  # sentence pairs, grouped by length
-    val_batch_size: int | None = None  # default: batch_size
+    val_batch_size: int | None = None  # default (null): batch_size
     seed: int = 1337
 
     def __post_init__(self):
+        self.val_batch_size = self.val_batch_size or self.batch_size
         if self.path is None:
             for key, language in (("source", self.source), ("target", self.target)):
                 require(

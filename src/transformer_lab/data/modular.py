@@ -65,25 +65,20 @@ class ModularDataModule(DataModule):
 
     def __init__(self, layout: str = "lm", **settings):  # settings: ModularConfig's
         super().__init__(layout, **settings)
-        p, op, terms = self.config.p, self.config.op, self.config.terms
+        p, op = self.config.p, self.config.op
         assert layout in self.layouts, layout
         self.offset = 0 if layout == "lm" else len(SPECIALS)
-        self.p, self.op, self.terms = p, op, terms
-        self.train_fraction, self.split_seed = self.config.train_fraction, self.config.split_seed
-        self.batch_size = self.config.batch_size
-        self.val_batch_size = self.config.val_batch_size or self.batch_size
-        self.max_examples, self.seed = self.config.max_examples, self.config.seed
         self.op_id = p + OPS.index(op)
         self.eq_id = p + len(OPS)
         self.ready = False
 
     @property
     def vocab_size(self) -> int:
-        return self.offset + self.p + len(OPS) + 1
+        return self.offset + self.config.p + len(OPS) + 1
 
     @property
     def n_classes(self) -> int | None:
-        return self.p if self.layout == "classify" else None
+        return self.config.p if self.layout == "classify" else None
 
     @property
     def pad_id(self) -> int | None:
@@ -91,10 +86,10 @@ class ModularDataModule(DataModule):
 
     @property
     def sequence_length(self) -> int:
-        return 2 * self.terms + (self.layout == "classify")  # ([CLS]) a op b ... =
+        return 2 * self.config.terms + (self.layout == "classify")  # ([CLS]) a op b ... =
 
     def decode(self, ids) -> str:
-        symbols = [str(i) for i in range(self.p)] + OPS + ["="]
+        symbols = [str(i) for i in range(self.config.p)] + OPS + ["="]
         return " ".join(symbols[int(i) - self.offset] for i in ids if int(i) >= self.offset)
 
     def encode(self, text: str) -> list[int]:
@@ -102,13 +97,15 @@ class ModularDataModule(DataModule):
         symbols = re.findall(r"\d+|\S", text)
         if symbols and symbols[-1] == "=":
             symbols.pop()
-        form = " ".join(["a", *[f"{self.op} {name}" for name in "bcdefgh"[: self.terms - 1]], "="])
+        form = " ".join(["a", *[f"{self.config.op} {name}" for name in "bcdefgh"[: self.config.terms - 1]], "="])
         numbers, ops = symbols[0::2], symbols[1::2]
-        if len(symbols) != 2 * self.terms - 1 or any(op != self.op for op in ops):
-            raise ValueError(f"expected an equation of the form `{form}` (data.op={self.op}, data.terms={self.terms})")
-        bad = [n for n in numbers if not n.isdigit() or int(n) >= self.p]
+        if len(symbols) != 2 * self.config.terms - 1 or any(op != self.config.op for op in ops):
+            raise ValueError(
+                f"expected an equation of the form `{form}` (data.op={self.config.op}, data.terms={self.config.terms})"
+            )
+        bad = [n for n in numbers if not n.isdigit() or int(n) >= self.config.p]
         if bad:
-            raise ValueError(f"{', '.join(bad)}: not a number in 0..{self.p - 1} (data.p={self.p})")
+            raise ValueError(f"{', '.join(bad)}: not a number in 0..{self.config.p - 1} (data.p={self.config.p})")
         ids = [int(symbol) if i % 2 == 0 else self.op_id for i, symbol in enumerate(symbols)] + [self.eq_id]
         ids = [i + self.offset for i in ids]
         return [BOS, *ids] if self.layout == "classify" else ids
@@ -116,9 +113,11 @@ class ModularDataModule(DataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.ready:
             return
-        operands, answer = make_equations(self.p, self.op, self.terms, self.max_examples, self.split_seed)
+        operands, answer = make_equations(
+            self.config.p, self.config.op, self.config.terms, self.config.max_examples, self.config.split_seed
+        )
         n = len(answer)
-        x = torch.full((n, 2 * self.terms), self.op_id, dtype=torch.long)
+        x = torch.full((n, 2 * self.config.terms), self.op_id, dtype=torch.long)
         x[:, 0::2] = operands
         x[:, -1] = self.eq_id
         y = torch.full_like(x, -100)  # ignored by cross-entropy
@@ -129,8 +128,8 @@ class ModularDataModule(DataModule):
         elif self.layout == "classify":
             x = torch.cat([torch.full_like(answer[:, None], BOS), x + self.offset], 1)
             y = answer
-        perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.split_seed))
-        n_train = int(round(n * self.train_fraction))
+        perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.config.split_seed))
+        n_train = int(round(n * self.config.train_fraction))
         self.train_idx, self.val_idx = perm[:n_train], perm[n_train:]
         self.x, self.y = x, y
         self.ready = True
@@ -138,7 +137,8 @@ class ModularDataModule(DataModule):
     def train_dataloader(self):
         i = self.train_idx
         return for_this_rank(
-            ShuffledBatches(self.x[i], self.y[i], self.batch_size, self.seed, self._position), self.trainer
+            ShuffledBatches(self.x[i], self.y[i], self.config.batch_size, self.config.seed, self._position),
+            self.trainer,
         )
 
     def _position(self) -> tuple[int, int]:
@@ -147,9 +147,9 @@ class ModularDataModule(DataModule):
         trainer = self.trainer
         if trainer is None:
             return 0, 0
-        per_epoch = min(math.ceil(len(self.train_idx) / self.batch_size), trainer.num_training_batches)
+        per_epoch = min(math.ceil(len(self.train_idx) / self.config.batch_size), trainer.num_training_batches)
         return divmod(self.batches_done(), per_epoch)
 
     def val_dataloader(self):
         i = self.val_idx
-        return Batches(self.x[i], self.y[i], self.val_batch_size)
+        return Batches(self.x[i], self.y[i], self.config.val_batch_size)

@@ -53,30 +53,24 @@ class ShakespeareDataModule(DataModule):
     def __init__(self, layout: str = "lm", **settings):  # settings: ShakespeareConfig's
         super().__init__(layout, **settings)
         c = self.config
-        path, data_dir, block_size, batch_size = c.path, c.data_dir, c.block_size, c.batch_size
-        self.given_path = path
-        self.path = Path(path) if path else Path(data_dir) / "shakespeare" / "input.txt"
-        self.block_size, self.batch_size = block_size, batch_size
-        self.val_batch_size = c.val_batch_size or batch_size
-        self.val_fraction, self.seed = c.val_fraction, c.seed
-        self.sample_prompt = c.sample_prompt
+        self.path = Path(c.path) if c.path else Path(c.data_dir) / "shakespeare" / "input.txt"
         self.tokenizer: CharTokenizer | None = None
         self.whole_file = False  # evaluating a trained model on another text: all of it is validation
         self.train_tokens = self.val_tokens = torch.empty(0, dtype=torch.long)
         self.ready = False
 
     def read_text(self) -> str:
-        if self.given_path is None:
+        if self.config.path is None:
             return ensure_file(self.path, URL, SHA256).read_text(encoding="utf-8")
         return read_text(self.path, "data.path")
 
     def prepare_data(self) -> None:
-        if self.given_path is None:
+        if self.config.path is None:
             ensure_file(self.path, URL, SHA256)
 
     def for_checkpoint(self, meta: dict) -> None:
         self.tokenizer = CharTokenizer(meta["vocab"])
-        self.whole_file = self.given_path is not None and not is_runs_file(self.given_path, meta)
+        self.whole_file = self.config.path is not None and not is_runs_file(self.config.path, meta)
 
     def setup(self, stage: str | None = None) -> None:
         if self.ready:
@@ -90,13 +84,13 @@ class ShakespeareDataModule(DataModule):
             raise DataUnavailableError(
                 f"data.path: {self.path} has {e}; the model knows only {''.join(self.tokenizer.chars)!r}"
             ) from None
-        n_train = 0 if self.whole_file else int(len(tokens) * (1 - self.val_fraction))
+        n_train = 0 if self.whole_file else int(len(tokens) * (1 - self.config.val_fraction))
         self.train_tokens, self.val_tokens = tokens[:n_train], tokens[n_train:]
         for split, split_tokens in (("validate", self.val_tokens), ("train", self.train_tokens)):
-            if len(split_tokens) <= self.block_size and (split == "validate" or not self.whole_file):
+            if len(split_tokens) <= self.config.block_size and (split == "validate" or not self.whole_file):
                 raise DataUnavailableError(
                     f"data.path: {self.path}: {len(split_tokens)} characters to {split} on, fewer than "
-                    f"one window of data.block_size + 1 = {self.block_size + 1}"
+                    f"one window of data.block_size + 1 = {self.config.block_size + 1}"
                 )
         self.ready = True
 
@@ -106,7 +100,7 @@ class ShakespeareDataModule(DataModule):
 
     @property
     def sequence_length(self) -> int:
-        return self.block_size
+        return self.config.block_size
 
     def decode(self, ids) -> str:
         return self.tokenizer.decode(ids)
@@ -115,27 +109,28 @@ class ShakespeareDataModule(DataModule):
         return self.tokenizer.encode(text)
 
     def sample_prompt_ids(self) -> list[int]:
-        return self.tokenizer.encode(self.sample_prompt)
+        return self.tokenizer.encode(self.config.sample_prompt)
 
     def checkpoint_meta(self) -> dict:
         return {"vocab": self.tokenizer.chars}
 
     def data_files(self) -> dict[str, str]:
-        return {str(self.path.absolute()): SHA256 if self.given_path is None else sha256_file(self.path)}
+        return {str(self.path.absolute()): SHA256 if self.config.path is None else sha256_file(self.path)}
 
     def train_dataloader(self):
         # Batch i depends only on (seed, i), so a run resumed from a checkpoint continues the stream
         # where it stopped instead of replaying it from the start.
         start = self.batches_done()
         return for_this_rank(
-            RandomWindows(self.train_tokens, self.block_size, self.batch_size, self.seed, start), self.trainer
+            RandomWindows(self.train_tokens, self.config.block_size, self.config.batch_size, self.config.seed, start),
+            self.trainer,
         )
 
     def val_windows(self) -> tuple[torch.Tensor, torch.Tensor]:
-        n = (len(self.val_tokens) - 1) // self.block_size
-        starts = torch.arange(n) * self.block_size
+        n = (len(self.val_tokens) - 1) // self.config.block_size
+        starts = torch.arange(n) * self.config.block_size
         starts = starts[torch.randperm(n, generator=torch.Generator().manual_seed(0))]
-        windows = self.val_tokens[starts[:, None] + torch.arange(self.block_size + 1)]
+        windows = self.val_tokens[starts[:, None] + torch.arange(self.config.block_size + 1)]
         return windows[:, :-1], windows[:, 1:]
 
     def token_streams(self):
@@ -152,4 +147,4 @@ class ShakespeareDataModule(DataModule):
 
     def val_dataloader(self):
         x, y = self.val_windows()
-        return Batches(x, y, self.val_batch_size)
+        return Batches(x, y, self.config.val_batch_size)

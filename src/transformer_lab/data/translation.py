@@ -216,18 +216,13 @@ class TranslationDataModule(DataModule):
     def __init__(self, layout: str = "seq2seq", **settings):  # settings: TranslationConfig's
         super().__init__(layout, **settings)
         c = self.config
-        shared_vocab, data_dir, source, target, path = c.shared_vocab, c.data_dir, c.source, c.target, c.path
         require(
-            shared_vocab or layout != "lm",
+            c.shared_vocab or layout != "lm",
             "data.shared_vocab",
             "a decoder-only model reads source and target as one sequence, so it needs one vocabulary (true)",
         )
-        self.shared_vocab = shared_vocab
         self.prefix_lm = layout == "lm"  # batches for a decoder-only model: `<bos> src <sep> tgt <eos>`
-        self.data_dir, self.source, self.target, self.path = Path(data_dir), source, target, path
-        self.val_fraction, self.test_fraction, self.split_seed = c.val_fraction, c.test_fraction, c.split_seed
-        self.bpe_vocab_size, self.max_length = c.vocab_size, c.max_length
-        self.batch_size, self.val_batch_size, self.seed = c.batch_size, c.val_batch_size or c.batch_size, c.seed
+        self.data_dir = Path(c.data_dir)
         self.tokenizer: Tokenizer | None = None  # the target side's (and the source's, when shared)
         self.source_tokenizer: Tokenizer | None = None
         self.cut_lengths: list[int] = []  # token counts of the sentences max_length cuts
@@ -236,30 +231,32 @@ class TranslationDataModule(DataModule):
         self.ready = False
 
     def load_pairs(self) -> dict[str, list[tuple[str, str]]]:
-        if self.path is None:
+        if self.config.path is None:
             return {
                 split: list(
                     zip(
-                        read_multi30k(self.data_dir, split, self.source),
-                        read_multi30k(self.data_dir, split, self.target),
+                        read_multi30k(self.data_dir, split, self.config.source),
+                        read_multi30k(self.data_dir, split, self.config.target),
                         strict=True,
                     )
                 )
                 for split in SPLIT_FILES
             }
-        pairs = read_pairs(self.path)
+        pairs = read_pairs(self.config.path)
         if self.whole_file:
             return {"train": [], "val": pairs, "test": pairs}
-        n_val, n_test, n_train = split_sizes(len(pairs), self.val_fraction, self.test_fraction)
+        n_val, n_test, n_train = split_sizes(len(pairs), self.config.val_fraction, self.config.test_fraction)
         if not (n_val and n_test and n_train):
-            fewest = next(n for n in range(3, 10**6) if all(split_sizes(n, self.val_fraction, self.test_fraction)))
+            fewest = next(
+                n for n in range(3, 10**6) if all(split_sizes(n, self.config.val_fraction, self.config.test_fraction))
+            )
             raise BadFile(
-                self.path,
-                f"holds {len(pairs)} sentence pair(s), too few to split: with data.val_fraction={self.val_fraction} "
-                f"and data.test_fraction={self.test_fraction} every split needs one, which takes at least {fewest}",
+                self.config.path,
+                f"holds {len(pairs)} sentence pair(s), too few to split: with data.val_fraction={self.config.val_fraction} "
+                f"and data.test_fraction={self.config.test_fraction} every split needs one, which takes at least {fewest}",
                 "data.path",
             )
-        order = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(self.split_seed)).tolist()
+        order = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(self.config.split_seed)).tolist()
         return {
             "val": [pairs[i] for i in order[:n_val]],
             "test": [pairs[i] for i in order[n_val : n_val + n_test]],
@@ -267,16 +264,16 @@ class TranslationDataModule(DataModule):
         }
 
     def prepare_data(self) -> None:
-        if self.path is None:
+        if self.config.path is None:
             for split in SPLIT_FILES:
-                for language in (self.source, self.target):
+                for language in (self.config.source, self.config.target):
                     read_multi30k(self.data_dir, split, language)
 
     def for_checkpoint(self, meta: dict) -> None:
         self.tokenizer = Tokenizer.from_str(meta["tokenizer"])
         source = meta.get("source_tokenizer")
         self.source_tokenizer = Tokenizer.from_str(source) if source else self.tokenizer
-        self.whole_file = self.path is not None and not is_runs_file(self.path, meta)
+        self.whole_file = self.config.path is not None and not is_runs_file(self.config.path, meta)
 
     def setup(self, stage: str | None = None) -> None:
         if self.ready:
@@ -284,14 +281,14 @@ class TranslationDataModule(DataModule):
         self.pairs = self.load_pairs()
         cache = self.data_dir / "tokenizers"
         if self.tokenizer is None:  # (else a checkpoint's, from for_checkpoint)
-            if self.shared_vocab:
+            if self.config.shared_vocab:
                 texts = [text for pair in self.pairs["train"] for text in pair]
-                self.tokenizer = self.source_tokenizer = cached_tokenizer(cache, texts, self.bpe_vocab_size)
+                self.tokenizer = self.source_tokenizer = cached_tokenizer(cache, texts, self.config.vocab_size)
             else:
                 self.source_tokenizer = cached_tokenizer(
-                    cache, [s for s, _ in self.pairs["train"]], self.bpe_vocab_size
+                    cache, [s for s, _ in self.pairs["train"]], self.config.vocab_size
                 )
-                self.tokenizer = cached_tokenizer(cache, [t for _, t in self.pairs["train"]], self.bpe_vocab_size)
+                self.tokenizer = cached_tokenizer(cache, [t for _, t in self.pairs["train"]], self.config.vocab_size)
         self.encoded = {split: self.encode_pairs(pairs) for split, pairs in self.pairs.items()}
         self.warn_cut_sentences()
         if self.prefix_lm:
@@ -302,15 +299,15 @@ class TranslationDataModule(DataModule):
             }
         self.pad_values = (PAD, -100) if self.prefix_lm else (PAD, PAD)
         self.train_batches = LengthGroupedBatches(
-            *self.encoded["train"], self.batch_size, self.seed, self._position, pad_values=self.pad_values
+            *self.encoded["train"], self.config.batch_size, self.config.seed, self._position, pad_values=self.pad_values
         )
         if self.pairs["train"]:  # (none when a trained model is evaluated on a whole file)
             self.padding_fraction = self.train_batches.padding_fraction()
         self.ready = True
         log.info(
             "translation %s->%s: %s pairs; vocabulary %d%s",
-            self.source,
-            self.target,
+            self.config.source,
+            self.config.target,
             {k: len(v) for k, v in self.pairs.items()},
             self.vocab_size,
             f"; padding {100 * self.padding_fraction:.1f}% of training positions"
@@ -325,7 +322,7 @@ class TranslationDataModule(DataModule):
 
     @property
     def source_vocab_size(self) -> int | None:
-        return None if self.shared_vocab else self.source_tokenizer.get_vocab_size()
+        return None if self.config.shared_vocab else self.source_tokenizer.get_vocab_size()
 
     @property
     def pad_id(self) -> int:
@@ -333,25 +330,27 @@ class TranslationDataModule(DataModule):
 
     @property
     def sequence_length(self) -> int:
-        return 2 * self.max_length if self.prefix_lm else self.max_length  # a prefix LM sees both sides
+        return 2 * self.config.max_length if self.prefix_lm else self.config.max_length  # a prefix LM sees both sides
 
     def data_files(self) -> dict[str, str]:
-        if self.path is not None:
-            return {str(Path(self.path).absolute()): sha256_file(self.path)}
+        if self.config.path is not None:
+            return {str(Path(self.config.path).absolute()): sha256_file(self.config.path)}
         names = [
-            f"{SPLIT_FILES[split]}.{language}.gz" for split in SPLIT_FILES for language in (self.source, self.target)
+            f"{SPLIT_FILES[split]}.{language}.gz"
+            for split in SPLIT_FILES
+            for language in (self.config.source, self.config.target)
         ]
         return {str((self.data_dir / "multi30k" / name).absolute()): SHA256[name] for name in names}
 
     def checkpoint_meta(self) -> dict:
         return {
             "tokenizer": self.tokenizer.to_str(),
-            "source_tokenizer": None if self.shared_vocab else self.source_tokenizer.to_str(),
+            "source_tokenizer": None if self.config.shared_vocab else self.source_tokenizer.to_str(),
         }
 
     def encode_pairs(self, pairs: list[tuple[str, str]]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Sentences longer than max_length - 2 tokens are cut to it (warn_cut_sentences says so)."""
-        limit = self.max_length - 2
+        limit = self.config.max_length - 2
         src = self.source_tokenizer.encode_batch([s for s, _ in pairs])
         tgt = self.tokenizer.encode_batch([t for _, t in pairs])
         self.cut_lengths += [len(e.ids) for e in (*src, *tgt) if len(e.ids) > limit]
@@ -367,8 +366,8 @@ class TranslationDataModule(DataModule):
                 "translation: %d sentences (of all splits, either side) are longer than data.max_length=%d "
                 "allows (%d tokens) and are cut to it; the longest has %d tokens",
                 len(self.cut_lengths),
-                self.max_length,
-                self.max_length - 2,
+                self.config.max_length,
+                self.config.max_length - 2,
                 max(self.cut_lengths),
             )
 
@@ -378,7 +377,7 @@ class TranslationDataModule(DataModule):
     def source_input(self, ids: list[int]) -> list[int]:
         """A source sentence's ids as the model reads them: cut to max_length - 2 as in training, then <eos>;
         for a decoder-only model, the prompt `<bos> source <sep>`."""
-        ids = ids[: self.max_length - 2]
+        ids = ids[: self.config.max_length - 2]
         return [BOS, *ids, SEP] if self.prefix_lm else [*ids, EOS]
 
     def decode(self, ids) -> str:
@@ -393,7 +392,7 @@ class TranslationDataModule(DataModule):
         target side) tokenized and concatenated, as T5 packs its documents."""
 
         def stream(split: str) -> torch.Tensor:
-            texts = [text for pair in self.pairs[split] for text in (pair if self.shared_vocab else pair[1:])]
+            texts = [text for pair in self.pairs[split] for text in (pair if self.config.shared_vocab else pair[1:])]
             return torch.tensor([i for e in self.tokenizer.encode_batch(texts) for i in e.ids])
 
         return TokenStreams(
@@ -419,7 +418,7 @@ class TranslationDataModule(DataModule):
     def _eval_batches(self, split: str) -> EvalBatches:
         return EvalBatches(
             *self.encoded[split],
-            self.val_batch_size,
+            self.config.val_batch_size,
             self.pad_values,
             self.prompt_lengths[split] if self.prefix_lm else None,
         )

@@ -18,8 +18,7 @@ import torch
 from torch import nn
 
 from transformer_lab.models.configs import EncDecConfig
-from transformer_lab.models.flops import attention_flops, linear_flops
-from transformer_lab.models.layers import Attention, FeedForward
+from transformer_lab.models.layers import Attention, EncoderDecoder, FeedForward
 
 
 def sinusoids(length: int, dim: int) -> torch.Tensor:
@@ -89,8 +88,7 @@ class DecoderLayer(nn.Module):
         return self.norm3(x + self.dropout(self.ff(x)))
 
 
-class EncDec(nn.Module):
-    architecture = "encoder-decoder"  # (source, target prefix) -> next-token logits of the target
+class EncDec(EncoderDecoder):
     config_class = EncDecConfig
 
     def __init__(self, config: EncDecConfig):
@@ -155,9 +153,6 @@ class EncDec(nn.Module):
             x = layer(x, pad)
         return self.encoder_norm(x), pad
 
-    def new_cache(self) -> list[dict]:
-        return [{"self": {}, "cross": {}} for _ in self.decoder]
-
     def decode(
         self, tgt: torch.Tensor, memory: torch.Tensor, memory_pad: torch.Tensor, cache: list[dict] | None = None
     ) -> torch.Tensor:
@@ -168,18 +163,3 @@ class EncDec(nn.Module):
         for i, layer in enumerate(self.decoder):
             x = layer(x, memory, memory_pad, cache[i] if cache is not None else None)
         return self.lm_head(self.decoder_norm(x))
-
-    def forward_flops(self, S: int, T: int) -> int:
-        """Matmul FLOPs of one forward pass over a source of S tokens and a target of T (see models/flops.py):
-        cross-attention projects the source into keys and values once per decoder layer."""
-        C = self.config.n_embd
-        flops = linear_flops(self.encoder, S) + len(self.encoder) * attention_flops(C, S, S)
-        for layer in self.decoder:
-            flops += linear_flops(layer.self_attn, T) + attention_flops(C, T, T) + linear_flops(layer.ff, T)
-            # queries (C x C) and output on the target, keys and values (2C x C) on the source
-            flops += 2 * C * C * (2 * T + 2 * S) + attention_flops(C, T, S)
-        return flops + linear_flops(self.lm_head, T)
-
-    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
-        memory, pad = self.encode(src)
-        return self.decode(tgt, memory, pad)

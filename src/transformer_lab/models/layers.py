@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from transformer_lab.models.flops import attention_flops, linear_flops
+
 
 def make_norm(kind: str, dim: int, bias: bool = True, eps: float = 1e-5) -> nn.Module:
     """ "layernorm" (nn.LayerNorm, optionally without bias) | "rmsnorm" (nn.RMSNorm) | "none"."""
@@ -19,18 +21,6 @@ def make_norm(kind: str, dim: int, bias: bool = True, eps: float = 1e-5) -> nn.M
     if kind == "rmsnorm":
         return nn.RMSNorm(dim, eps=eps)
     return nn.Identity()
-
-
-def _upgrade_names(module: nn.Module, state_dict: dict, prefix: str, *_) -> None:
-    """Checkpoints written before these shared layers named their projections per model (GPT's c_attn,
-    encdec's q_proj + kv_proj, T5's q, k, v, ...): concatenate those into today's names, so they still load.
-    (A load_state_dict pre-hook; module.LEGACY maps each name to its old spellings.)"""
-    for new, spellings in module.LEGACY.items():
-        for old in spellings:
-            for part in ("weight", "bias"):
-                keys = [f"{prefix}{name}.{part}" for name in old]
-                if all(key in state_dict for key in keys):
-                    state_dict[f"{prefix}{new}.{part}"] = torch.cat([state_dict.pop(key) for key in keys])
 
 
 class RotaryEmbedding(nn.Module):
@@ -62,8 +52,6 @@ class Attention(nn.Module):
     logit scale (None: 1/sqrt(head_dim); T5 uses 1).
     """
 
-    LEGACY = {"in_proj": (("c_attn",), ("q_proj", "kv_proj"), ("q", "k", "v")), "out_proj": (("c_proj",), ("o",))}
-
     def __init__(
         self,
         n_embd: int,
@@ -78,7 +66,6 @@ class Attention(nn.Module):
         self.n_head, self.dropout, self.rotary, self.scale = n_head, dropout, rotary, scale
         self.in_proj = nn.Linear(n_embd, 3 * n_embd, bias=bias)
         self.out_proj = nn.Linear(n_embd, n_embd, bias=bias)
-        self.register_load_state_dict_pre_hook(_upgrade_names)
 
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
         B, L, C = t.shape
@@ -141,11 +128,6 @@ class FeedForward(nn.Module):
     activation: "relu" | "gelu" (exact) | "swiglu" (SiLU gate, Shazeer 2020) | "gated-gelu" (tanh-GELU
     gate, T5.1.1)."""
 
-    LEGACY = {
-        "gate": (("c_gate",), ("wi_gate",)),
-        "up": (("c_fc",), ("linear1",), ("wi",)),
-        "down": (("c_proj",), ("linear2",), ("wo",)),
-    }
     ACTIVATIONS = {
         "relu": F.relu,
         "gelu": F.gelu,
@@ -160,8 +142,34 @@ class FeedForward(nn.Module):
         self.up = nn.Linear(n_embd, hidden, bias=bias)
         self.down = nn.Linear(hidden, n_embd, bias=bias)
         self.dropout = nn.Dropout(dropout)
-        self.register_load_state_dict_pre_hook(_upgrade_names)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.activation(self.up(x)) if self.gate is None else self.activation(self.gate(x)) * self.up(x)
         return self.down(self.dropout(h))
+
+
+class EncoderDecoder(nn.Module):
+    """What the encoder-decoders share (encdec.py, t5.py): a forward pass is encode() then decode(), the
+    decoder's key/value cache, and the FLOP count. A subclass has `encoder` and `decoder` (ModuleLists;
+    each decoder layer with `self_attn` and `ff`), `lm_head`, `config.n_embd`, encode() and decode()."""
+
+    architecture = "encoder-decoder"  # (source, target prefix) -> next-token logits of the target
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        memory, pad = self.encode(src)  # (B, S, C), (B, S)
+        return self.decode(tgt, memory, pad)  # (B, T, V)
+
+    def new_cache(self) -> list[dict]:
+        """An empty key/value cache for decode(): per decoder layer, its self- and cross-attention's."""
+        return [{"self": {}, "cross": {}} for _ in self.decoder]
+
+    def forward_flops(self, S: int, T: int) -> int:
+        """Matmul FLOPs of one forward pass over a source of S tokens and a target of T (see models/flops.py):
+        cross-attention projects the source into keys and values once per decoder layer."""
+        C = self.config.n_embd
+        flops = linear_flops(self.encoder, S) + len(self.encoder) * attention_flops(C, S, S)
+        for layer in self.decoder:
+            flops += linear_flops(layer.self_attn, T) + attention_flops(C, T, T) + linear_flops(layer.ff, T)
+            # queries (C x C) and output on the target, keys and values (2C x C) on the source
+            flops += 2 * C * C * (2 * T + 2 * S) + attention_flops(C, T, S)
+        return flops + linear_flops(self.lm_head, T)

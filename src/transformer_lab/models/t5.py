@@ -19,8 +19,7 @@ import torch
 from torch import nn
 
 from transformer_lab.models.configs import T5Config
-from transformer_lab.models.flops import attention_flops, linear_flops
-from transformer_lab.models.layers import Attention, FeedForward
+from transformer_lab.models.layers import Attention, EncoderDecoder, FeedForward
 
 
 def relative_position_bucket(
@@ -92,8 +91,7 @@ class Block(nn.Module):
         return x + self.dropout(self.ff(self.ff_norm(x)))
 
 
-class T5(nn.Module):
-    architecture = "encoder-decoder"  # (source, target prefix) -> next-token logits of the target
+class T5(EncoderDecoder):
     config_class = T5Config
 
     def __init__(self, config: T5Config):
@@ -144,9 +142,6 @@ class T5(nn.Module):
             x = block(x, position_bias, pad=pad)
         return self.drop(self.encoder_norm(x)), pad
 
-    def new_cache(self) -> list[dict]:
-        return [{"self": {}, "cross": {}} for _ in self.decoder]
-
     def decode(
         self, tgt: torch.Tensor, memory: torch.Tensor, memory_pad: torch.Tensor, cache: list[dict] | None = None
     ) -> torch.Tensor:
@@ -168,18 +163,3 @@ class T5(nn.Module):
         if self.config.tie_weights:
             x = x * self.config.n_embd**-0.5  # T5 rescales before a tied output projection
         return self.lm_head(x)
-
-    def forward_flops(self, S: int, T: int) -> int:
-        """Matmul FLOPs of one forward pass over a source of S tokens and a target of T (see models/flops.py):
-        cross-attention projects the source into keys and values once per decoder layer."""
-        C = self.config.n_embd
-        flops = linear_flops(self.encoder, S) + len(self.encoder) * attention_flops(C, S, S)
-        for block in self.decoder:
-            flops += linear_flops(block.self_attn, T) + attention_flops(C, T, T) + linear_flops(block.ff, T)
-            # queries (C x C) and output on the target, keys and values (2C x C) on the source
-            flops += 2 * C * C * (2 * T + 2 * S) + attention_flops(C, T, S)
-        return flops + linear_flops(self.lm_head, T)
-
-    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
-        memory, pad = self.encode(src)
-        return self.decode(tgt, memory, pad)

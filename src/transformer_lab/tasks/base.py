@@ -95,6 +95,18 @@ class Task(L.LightningModule):
             f"{split} translations", text, "translations", ["split", "step", "source", "output", "reference"], table
         )
 
+    def log_evaluation(self, split: str, loss, acc=None, ppl: bool = False) -> None:
+        """`split/loss` (and `split/ppl`, `split/acc`) of this evaluation from its metrics (torchmetrics),
+        which are reset for the next."""
+        value = loss.compute()
+        loss.reset()
+        self.log(f"{split}/loss", value, prog_bar=True)
+        if ppl:
+            self.log(f"{split}/ppl", value.exp())
+        if acc is not None:
+            self.log(f"{split}/acc", acc.compute(), prog_bar=True)
+            acc.reset()
+
     def show_examples(self, title: str, text: str, table: str, columns: list[str], rows: list[list]) -> None:
         """Print examples (samples, translations) to the console, and keep them in a W&B table."""
         if self.trainer.is_global_zero:

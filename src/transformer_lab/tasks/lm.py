@@ -121,16 +121,10 @@ class LanguageModelTask(Task):
         self._eval_end("test")
 
     def _eval_end(self, split: str):
-        loss = self.val_loss.compute()
-        self.val_loss.reset()
-        self.log(f"{split}/loss", loss, prog_bar=True)
-        self.log(f"{split}/ppl", loss.exp())
-        if self.val_acc is not None:
-            self.log(f"{split}/acc", self.val_acc.compute(), prog_bar=True)
-            self.val_acc.reset()
-        elif self.kind == "bleu":
+        self.log_evaluation(split, self.val_loss, self.val_acc, ppl=True)
+        if self.kind == "bleu":
             self.report_bleu(split)
-        elif self.sample.get("enabled", True) and not self.trainer.sanity_checking:
+        elif self.val_acc is None and self.sample.get("enabled", True) and not self.trainer.sanity_checking:
             self._text_samples()
 
     def _text_samples(self):

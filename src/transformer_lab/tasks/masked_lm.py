@@ -68,7 +68,4 @@ class MaskedLMTask(Task):
             )
 
     def on_validation_epoch_end(self):
-        self.log("val/loss", self.val_loss.compute(), prog_bar=True)
-        self.log("val/acc", self.val_acc.compute(), prog_bar=True)
-        self.val_loss.reset()
-        self.val_acc.reset()
+        self.log_evaluation("val", self.val_loss, self.val_acc)

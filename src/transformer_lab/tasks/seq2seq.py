@@ -91,13 +91,8 @@ class Seq2SeqTask(Task):
                 self.hypotheses[row] = self.detokenize(ids)
 
     def _eval_end(self, split: str):
-        loss = self.eval_loss.compute()
-        self.eval_loss.reset()
-        self.log(f"{split}/loss", loss, prog_bar=True)
-        self.log(f"{split}/ppl", loss.exp())
+        self.log_evaluation(split, self.eval_loss, self.eval_acc if self.answer_only else None, ppl=True)
         if self.answer_only:
-            self.log(f"{split}/acc", self.eval_acc.compute(), prog_bar=True)
-            self.eval_acc.reset()
             if self.hypotheses:
                 text = "\n".join(self.hypotheses.values())
                 self.show_examples("examples", text, "examples", ["step", "text"], [[self.global_step, text]])

@@ -64,10 +64,7 @@ class SpanCorruptionTask(Task):
             self._examples(inputs[: self.n_examples], targets[: self.n_examples])
 
     def on_validation_epoch_end(self):
-        self.log("val/loss", self.val_loss.compute(), prog_bar=True)
-        self.log("val/acc", self.val_acc.compute(), prog_bar=True)
-        self.val_loss.reset()
-        self.val_acc.reset()
+        self.log_evaluation("val", self.val_loss, self.val_acc)
 
     def _examples(self, inputs: torch.Tensor, targets: torch.Tensor) -> None:
         fills = fill_spans_greedy(self.model, inputs, targets.size(1), self.pad_id, self.eos_id)
