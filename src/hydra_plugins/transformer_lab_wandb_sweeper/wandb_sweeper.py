@@ -47,6 +47,15 @@ class WandbSweeperConf:
 ConfigStore.instance().store(group="hydra/sweeper", name="wandb", node=WandbSweeperConf, provider="transformer-lab")
 
 
+def failure(ret) -> BaseException:
+    """What ended a failed job: Hydra's JobReturn raises it when its return value is asked for."""
+    try:
+        ret.return_value  # noqa: B018
+    except BaseException as e:  # noqa: BLE001  (whatever the job raised)
+        return e
+    raise AssertionError("the job did not fail")
+
+
 def override_value(value: Any) -> str:
     """A proposed value as Hydra override syntax."""
     if isinstance(value, bool):
@@ -128,7 +137,7 @@ class WandbSweeper(Sweeper):
         value = summary.get(self.metric)
         failed = ret.status.name != "COMPLETED" or not isinstance(value, (int, float)) or math.isnan(value)
         if failed:
-            reason = ret._return_value if ret.status.name != "COMPLETED" else f"no {self.metric} in summary.json"
+            reason = failure(ret) if ret.status.name != "COMPLETED" else f"no {self.metric} in summary.json"
             log.warning("Failed trial %d (%s): %s", self.job_idx - 1, " ".join(overrides), reason)
         return ("failed" if failed else "finished"), (None if failed else float(value)), summary
 

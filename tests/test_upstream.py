@@ -1,0 +1,64 @@
+"""The private hooks this repository keeps into Lightning and Hydra, each with its upstream issue: these tests
+fail when upstream fixes the problem (the hook can go) or changes what the hook relies on (it must change).
+Everything else goes through public APIs."""
+
+import inspect
+import sys
+
+import lightning as L
+from hydra.core.hydra_config import HydraConfig
+from lightning.pytorch.callbacks import RichProgressBar as LightningRichProgressBar
+from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
+from omegaconf import open_dict
+
+from conftest import ROOT, compose_cfg
+
+
+def test_lightning_rich_bar_still_shows_minus_two_epochs():
+    # callbacks/progress.py overrides RichProgressBar._get_train_description: Lightning 2.6 shows a total
+    # of -2 epochs when max_epochs=-1 (fixed in https://github.com/Lightning-AI/pytorch-lightning/pull/21924,
+    # not released). When this fails, Lightning's bar is right: delete the override.
+    bar = LightningRichProgressBar()
+    trainer = L.Trainer(accelerator="cpu", max_epochs=-1, max_steps=10, callbacks=[bar], logger=False)
+    bar.setup(trainer, None, "fit")
+    assert "/-2" in bar._get_train_description(0)
+
+
+def test_lightning_ddp_launcher_still_repeats_the_whole_command_line(monkeypatch, tmp_path):
+    # launch.py replaces the DDP launchers' _hydra_subprocess_cmd: under Hydra, Lightning starts each other
+    # process with the whole command line, so in a multirun every process starts the entire sweep again
+    # (https://github.com/Lightning-AI/pytorch-lightning/issues/11300,
+    # https://github.com/facebookresearch/hydra/issues/2070).
+    from lightning.fabric.strategies.launchers import subprocess_script as fabric_launcher
+    from lightning.pytorch.strategies.launchers import subprocess_script as pytorch_launcher
+
+    from transformer_lab import launch
+
+    # What the hook relies on: both launchers call the module-level function by this name.
+    for module in (fabric_launcher, pytorch_launcher):
+        assert module._hydra_subprocess_cmd is launch.ddp_process_command
+        assert "_hydra_subprocess_cmd(" in inspect.getsource(module)
+    # The upstream problem: Lightning's own command is the process's argv again, the sweep included.
+    cfg = compose_cfg([], tmp_path, return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.runtime.cwd, cfg.hydra.run.dir = str(tmp_path), str(tmp_path / "job")
+        cfg.hydra.runtime.output_dir = cfg.hydra.run.dir
+    HydraConfig.instance().set_config(cfg)
+    monkeypatch.setattr(sys, "argv", [str(ROOT / "train.py"), "-m", "seed=0,1"])
+    try:
+        command, _ = launch.LIGHTNING_COMMAND(1)
+        ours, _ = launch.ddp_process_command(1)
+    finally:
+        HydraConfig.instance().cfg = None  # (as before the test, for the next in this process)
+    assert command[-5:-3] == ["-m", "seed=0,1"]  # (then its hydra.run.dir, job name, output_subdir)
+    assert "-m" not in ours
+
+
+def test_lightning_wandb_logger_still_passes_anonymous(tmp_path):
+    # wandb_logger.py drops the `anonymous` argument Lightning always gives wandb.init, which W&B 0.31 warns
+    # about (W&B removed anonymous mode: https://github.com/wandb/wandb/pull/10909). When this fails,
+    # Lightning no longer passes it: delete the pop.
+    from transformer_lab.wandb_logger import WandbLogger
+
+    assert "anonymous" in LightningWandbLogger(offline=True, save_dir=str(tmp_path))._wandb_init
+    assert "anonymous" not in WandbLogger(offline=True, save_dir=str(tmp_path))._wandb_init
