@@ -30,23 +30,22 @@ if __name__ == "__main__":
     if {"--help", "-h"} & set(arguments):
         print_help(CONFIG_DIR, overrides)
         sys.exit(0)
-    problem = output_dir_problem(arguments)
-    if not problem and overrides == arguments:  # a single run (a sweep's jobs are checked one by one)
-        problem = composition_problem(CONFIG_DIR, overrides)
-    if problem:
+    if problem := output_dir_problem(arguments):
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
-    if not {"-m", "--multirun"} & set(arguments):
+    # What Hydra cannot compose, and what ends a sweep, come here (Hydra would print them in many lines),
+    # to be told in one.
+    os.environ.setdefault("HYDRA_FULL_ERROR", "1")
+    try:
         main()
-    else:
-        os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # what ends a sweep comes here (Hydra would print it)
-        try:
-            main()
-        except Exception as error:
-            if (problem := sweep_problem(error)) is None:
-                raise
-            print(f"error: {problem}", file=sys.stderr)  # and failed trials are told in one line
+    except Exception as error:
+        if (problem := composition_problem(error, CONFIG_DIR, overrides)) is not None:
+            print(f"error: {problem}", file=sys.stderr)
+            sys.exit(2)
+        if (problem := sweep_problem(error)) is not None:
+            print(f"error: {problem}", file=sys.stderr)  # failed trials, in one line
             sys.exit(1)
+        raise
     # The runs are over and their files closed. Python's exit would run its garbage collector over the
     # ~400k objects torch, Lightning and W&B leave behind, ~1 s of a process (experiments/shakespeare_char_cpu.md).
     gc.freeze()

@@ -18,7 +18,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from transformer_lab.data.configs import DATA_DECIDED, ModularConfig, ShakespeareConfig, TranslationConfig
-from transformer_lab.errors import ConfigError, exit_on_user_error
+from transformer_lab.errors import ConfigError, exit_on_user_error, require
 from transformer_lab.models.configs import BertConfig, EncDecConfig, GPTConfig, T5Config
 from transformer_lab.tasks.configs import TASKS
 
@@ -90,6 +90,46 @@ class TrainerConfig:
     profiler: Any = None  # "simple", "advanced", "pytorch", or a profiler's config (_target_: ...)
     detect_anomaly: bool = False  # torch.autograd's anomaly detection: the op that made a nan, named
 
+    def __post_init__(self):
+        # values Lightning takes and fails on later (what it refuses at once, trainer_args.check_trainer finds)
+        require(
+            self.max_steps == -1 or self.max_steps >= 1,
+            "max_steps",
+            f"must be -1 (no limit) or positive, got {self.max_steps}",
+        )
+        for key, lowest in (("log_every_n_steps", 1), ("accumulate_grad_batches", 1), ("num_sanity_val_steps", -1)):
+            value = getattr(self, key)
+            require(
+                isinstance(value, int) and not isinstance(value, bool) and value >= lowest,
+                key,
+                f"must be an integer >= {lowest}, got {value!r}",
+            )
+        clip, every = self.gradient_clip_val, self.check_val_every_n_epoch
+        require(clip is None or clip >= 0, "gradient_clip_val", f"must be >= 0 or null, got {clip}")
+        require(
+            every is None or every >= 1, "check_val_every_n_epoch", f"must be a positive integer or null, got {every}"
+        )
+        require(
+            self.deterministic in (True, False, "warn"),
+            "deterministic",
+            f"must be true, false or warn, got {self.deterministic!r}",
+        )
+        for key in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "overfit_batches"):
+            value = getattr(self, key)
+            require(
+                value is None
+                or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
+                or (isinstance(value, float) and 0 <= value <= 1),
+                key,
+                f"must be a number of batches (an integer >= 0) or a fraction in [0.0, 1.0], got {value!r}",
+            )
+        vci = self.val_check_interval
+        require(
+            isinstance(vci, (int, float)) and vci > 0,
+            "val_check_interval",
+            f"must be a positive number of steps (int) or fraction of an epoch (float), got {vci!r}",
+        )
+
 
 @dataclass
 class OptimConfig:
@@ -103,6 +143,19 @@ class OptimConfig:
     fused: Optional[bool] = True  # torch's fused AdamW kernel (CUDA and CPU); null lets torch choose
     skip_nonfinite: bool = False  # on an inf/nan loss: false stops the run, true skips the step (counted)
     pretrained_lr: Optional[float] = None  # with init_from: peak lr of the loaded tensors (null: lr, as the rest)
+
+    def __post_init__(self):
+        require(self.lr > 0, "lr", f"must be positive, got {self.lr}")
+        pretrained = self.pretrained_lr
+        require(pretrained is None or pretrained > 0, "pretrained_lr", f"must be positive or null, got {pretrained}")
+        require(0 <= self.min_lr <= self.lr, "min_lr", f"must be in [0, optim.lr={self.lr}], got {self.min_lr}")
+        require(self.warmup_steps >= 0, "warmup_steps", f"must be >= 0, got {self.warmup_steps}")
+        require(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
+        require(
+            len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
+            "betas",
+            f"must be two numbers in [0, 1), got {list(self.betas)}",
+        )
 
 
 def config_subdir(output_dir: str) -> str:

@@ -211,11 +211,17 @@ def build_model(cfg: DictConfig, datamodule: DataModule) -> tuple[torch.nn.Modul
     return model, from_data
 
 
-def build(cfg: DictConfig, overrides: list[str] | None = None, checkpoint_meta: dict | None = None):
+def build(
+    cfg: DictConfig,
+    overrides: list[str] | None = None,
+    checkpoint_meta: dict | None = None,
+    datamodule: DataModule | None = None,
+):
     """Data module (set up), model and task of a run; `overrides`, those the config was composed from, go
     into its checkpoints (to resume it from them alone). With `checkpoint_meta`, the data takes that
-    checkpoint's vocabulary (to evaluate its model)."""
-    datamodule = check_buildable(cfg)
+    checkpoint's vocabulary (to evaluate its model). `datamodule`: the one check_buildable() built for
+    this config, if it was called already (main.prepare)."""
+    datamodule = datamodule or check_buildable(cfg)
     if checkpoint_meta is not None:
         datamodule.for_checkpoint(checkpoint_meta)
     datamodule.prepare_data()

@@ -9,7 +9,9 @@ import re
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
@@ -24,15 +26,42 @@ from transformer_lab.validate import validate
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class Prepared:
+    """A run's config, checked, and its data module built (not set up): what `prepare` hands the run."""
+
+    cfg: DictConfig  # the config to run: a resumed run's is composed again from its checkpoint's overrides
+    resumed: Any  # the checkpoint it resumes (resume.Resumed), or None
+    overrides: list[str] | None  # what the config is composed from (checkpoints keep them)
+    recomposed: bool  # cfg is a new composition (a resume's), to be recorded in the run's .hydra/
+    datamodule: Any
+
+
+def prepare(config: DictConfig) -> Prepared:
+    """The one validation pass of a run, and its one construction of the data module: what needs no torch
+    first (a new run's mistakes answer before torch is imported), then the config a resume composes from
+    its checkpoint, the model's, task's and data's declarations and settings, and the Trainer's arguments."""
+    validated = config.get("ckpt_path") is None
+    if validated:
+        validate(config)
+    from transformer_lab.factory import check_buildable  # (imports torch and Lightning)
+    from transformer_lab.resume import resume_config
+
+    cfg, resumed, overrides = resume_config(config)
+    if cfg is not config or not validated:
+        validate(cfg)
+    return Prepared(cfg, resumed, overrides, cfg is not config, check_buildable(cfg))
+
+
 class CheckFirst(Callback):
     """Checks a single run before Hydra creates its directory or writes to it (conf/hydra/default.yaml):
-    first what needs no torch, then the model and data classes' declarations and the trainer's arguments
-    (a resumed run is checked once composed from its checkpoint, resume.py); then claims the directory
-    (rundir.py), and ends a resume that has nothing to train before anything is written. A directory this
-    run creates and that is left holding nothing but Hydra's record and log, because the run failed before
-    it trained (a download), is removed."""
+    `prepare` (validation, the data module), then claims the directory (rundir.py), and ends a resume that
+    has nothing to train before anything is written. The run (main.main) goes on with what was prepared.
+    A directory this run creates and that is left holding nothing but Hydra's record and log, because the
+    run failed before it trained (a download), is removed."""
 
     new_run_dir: Path | None = None
+    prepared: Prepared | None = None
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         run_dir = Path(config.hydra.run.dir).absolute()
@@ -41,37 +70,29 @@ class CheckFirst(Callback):
         HydraConfig.instance().set_config(config)  # (${hydra:...} in the config resolves from it)
         CheckFirst.new_run_dir = None if run_dir.exists() else run_dir
         with exit_on_user_error():
-            if config.get("ckpt_path") is None:
-                validate(config)
-                from transformer_lab.factory import check_buildable  # (imports torch and Lightning)
-
-                check_buildable(config)
-            if claim_run_dir(config, run_dir, "hydra.run.dir"):
+            CheckFirst.prepared = prepare(config)
+            if claim_run_dir(CheckFirst.prepared, run_dir, "hydra.run.dir"):
                 sys.exit(0)  # (nothing to do: exits before Hydra writes anything)
 
 
-def claim_run_dir(config: DictConfig, run_dir: Path, key: str, keep: tuple[str, ...] = ()) -> bool:
+def claim_run_dir(prepared: Prepared, run_dir: Path, key: str, keep: tuple[str, ...] = ()) -> bool:
     """This process's claim on its run directory (rundir.py), given what the run resumes. True, and no
     claim, for a resume with nothing to do (its checkpoint at the step limit of a completed run)."""
-    from transformer_lab.resume import nothing_to_do, requeued, resume_config
+    from transformer_lab.resume import nothing_to_do
     from transformer_lab.rundir import claim, first_process
 
     if not first_process():
         return False
-    resumes = None
-    if config.get("ckpt_path") is not None or requeued(config):
-        resumed_config, resumed, _ = resume_config(config, record=False)
-        validate(resumed_config)
-        resumes = Path(resumed.path)
-        if nothing_to_do(resumed_config, resumed):
-            print(
-                f"{resumed.path} is at step {resumed.step}, the run's trainer.max_steps="
-                f"{resumed_config.trainer.max_steps}, and its run completed: nothing to do, {run_dir} is left "
-                "as it is (a higher trainer.max_steps trains it further)",
-                file=sys.stderr,
-            )
-            return True
-    claim(run_dir, key, resumes, bool(config.get("overwrite")), keep)
+    cfg, resumed = prepared.cfg, prepared.resumed
+    if resumed is not None and nothing_to_do(cfg, resumed):
+        print(
+            f"{resumed.path} is at step {resumed.step}, the run's trainer.max_steps={cfg.trainer.max_steps}, and "
+            f"its run completed: nothing to do, {run_dir} is left as it is (a higher trainer.max_steps trains it "
+            "further)",
+            file=sys.stderr,
+        )
+        return True
+    claim(run_dir, key, Path(resumed.path) if resumed else None, bool(cfg.get("overwrite")), keep)
     return False
 
 
@@ -106,37 +127,38 @@ def output_dir_problem(argv: list[str]) -> str | None:
     return None
 
 
-def composition_problem(config_dir: str, overrides: list[str]) -> str | None:
-    """Hydra's complaint about a single run's command line, as one line (Hydra's own is several, and tells
-    to add an unknown key with `+`, which only defers the error): the config is composed once beforehand.
+def composition_problem(error: BaseException, config_dir: str, overrides: list[str]) -> str | None:
+    """What Hydra could not compose from the command line, as one line (Hydra's own is several, and tells
+    to add an unknown key with `+`, which only defers the error); None for an error of another kind.
     What is wrong comes from the exceptions' own fields (Hydra's missing option and its group's options,
     OmegaConf's key), not from their text."""
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import MissingConfigException
+    from hydra.errors import ConfigCompositionException, MissingConfigException
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-    with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
-        try:
-            compose("train", overrides=overrides)
-            return None
-        except MissingConfigException as e:  # data=imagenet
-            if e.missing_cfg_file and e.options is not None:
-                group, _, option = e.missing_cfg_file.rpartition("/")
-                return f"{group}={option}: no such option; {group} has: {', '.join(e.options)}"
-            return str(e).split("\n")[0]
-        except Exception as e:  # noqa: BLE001  (Hydra's errors of many types, most with OmegaConf's as cause)
-            cause = e.__cause__ if isinstance(e.__cause__, OmegaConfBaseException) else None
-            if cause is None or not cause.full_key:
-                return " ".join(line.strip() for line in str(e).split("\n") if line.strip())
-            key = cause.full_key
-            if isinstance(cause, (ConfigKeyError, ConfigAttributeError)):  # a key the schema does not have
-                parent = key.rpartition(".")[0]
-                rest = [o for o in overrides if override_key(o) != key and not override_key(o).startswith(key + ".")]
-                composed = compose("train", overrides=rest)
-                known = OmegaConf.select(composed, parent) if parent else None
-                message = str(no_such_key(key, list(known) if OmegaConf.is_dict(known) else []))
-                return message + task_having(key, composed)
-            return f"{key}: {str(cause).split(chr(10))[0]}"
+    if isinstance(error, MissingConfigException):  # data=imagenet
+        if error.missing_cfg_file and error.options is not None:
+            group, _, option = error.missing_cfg_file.rpartition("/")
+            return f"{group}={option}: no such option; {group} has: {', '.join(error.options)}"
+        return str(error).split("\n")[0]
+    cause = error.__cause__ if isinstance(error.__cause__, OmegaConfBaseException) else None
+    if cause is None or not cause.full_key:
+        if isinstance(error, (ConfigCompositionException, OmegaConfBaseException)) or "OverrideParseException" in (
+            type(error).__name__
+        ):
+            return " ".join(line.strip() for line in str(error).split("\n") if line.strip())
+        return None
+    key = cause.full_key
+    if isinstance(cause, (ConfigKeyError, ConfigAttributeError)):  # a key the schema does not have
+        from hydra import compose, initialize_config_dir
+
+        parent = key.rpartition(".")[0]
+        rest = [o for o in overrides if override_key(o) != key and not override_key(o).startswith(key + ".")]
+        with initialize_config_dir(config_dir=config_dir, version_base="1.3"):  # (on this error only)
+            composed = compose("train", overrides=rest)
+        known = OmegaConf.select(composed, parent) if parent else None
+        message = str(no_such_key(key, list(known) if OmegaConf.is_dict(known) else []))
+        return message + task_having(key, composed)
+    return f"{key}: {str(cause).split(chr(10))[0]}"
 
 
 def task_having(key: str, composed: DictConfig) -> str:
@@ -259,10 +281,11 @@ def main(cfg: DictConfig, start_time: float | None = None) -> float | None:
             job_dir = Path(HydraConfig.get().runtime.output_dir)
             try:  # wall_time_s from the job's start: the process's start was the first job's
                 record = Path(HydraConfig.get().output_subdir or ".hydra").parts[0]
-                if claim_run_dir(cfg, job_dir, "hydra.sweep.dir", keep=(record, "train.log")):
+                prepared = prepare(cfg)
+                if claim_run_dir(prepared, job_dir, "hydra.sweep.dir", keep=(record, "train.log")):
                     summary = read_json(job_dir / "summary.json")  # (its result, as it was)
                 else:
-                    summary = run(cfg, None)
+                    summary = run(cfg, None, prepared)
                 value = objective_value(cfg, summary) if summary else None
             except (UserError, TrialFailed) as e:
                 log.error("error: %s", e)
@@ -276,7 +299,8 @@ def main(cfg: DictConfig, start_time: float | None = None) -> float | None:
         with exit_on_user_error():
             from transformer_lab.train import run
 
-            summary = run(cfg, start_time)
+            prepared, CheckFirst.prepared = CheckFirst.prepared, None  # (this run's, once)
+            summary = run(cfg, start_time, prepared)
     except SystemExit:
         remove_if_unused(CheckFirst.new_run_dir)
         raise

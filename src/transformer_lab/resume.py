@@ -60,22 +60,25 @@ def merge_overrides(base: list[str], top: list[str]) -> list[str]:
     return merged
 
 
-def _recompose(overrides: list[str], record: bool) -> DictConfig:
+def _recompose(overrides: list[str]) -> DictConfig:
     from hydra import compose
 
     hydra_cfg = HydraConfig.get()
     searchpath = [o for o in hydra_cfg.overrides.hydra if o.split("=", 1)[0].lstrip("+") == "hydra.searchpath"]
-    cfg = compose(config_name=hydra_cfg.job.config_name, overrides=[*overrides, *searchpath])
-    if not record:
-        return cfg
-    # The record Hydra wrote of this invocation (its newest, .hydra or .hydra/TIME) says what it ran, not
-    # only what it was given. (hydra.output_subdir names a new folder each time it is read: not used here.)
-    records = [p.parent for p in (Path(hydra_cfg.runtime.output_dir) / ".hydra").glob("**/overrides.yaml")]
+    return compose(config_name=hydra_cfg.job.config_name, overrides=[*overrides, *searchpath])
+
+
+def record_config(cfg: DictConfig, overrides: list[str] | None) -> None:
+    """A resumed run's config, composed from its checkpoint's overrides, into the record Hydra wrote of this
+    invocation (its newest, .hydra or .hydra/TIME), so that it says what ran, not only what was given.
+    (hydra.output_subdir names a new folder each time it is read: not used here.)"""
+    if overrides is None or not HydraConfig.initialized():
+        return
+    records = [p.parent for p in (Path(HydraConfig.get().runtime.output_dir) / ".hydra").glob("**/overrides.yaml")]
     if records:
         record = max(records, key=lambda p: (p / "overrides.yaml").stat().st_mtime)
         OmegaConf.save(cfg, record / "config.yaml")
         OmegaConf.save(OmegaConf.create(overrides), record / "overrides.yaml")
-    return cfg
 
 
 def requeued(cfg: DictConfig) -> bool:
@@ -88,11 +91,10 @@ def requeued(cfg: DictConfig) -> bool:
     )
 
 
-def resume_config(cfg: DictConfig, record: bool = True) -> tuple[DictConfig, Resumed | None, list[str] | None]:
+def resume_config(cfg: DictConfig) -> tuple[DictConfig, Resumed | None, list[str] | None]:
     """The config to run, the checkpoint it resumes (None for a new run), and the overrides the run's
     config is composed from (kept in its checkpoints; None outside a Hydra app). A requeued SLURM job
-    resumes its own run directory's last.ckpt (its first start's init_from is in there already).
-    `record`: write the composed config into Hydra's record of this invocation (once it exists)."""
+    resumes its own run directory's last.ckpt (its first start's init_from is in there already)."""
     overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else None
     if requeued(cfg):
         log.info("SLURM requeued this job (restart %s): resuming from its last.ckpt", os.environ["SLURM_RESTART_COUNT"])
@@ -125,7 +127,7 @@ def resume_config(cfg: DictConfig, record: bool = True) -> tuple[DictConfig, Res
     stored = run_overrides(path, meta)
     if stored is not None and overrides is not None:
         overrides = merge_overrides(stored, overrides)
-        cfg = _recompose(overrides, record)
+        cfg = _recompose(overrides)
     check_compatible(resumed.config, cfg, resumed.path)
     return cfg, resumed, overrides
 

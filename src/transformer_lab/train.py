@@ -23,9 +23,9 @@ from transformer_lab.factory import build
 from transformer_lab.files import read_json
 from transformer_lab.launch import ddp_process_command  # noqa: F401  (importing it patches Lightning's DDP launcher)
 from transformer_lab.loggers import build_loggers
-from transformer_lab.resume import logger_versions, resume_config
-from transformer_lab.trainer_args import check_trainer, trainer_arguments
-from transformer_lab.validate import validate
+from transformer_lab.main import Prepared, prepare
+from transformer_lab.resume import logger_versions, record_config
+from transformer_lab.trainer_args import trainer_arguments
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +65,15 @@ def earlier_summary(output_dir: Path) -> dict:
         return {}
 
 
-def run(cfg: DictConfig, start_time: float | None = None) -> dict:
-    """Train one configuration and return its summary (also written to summary.json in the run dir)."""
+def run(cfg: DictConfig, start_time: float | None = None, prepared: Prepared | None = None) -> dict:
+    """Train one configuration and return its summary (also written to summary.json in the run dir).
+    `prepared`: what main.prepare checked and built for this run before its directory existed."""
     start_time = start_time or time.time()
-    cfg, resumed, overrides = resume_config(cfg)
-    validate(cfg)
-    check_trainer(cfg)
+    prepared = prepared or prepare(cfg)
+    resumed, overrides = prepared.resumed, prepared.overrides
+    if prepared.recomposed:  # a resume's config, composed from its checkpoint: recorded in .hydra/
+        cfg = prepared.cfg
+        record_config(cfg, overrides)
     output_dir = Path(cfg.paths.output_dir)
     log.info("run directory: %s", output_dir)
     if "SLURM_JOB_ID" in os.environ and "SLURM_PROCID" in os.environ:  # a task of a SLURM job (srun)
@@ -87,7 +90,7 @@ def run(cfg: DictConfig, start_time: float | None = None) -> dict:
     if torch.cuda.is_available():
         torch.set_float32_matmul_precision("high")
 
-    datamodule, model, task = build(cfg, overrides)
+    datamodule, model, task = build(cfg, overrides, datamodule=prepared.datamodule)
     task.translations_dir = output_dir / "translations"
     if resumed:
         check_same_data(resumed.path, resumed.meta, datamodule)

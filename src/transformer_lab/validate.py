@@ -14,7 +14,7 @@ import typing
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.choices import Choice
-from transformer_lab.config import SETTINGS
+from transformer_lab.config import SETTINGS, OptimConfig, TrainerConfig
 from transformer_lab.data.configs import DATA_DECIDED
 from transformer_lab.errors import ConfigError, no_such_key
 from transformer_lab.errors import require as _require
@@ -32,11 +32,12 @@ def _torch():
     return torch
 
 
-def check_settings(cfg: DictConfig, section: str, config_class: type) -> None:
-    """A model's or data module's own checks of its settings (its dataclass's __post_init__, a ConfigError
-    naming the key), before any file is read; a model's sizes that the data decides keep their defaults."""
+def check_settings(cfg: DictConfig, section: str, config_class: type, strict: bool = True) -> None:
+    """A section's own checks of its settings (its dataclass's __post_init__, a ConfigError naming the key),
+    before any file is read; a model's sizes that the data decides keep their defaults. `strict`: a key the
+    dataclass lacks (added with `+`) is refused."""
     types = typing.get_type_hints(config_class)
-    for key in cfg[section]:  # one added with `+` (a mistyped one was refused while composing)
+    for key in cfg[section] if strict else ():  # one added with `+` (a mistyped one was refused while composing)
         if key not in types and key not in NOT_SETTINGS:
             raise no_such_key(f"{section}.{key}", [k for k in types if k in cfg[section] or k not in DATA_DECIDED])
     settings = {
@@ -130,66 +131,13 @@ def validate(cfg: DictConfig) -> None:
         "starts a new run from a checkpoint's weights, ckpt_path resumes a run: give one of them",
     )
 
-    # optimisation
-    _require(optim.lr > 0, "optim.lr", f"must be positive, got {optim.lr}")
-    if optim.get("pretrained_lr") is not None:
-        _require(optim.pretrained_lr > 0, "optim.pretrained_lr", f"must be positive or null, got {optim.pretrained_lr}")
-        _require(
-            cfg.get("init_from") is not None,
-            "optim.pretrained_lr",
-            "applies to the weights init_from loads: give init_from",
-        )
-    _require(0 <= optim.min_lr <= optim.lr, "optim.min_lr", f"must be in [0, optim.lr={optim.lr}], got {optim.min_lr}")
-    _require(optim.warmup_steps >= 0, "optim.warmup_steps", f"must be >= 0, got {optim.warmup_steps}")
-    _require(optim.weight_decay >= 0, "optim.weight_decay", f"must be >= 0, got {optim.weight_decay}")
+    # optim.* and trainer.*: their dataclasses check them (config.py); only keys across sections here
+    check_settings(cfg, "optim", OptimConfig)
+    check_settings(cfg, "trainer", TrainerConfig, strict=False)  # (+trainer.KEY: Lightning's to check)
     _require(
-        len(optim.betas) == 2 and all(0 <= b < 1 for b in optim.betas),
-        "optim.betas",
-        f"must be two numbers in [0, 1), got {list(optim.betas)}",
-    )
-
-    # trainer
-    _require(
-        trainer.max_steps == -1 or trainer.max_steps >= 1,
-        "trainer.max_steps",
-        f"must be -1 (no limit) or positive, got {trainer.max_steps}",
-    )
-    for key, lowest in (("log_every_n_steps", 1), ("accumulate_grad_batches", 1), ("num_sanity_val_steps", -1)):
-        value = trainer[key]
-        _require(
-            isinstance(value, int) and not isinstance(value, bool) and value >= lowest,
-            f"trainer.{key}",
-            f"must be an integer >= {lowest}, got {value!r}",
-        )
-    _require(
-        trainer.gradient_clip_val is None or trainer.gradient_clip_val >= 0,
-        "trainer.gradient_clip_val",
-        f"must be >= 0 or null, got {trainer.gradient_clip_val}",
-    )
-    _require(
-        trainer.check_val_every_n_epoch is None or trainer.check_val_every_n_epoch >= 1,
-        "trainer.check_val_every_n_epoch",
-        f"must be a positive integer or null, got {trainer.check_val_every_n_epoch}",
-    )
-    _require(
-        trainer.deterministic in (True, False, "warn"),
-        "trainer.deterministic",
-        f"must be true, false or warn, got {trainer.deterministic!r}",
-    )
-    for key in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "overfit_batches"):
-        value = trainer[key]
-        _require(
-            value is None
-            or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
-            or (isinstance(value, float) and 0 <= value <= 1),
-            f"trainer.{key}",
-            f"must be a number of batches (an integer >= 0) or a fraction in [0.0, 1.0], got {value!r}",
-        )
-    vci = trainer.val_check_interval
-    _require(
-        isinstance(vci, (int, float)) and vci > 0,
-        "trainer.val_check_interval",
-        f"must be a positive number of steps (int) or fraction of an epoch (float), got {vci!r}",
+        optim.get("pretrained_lr") is None or cfg.get("init_from") is not None,
+        "optim.pretrained_lr",
+        "applies to the weights init_from loads: give init_from",
     )
 
     if trainer.accelerator in ("gpu", "cuda"):
