@@ -281,3 +281,18 @@ def test_modular_data_sizes_the_default_model_for_its_task(tmp_path):
     assert compose_cfg(["data=modular", "model.n_layer=3"], tmp_path).model.n_layer == 3  # the command line decides
     assert compose_cfg(["experiment=grokking"], tmp_path).model.n_layer == 1  # and a preset
     assert compose_cfg([], tmp_path).model.n_layer == 6  # other data: the model's own defaults
+
+
+def test_data_base_names_every_attribute_read_from_a_data_module():
+    """A data module of one's own written to data/base.py's contract has whatever the code reads from one."""
+    import re
+
+    import lightning as L
+
+    base = (ROOT / "src" / "transformer_lab" / "data" / "base.py").read_text()
+    read = set()
+    for path in (ROOT / "src" / "transformer_lab").rglob("*.py"):
+        read |= set(re.findall(r"\bdatamodule\.([a-z_]+)", path.read_text()))
+    assert {"vocab_size", "references", "sources", "source_tokenizer", "eos_id"} <= read  # (the search finds them)
+    unnamed = [a for a in read if not re.search(rf"\b{a}\b", base) and not hasattr(L.LightningDataModule, a)]
+    assert unnamed == []

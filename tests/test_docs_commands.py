@@ -95,3 +95,53 @@ def test_train_commands_in_the_docs_compose_as_written(doc, overrides, error, tm
         assert str(e).startswith(error.rstrip(". ")), f"{doc}: python train.py {overrides}: {e}"
         return
     assert error is None, f"{doc}: python train.py {overrides} is shown to fail with: {error}"
+
+
+INFERENCE = re.compile(r"python -m transformer_lab\.(\w+)((?: +[^\s`#\\|<>]+)*)")
+
+
+def inference_options() -> list[tuple[str, str, str]]:
+    """(doc, command, option) for every key=value or --flag written after a `python -m transformer_lab.CMD`
+    in the docs (the first argument, a run directory, aside)."""
+    found = []
+    for doc in DOCS:
+        for command, rest in INFERENCE.findall(doc.read_text()):
+            words = rest.split()[1:]
+            found += [(doc.name, command, w.split("=")[0]) for w in words if "=" in w or w.startswith("--")]
+    return sorted(set(found))
+
+
+def test_the_docs_show_inference_commands():
+    assert {command for _, command, _ in inference_options()} >= {"sample", "translate", "classify", "evaluate"}
+
+
+@pytest.mark.parametrize(("doc", "command", "option"), inference_options())
+def test_inference_commands_in_the_docs_take_their_options(doc, command, option, tmp_path):
+    """Each option shown is one the command has: an inference command's own (its DEFAULTS), compare's flags,
+    or for evaluate `split`, `out`, a config group or a config key of some task (evaluate's overrides)."""
+    import importlib
+
+    if command == "compare":
+        import contextlib
+        import io
+
+        from transformer_lab.compare import main as compare_main
+
+        shown = io.StringIO()
+        with contextlib.redirect_stdout(shown), pytest.raises(SystemExit):
+            compare_main(["--help"])
+        assert option in shown.getvalue(), f"{doc}: compare has no {option}"
+    elif command == "evaluate":
+        from omegaconf import OmegaConf
+
+        from conftest import compose_cfg
+
+        if option not in ("split", "out") and not (ROOT / "conf" / option).is_dir():  # (a group: hardware=gpu)
+            configs = [compose_cfg([f"task={task}"], tmp_path) for task in ("lm", "seq2seq")]
+            assert any(OmegaConf.select(cfg, option, default=KeyError) is not KeyError for cfg in configs), (
+                f"{doc}: evaluate ... {option}= is no config key"
+            )
+    else:
+        assert option in importlib.import_module(f"transformer_lab.{command}").DEFAULTS, (
+            f"{doc}: {command} has no {option}"
+        )

@@ -72,7 +72,7 @@ def translate(args: dict, lines: Iterable[str], warn: Callable[[str], None] = wa
     args = with_defaults(args, DEFAULTS, MINIMUMS)
     model, datamodule = load(args["ckpt"], "translate", args["device"])
     source_tokenizer, outputs_of = datamodule.source_tokenizer, OUTPUTS[datamodule.layout]
-    limit = datamodule.config.max_length - 2  # source tokens the model read in training
+    limit = datamodule.max_source_tokens  # source tokens the model read in training
     cut: list[tuple[int, int]] = []  # (line number, tokens) of the lines cut to the limit
     truncated = 0
     for chunk in batched(lines, args["batch_size"]):

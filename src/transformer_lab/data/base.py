@@ -27,7 +27,10 @@ log = logging.getLogger(__name__)
 
 class DataModule(L.LightningDataModule):
     layouts: tuple[str, ...] = ()  # the batch layouts this data can be made into (above)
-    kind: str = "text"  # what evaluation shows: "text" (samples), "equation" (accuracy), "bleu" (outputs scored against references)
+    # what evaluation shows, and which inference command serves the model (inference.py): "text" (samples;
+    # sample), "equation" (answer accuracy), "bleu" (outputs scored against references; translate),
+    # "span_corruption" (filled spans; fill) or "masked_lm" (predicted masked tokens)
+    kind: str = "text"
     answer_only: bool = False  # loss and accuracy on the answer token only
     has_test_split: bool = False  # a test split, evaluated once with the best weights after training
     endless: bool = False  # training draws random windows without end: only trainer.max_steps stops it
@@ -87,6 +90,24 @@ class DataModule(L.LightningDataModule):
     def references(self, split: str) -> list[str]:
         """Reference texts of a split's rows ("seq2seq" and translation "lm"), for BLEU."""
         raise NotImplementedError
+
+    def sources(self, split: str) -> list[str]:
+        """Source texts of a split's rows, beside references(split): shown with the outputs BLEU scores."""
+        raise NotImplementedError
+
+    # Translation data ("bleu"), for the translate command: the tokenizer of the source side (a HF
+    # `tokenizers.Tokenizer`), the source tokens a model reads at most, and a source's ids as the model reads
+    # them (source_input: cut to max_source_tokens, with the layout's special tokens).
+    source_tokenizer: Any = None
+    max_source_tokens: int | None = None
+
+    def source_input(self, ids: list[int]) -> list[int]:
+        raise NotImplementedError
+
+    # Span corruption ("spans"), for the spans task and the fill command: the end-of-sequence id, and the
+    # first sentinel id (sentinels count down from the top of the vocabulary to it).
+    eos_id: int | None = None
+    first_sentinel: int | None = None
 
     def token_streams(self):
         """The splits as token streams (a `TokenStreams`), for the "spans" and "mlm" layouts; after for_checkpoint()

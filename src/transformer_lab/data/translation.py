@@ -375,9 +375,9 @@ class TranslationDataModule(DataModule):
         return self.source_input(self.source_tokenizer.encode(text).ids)
 
     def source_input(self, ids: list[int]) -> list[int]:
-        """A source sentence's ids as the model reads them: cut to max_length - 2 as in training, then <eos>;
-        for a decoder-only model, the prompt `<bos> source <sep>`."""
-        ids = ids[: self.config.max_length - 2]
+        """A source sentence's ids as the model reads them: cut to max_source_tokens as in training, then
+        <eos>; for a decoder-only model, the prompt `<bos> source <sep>`."""
+        ids = ids[: self.max_source_tokens]
         return [BOS, *ids, SEP] if self.prefix_lm else [*ids, EOS]
 
     def decode(self, ids) -> str:
@@ -386,6 +386,13 @@ class TranslationDataModule(DataModule):
 
     def references(self, split: str) -> list[str]:
         return [t for _, t in self.pairs[split]]
+
+    def sources(self, split: str) -> list[str]:
+        return [s for s, _ in self.pairs[split]]
+
+    @property
+    def max_source_tokens(self) -> int:
+        return self.config.max_length - 2  # (and <eos>, or <bos> ... <sep>)
 
     def token_streams(self):
         """The splits for span corruption: every sentence (both sides with a shared vocabulary, else the

@@ -82,7 +82,7 @@ class Task(L.LightningModule):
         self.log(f"{split}/bleu", sacrebleu.corpus_bleu(hypotheses, [references]).score, prog_bar=True)
         if split == "test":
             self.log("test/bleu_lowercase", sacrebleu.corpus_bleu(hypotheses, [references], lowercase=True).score)
-        sources = [datamodule.pairs[split][r][0] for r in rows]
+        sources = [datamodule.sources(split)[r] for r in rows]
         if self.translations_dir is not None and self.trainer.is_global_zero:
             self.translations_dir.mkdir(parents=True, exist_ok=True)
             with open(self.translations_dir / f"{split}-step{self.global_step:06d}.jsonl", "w") as f:
