@@ -13,7 +13,7 @@ import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 import transformer_lab.config  # noqa: E402,F401  (registers the config schemas)
-from transformer_lab.main import composition_problem, output_dir_problem, print_help, sweep_problem  # noqa: E402
+from transformer_lab.main import CheckFirst, composition_problem, output_dir_problem, print_help, sweep_problem  # noqa: E402
 from transformer_lab.main import main as run_main  # noqa: E402
 
 CONFIG_DIR = str(Path(__file__).resolve().parent / "conf")
@@ -36,6 +36,7 @@ if __name__ == "__main__":
     # What Hydra cannot compose, and what ends a sweep, come here (Hydra would print them in many lines),
     # to be told in one.
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")
+    CheckFirst.composed = False  # (until Hydra has composed this command line)
     try:
         main()
     except Exception as error:

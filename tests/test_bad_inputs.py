@@ -90,6 +90,7 @@ CASES = [
     ),
     ("t5-sentinels", ["model=t5", "task.extra_ids=5"], "task.extra_ids: windows of 141 tokens have 7 noise spans"),
     ("task-option", ["task=lmm"], "task=lmm: no such option; task has: classify, lm, mlm, seq2seq, spans"),
+    ("task-null", ["task=null"], "Config group override must be a string or a list. Got NoneType"),
     (
         "task-key",
         ["model=t5", "task.sample.top_k=5"],

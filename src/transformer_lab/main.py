@@ -62,8 +62,13 @@ class CheckFirst(Callback):
 
     new_run_dir: Path | None = None
     prepared: Prepared | None = None
+    composed = False  # Hydra composed the command line (an error before this is the command line's)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        CheckFirst.composed = True
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        CheckFirst.composed = True
         run_dir = Path(config.hydra.run.dir).absolute()
         with open_dict(config):
             config.hydra.runtime.output_dir = str(run_dir)  # (as Hydra sets it next; paths.output_dir reads it)
@@ -142,11 +147,9 @@ def composition_problem(error: BaseException, config_dir: str, overrides: list[s
         return str(error).split("\n")[0]
     cause = error.__cause__ if isinstance(error.__cause__, OmegaConfBaseException) else None
     if cause is None or not cause.full_key:
-        if isinstance(error, (ConfigCompositionException, OmegaConfBaseException)) or "OverrideParseException" in (
-            type(error).__name__
-        ):
-            return " ".join(line.strip() for line in str(error).split("\n") if line.strip())
-        return None
+        if CheckFirst.composed and not isinstance(error, (ConfigCompositionException, OmegaConfBaseException)):
+            return None  # (a run's own failure: not the command line's)
+        return " ".join(line.strip() for line in str(error).split("\n") if line.strip())
     key = cause.full_key
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)):  # a key the schema does not have
         from hydra import compose, initialize_config_dir
