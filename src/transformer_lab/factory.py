@@ -172,8 +172,9 @@ def check_buildable(cfg: DictConfig) -> DataModule:
     Returns the data module, not set up."""
     datamodule = make_datamodule(cfg)
     check_settings(cfg, "model", model_class(cfg).config_class)
-    if hasattr(task_class(cfg), "config_class"):  # a user's own task may declare its settings' dataclass
-        check_settings(cfg, "task", task_class(cfg).config_class)
+    task_cls = task_class(cfg)
+    if hasattr(task_cls, "config_class"):  # a user's own task may declare its settings' dataclass
+        check_settings(cfg, "task", task_cls.config_class)
     check_trainer(cfg)
     return datamodule
 

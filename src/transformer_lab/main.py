@@ -199,22 +199,13 @@ def print_help(config_dir: str, overrides: list[str]) -> None:
     groups = [next(iter(d)) for d in defaults if OmegaConf.is_dict(d) and next(iter(d)) != "hydra"]
     with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
         cfg = compose("train", overrides=overrides, return_hydra_config=True)
+        choices = cfg.hydra.runtime.choices
+        # groups a chosen option's own defaults list selects (a model's task), listed after the model
+        selected = [g for g in choices if "/" not in g and "@" not in g and g != "hydra" and g not in groups]
+        at = groups.index("model") + 1 if "model" in groups else len(groups)
+        groups[at:at] = selected
         loader = GlobalHydra.instance().config_loader()
         options = {group: loader.get_group_options(group, config_name="train", overrides=overrides) for group in groups}
-    choices = cfg.hydra.runtime.choices
-    # groups a chosen option's own defaults list selects (a model's task), listed after the model
-    selected = [g for g in choices if "/" not in g and "@" not in g and g != "hydra" and g not in groups]
-    at = groups.index("model") + 1 if "model" in groups else len(groups)
-    groups[at:at] = selected
-    with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
-        loader = GlobalHydra.instance().config_loader()
-        options.update(
-            {
-                g: loader.get_group_options(g, config_name="train", overrides=overrides)
-                for g in groups
-                if g not in options
-            }
-        )
     print("python train.py [group=option ...] [key=value ...]   (README.md; Hydra's own options: --hydra-help)\n")
     print("== Groups (group=option; the current choice in brackets) ==")
     for group in groups:
