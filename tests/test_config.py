@@ -5,6 +5,7 @@ from types import SimpleNamespace
 import hydra
 import lightning as L
 import pytest
+import yaml
 import torch
 from omegaconf import OmegaConf
 
@@ -80,9 +81,11 @@ def test_declarations_give_the_documented_matrix():
     from transformer_lab.factory import fits
     from transformer_lab.tasks.configs import TASKS
 
+    batches = {t: yaml.safe_load((ROOT / "conf" / "task" / f"{t}.yaml").read_text())["batches"] for t in TASKS}
     for (model, data), tasks in TASKS_OF.items():
         model_cls, data_cls = get_class(MODELS[model][0]), get_class(DATA[data][0])
-        assert {t for t, (target, _) in TASKS.items() if fits(model_cls, get_class(target), data_cls)} == tasks
+        fitting = {t for t, (target, _) in TASKS.items() if fits(model_cls, get_class(target), batches[t], data_cls)}
+        assert fitting == tasks
     assert len(TASKS_OF) == len(MODELS) * len(DATA)
 
 
@@ -94,7 +97,7 @@ def test_a_model_yaml_names_its_task_and_task_picks_another(tmp_path):
     cfg = compose_cfg(["model=t5", "data=translation", "task=seq2seq", "task.decode.beam_size=2"], tmp_path)
     assert (cfg.task.name, cfg.task.decode.beam_size, cfg.task.label_smoothing) == ("seq2seq", 2, 0.1)
     # a run's config holds only its task's settings: no span corruption for a GPT, no samples for T5
-    assert set(compose_cfg([], tmp_path).task) == {"_target_", "name", "sample", "decode"}
+    assert set(compose_cfg([], tmp_path).task) == {"_target_", "name", "sample", "decode", "batches", "metrics"}
     assert "sample" not in compose_cfg(["model=t5"], tmp_path).task
     assert not {"sample", "decode", "span", "mlm"} & set(compose_cfg([], tmp_path))
 
@@ -259,7 +262,7 @@ def test_schemas_are_the_settings_dataclasses_the_classes_declare(tmp_path):
             not_settings = {"_target_", "name", "compile"}
             assert set(section) - not_settings == set(fields) | ({"block_size"} & set(section)), target
             for key, default in fields.items():
-                if key not in ("data_dir", "seed"):  # those two come from paths.data_dir and seed
+                if key not in ("data_dir", "seed", "batches", "metrics"):  # paths.data_dir, seed; a task's YAML
                     expected = dataclasses.asdict(default) if dataclasses.is_dataclass(default) else default
                     assert section[key] == expected, (name, key)
 
@@ -283,16 +286,20 @@ def test_modular_data_sizes_the_default_model_for_its_task(tmp_path):
     assert compose_cfg([], tmp_path).model.n_layer == 6  # other data: the model's own defaults
 
 
-def test_data_base_names_every_attribute_read_from_a_data_module():
-    """A data module of one's own written to data/base.py's contract has whatever the code reads from one."""
+def test_the_bases_name_every_attribute_read_from_a_dataset_and_from_a_tasks_batches():
+    """A dataset of one's own written to data/base.py's contract, and a batch transform written to
+    batching/base.py's, have whatever the code reads from them."""
     import re
 
     import lightning as L
 
-    base = (ROOT / "src" / "transformer_lab" / "data" / "base.py").read_text()
-    read = set()
-    for path in (ROOT / "src" / "transformer_lab").rglob("*.py"):
-        read |= set(re.findall(r"\bdatamodule\.([a-z_]+)", path.read_text()))
-    assert {"vocab_size", "references", "sources", "source_tokenizer", "eos_id"} <= read  # (the search finds them)
-    unnamed = [a for a in read if not re.search(rf"\b{a}\b", base) and not hasattr(L.LightningDataModule, a)]
-    assert unnamed == []
+    src = ROOT / "src" / "transformer_lab"
+    for base, where, pattern, known in (  # a dataset is read by the batch transforms only
+        (src / "data" / "base.py", src / "batching", r"\bself\.data\.([a-z_]+)", {"token_streams", "pairs", "equations"}),
+        (src / "batching" / "base.py", src, r"\bdatamodule\.([a-z_]+)", {"references", "source_tokenizer", "eos_id"}),
+    ):
+        read = {name for path in where.rglob("*.py") for name in re.findall(pattern, path.read_text())}
+        assert known <= read, base  # (the search finds them)
+        text = base.read_text()
+        unnamed = [a for a in read if not re.search(rf"\b{a}\b", text) and not hasattr(L.LightningDataModule, a)]
+        assert unnamed == [], base

@@ -4,6 +4,8 @@ import pytest
 import torch
 
 from conftest import SHAKESPEARE, needs_shakespeare
+from transformer_lab.batching.equations import AnswerClass, AnswerSequence, AnswerToken
+from transformer_lab.batching.windows import TextWindows
 from transformer_lab.data import shakespeare
 from transformer_lab.data.download import ensure_file
 from transformer_lab.data.modular import OPS, ModularDataModule, make_equations
@@ -18,18 +20,18 @@ UNREACHABLE = "http://127.0.0.1:9/input.txt"  # the discard port: refused at onc
 @needs_shakespeare
 def test_shakespeare_split_vocabulary_and_windows(tmp_path):
     assert sha256_file(SHAKESPEARE) == SHA256
-    dm = ShakespeareDataModule(data_dir=str(SHAKESPEARE.parents[1]), block_size=32, batch_size=5, seed=1)
+    dm = TextWindows(ShakespeareDataModule(data_dir=str(SHAKESPEARE.parents[1]), block_size=32), batch_size=5, seed=1)
     dm.setup()
     assert dm.vocab_size == 65
-    assert len(dm.train_tokens) == 1_003_854 and len(dm.val_tokens) == 111_540  # 90 / 10
+    assert len(dm.data.train_tokens) == 1_003_854 and len(dm.data.val_tokens) == 111_540  # 90 / 10
     text = SHAKESPEARE.read_text()
-    assert dm.tokenizer.decode(dm.val_tokens[:100]) == text[1_003_854:1_003_954]
-    assert dm.tokenizer.decode(dm.tokenizer.encode("ROMEO: hi!")) == "ROMEO: hi!"
+    assert dm.data.tokenizer.decode(dm.data.val_tokens[:100]) == text[1_003_854:1_003_954]
+    assert dm.data.tokenizer.decode(dm.data.tokenizer.encode("ROMEO: hi!")) == "ROMEO: hi!"
 
     x, y = next(iter(dm.train_dataloader()))
     assert x.shape == y.shape == (5, 32)
     assert torch.equal(x[:, 1:], y[:, :-1])  # targets are the inputs shifted by one
-    same_seed = ShakespeareDataModule(data_dir=str(SHAKESPEARE.parents[1]), block_size=32, batch_size=5, seed=1)
+    same_seed = TextWindows(ShakespeareDataModule(data_dir=str(SHAKESPEARE.parents[1]), block_size=32), batch_size=5, seed=1)
     same_seed.setup()
     again = next(iter(same_seed.train_dataloader()))
     assert torch.equal(again[0], x)
@@ -37,7 +39,7 @@ def test_shakespeare_split_vocabulary_and_windows(tmp_path):
 
 @needs_shakespeare
 def test_shakespeare_stream_continues_after_a_resume():
-    dm = ShakespeareDataModule(data_dir=str(SHAKESPEARE.parents[1]), block_size=16, batch_size=4, seed=3)
+    dm = TextWindows(ShakespeareDataModule(data_dir=str(SHAKESPEARE.parents[1]), block_size=16), batch_size=4, seed=3)
     dm.setup()
     stream = iter(dm.train_dataloader())
     first_ten = [next(stream)[0] for _ in range(10)]
@@ -52,15 +54,15 @@ def test_shakespeare_stream_continues_after_a_resume():
 
 @needs_shakespeare
 def test_shakespeare_validation_set_is_fixed_and_disjoint_windows():
-    dm = ShakespeareDataModule(data_dir=str(SHAKESPEARE.parents[1]), block_size=64, batch_size=12)
+    dm = TextWindows(ShakespeareDataModule(data_dir=str(SHAKESPEARE.parents[1]), block_size=64), batch_size=12)
     dm.setup()
     first = [b for b in dm.val_dataloader()]
     second = [b for b in dm.val_dataloader()]
     assert all(torch.equal(a[0], b[0]) for a, b in zip(first, second))
     x = torch.cat([b[0] for b in first])
-    assert len(x) == (len(dm.val_tokens) - 1) // 64
+    assert len(x) == (len(dm.data.val_tokens) - 1) // 64
     # the windows are the consecutive non-overlapping chunks of the validation text, in shuffled order
-    chunks = dm.val_tokens[: len(x) * 64].view(-1, 64)
+    chunks = dm.data.val_tokens[: len(x) * 64].view(-1, 64)
     assert sorted(map(tuple, x.tolist())) == sorted(map(tuple, chunks.tolist()))
     assert not torch.equal(x, chunks)
 
@@ -107,7 +109,7 @@ def test_modular_equations_are_correct(op):
 
 
 def test_modular_split_is_disjoint_and_seeded():
-    dm = ModularDataModule(p=17, op="*", train_fraction=0.3, split_seed=5, batch_size=1000)
+    dm = AnswerToken(ModularDataModule(p=17, op="*", train_fraction=0.3, split_seed=5), batch_size=1000)
     dm.setup()
     train_x, train_y = next(iter(dm.train_dataloader()))
     val_x, val_y = next(iter(dm.val_dataloader()))
@@ -115,9 +117,9 @@ def test_modular_split_is_disjoint_and_seeded():
     train_rows = {tuple(r) for r in train_x.tolist()}
     assert not train_rows & {tuple(r) for r in val_x.tolist()}
     # layout [a, op, b, =] with the answer as the only target
-    assert (train_x[:, 1] == dm.op_id).all() and (train_x[:, 3] == dm.eq_id).all()
+    assert (train_x[:, 1] == dm.data.op_id).all() and (train_x[:, 3] == dm.data.eq_id).all()
     assert (train_y[:, :3] == -100).all() and torch.equal(train_y[:, 3], (train_x[:, 0] * train_x[:, 2]) % 17)
-    other = ModularDataModule(p=17, op="*", train_fraction=0.3, split_seed=6, batch_size=1000)
+    other = AnswerToken(ModularDataModule(p=17, op="*", train_fraction=0.3, split_seed=6), batch_size=1000)
     other.setup()
     assert {tuple(r) for r in next(iter(other.train_dataloader()))[0].tolist()} != train_rows
 
@@ -137,22 +139,22 @@ def solve(equation: str, p: int) -> int:
 
 def equations_and_answers(dm, x, y):
     """(the equation the model reads, as text; the answer it is trained to give) for each row of a batch."""
-    if dm.layout == "lm":  # the answer is the target at "=", and the only one
+    if isinstance(dm, AnswerToken):  # the answer is the target at "=", and the only one
         assert (y[:, :-1] == -100).all()
         return [(dm.decode(row), int(answer)) for row, answer in zip(x.tolist(), y[:, -1].tolist())]
-    if dm.layout == "seq2seq":  # the target is <bos> answer <eos>
+    if isinstance(dm, AnswerSequence):  # the target is <bos> answer <eos>
         assert (y[:, 0] == BOS).all() and (y[:, 2] == EOS).all()
         return [(dm.decode(row), int(dm.decode([answer]))) for row, answer in zip(x.tolist(), y[:, 1].tolist())]
     assert (x[:, 0] == BOS).all() and y.dim() == 1  # classify: [CLS] equation, the class is the answer
     return [(dm.decode(row), answer) for row, answer in zip(x.tolist(), y.tolist())]
 
 
-@pytest.mark.parametrize("layout", ModularDataModule.layouts)
+@pytest.mark.parametrize("batches", [AnswerToken, AnswerSequence, AnswerClass])
 @pytest.mark.parametrize("terms", [3, 4])
 @pytest.mark.parametrize("op", OPS)
-def test_every_equation_of_every_layout_against_plain_arithmetic(op, terms, layout):
+def test_every_equation_of_every_batch_transform_against_plain_arithmetic(op, terms, batches):
     p = 7
-    dm = ModularDataModule(p=p, op=op, terms=terms, train_fraction=0.5, batch_size=10_000, layout=layout)
+    dm = batches(ModularDataModule(p=p, op=op, terms=terms, train_fraction=0.5), batch_size=10_000)
     dm.setup()
     seen = []
     for x, y in (next(iter(dm.train_dataloader())), next(iter(dm.val_dataloader()))):
@@ -168,7 +170,7 @@ def test_every_equation_of_every_layout_against_plain_arithmetic(op, terms, layo
 @pytest.mark.parametrize("op", ["-", "/"])
 def test_sampled_equations_when_there_are_more_than_max_examples(op):
     p, terms = 11, 4  # 14,641 (or 11,000) equations, more than the 3,000 asked for: a random sample
-    dm = ModularDataModule(p=p, op=op, terms=terms, max_examples=3000, split_seed=1, batch_size=10_000)
+    dm = AnswerToken(ModularDataModule(p=p, op=op, terms=terms, max_examples=3000, split_seed=1), batch_size=10_000)
     dm.setup()
     rows = [
         pair
@@ -183,9 +185,9 @@ def test_sampled_equations_when_there_are_more_than_max_examples(op):
     first = {int(e.split()[0]) for e in equations}
     later = {int(n) for e in equations for n in e.split()[2:-1:2]}
     assert first == set(range(p)) and later == set(range(1 if op == "/" else 0, p))
-    again = ModularDataModule(p=p, op=op, terms=terms, max_examples=3000, split_seed=1, batch_size=10_000)
+    again = AnswerToken(ModularDataModule(p=p, op=op, terms=terms, max_examples=3000, split_seed=1), batch_size=10_000)
     again.setup()
     assert torch.equal(again.x, dm.x)  # the sample is the split seed's
-    other = ModularDataModule(p=p, op=op, terms=terms, max_examples=3000, split_seed=2, batch_size=10_000)
+    other = AnswerToken(ModularDataModule(p=p, op=op, terms=terms, max_examples=3000, split_seed=2), batch_size=10_000)
     other.setup()
     assert not torch.equal(other.x, dm.x)

@@ -181,7 +181,7 @@ def test_classify_gives_the_models_answer_for_each_equation(trained):
 
     run_dir = trained("bert_equations")
     model, datamodule = set_up(run_dir)
-    x = datamodule.x[datamodule.val_idx]
+    x = datamodule.x[datamodule.val]
     lines = [datamodule.decode(row) for row in x.tolist()]  # "3 + 5 =", as the run's examples print them
     assert [datamodule.encode(line) for line in lines] == x.tolist()
     results = list(classify({"ckpt": str(run_dir), "top": 2}, lines))
@@ -202,15 +202,15 @@ def test_classify_gives_the_models_answer_for_each_equation(trained):
 
 
 def test_translate_with_a_decoder_only_model_prompts_as_training_did(trained):
-    from transformer_lab.data.translation import EOS
+    from transformer_lab.data.tokens import EOS
     from transformer_lab.translate import translate
 
     run_dir = trained("gpt_pairs")
     model, datamodule = set_up(run_dir)
-    sources = [s for s, _ in datamodule.pairs["val"][:6]]
+    sources = [s for s, _ in datamodule.data.text["val"][:6]]
     x, _, rows = next(iter(datamodule.val_dataloader()))
-    prompt = x[0, : datamodule.prompt_lengths["val"][rows[0]]].tolist()  # `<bos> source <sep>` as validated
-    assert datamodule.encode(datamodule.pairs["val"][rows[0]][0]) == prompt
+    prompt = x[0, : datamodule.prompt_lengths("val")[rows[0]]].tolist()  # `<bos> source <sep>` as validated
+    assert datamodule.encode(datamodule.data.text["val"][rows[0]][0]) == prompt
     greedy = list(translate({"ckpt": str(run_dir), "beam_size": 1}, sources))
     expected = [
         datamodule.decode(continue_prompts(model, torch.tensor([datamodule.encode(s)]), 50, EOS).outputs[0])
@@ -268,7 +268,7 @@ def test_evaluate_on_a_users_tsv(trained, tmp_path):
     run_dir = trained("gpt_pairs")
     _, datamodule = set_up(run_dir)
     tsv = tmp_path / "test_pairs.tsv"  # the run's own test pairs, as a user's file: every line is evaluated
-    tsv.write_text("".join(f"{s}\t{t}\n" for s, t in datamodule.pairs["test"]), encoding="utf-8")
+    tsv.write_text("".join(f"{s}\t{t}\n" for s, t in datamodule.data.text["test"]), encoding="utf-8")
     on_file = evaluate(str(run_dir), "test", [f"data.path={tsv}", "task.decode.beam_size=2"], str(tmp_path / "a.json"))
     on_run = evaluate(str(run_dir), "test", ["task.decode.beam_size=2"], str(tmp_path / "b.json"))
     for key in ("test/bleu", "test/loss"):

@@ -10,7 +10,7 @@ import torch
 from conftest import ROOT, TINY
 from test_translation import write_pairs
 from transformer_lab import translate as translate_cli
-from transformer_lab.data.translation import EOS, PAD
+from transformer_lab.data.tokens import EOS, PAD
 from transformer_lab.models.encdec import EncDec, EncDecConfig
 from transformer_lab.tasks.decoding import decode
 

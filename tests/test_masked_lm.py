@@ -2,7 +2,7 @@
 
 import torch
 
-from transformer_lab.data.masked_lm import IGNORE, MaskedLMBatches, mask_tokens
+from transformer_lab.batching.masked_lm import IGNORE, MaskedLMBatches, mask_tokens
 from transformer_lab.models.bert import Bert, BertConfig
 from transformer_lab.tasks.masked_lm import MaskedLMTask
 

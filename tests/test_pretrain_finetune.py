@@ -23,7 +23,7 @@ VOCABULARY = {"tokenizer": "the same BPE"}
 def checkpoint_of(model, path, vocabulary=VOCABULARY):
     """A checkpoint as train.py writes one (the task's `model.` prefix and the run's metadata)."""
     state = {f"model.{k}": v for k, v in model.state_dict().items()}
-    torch.save({"state_dict": state, "transformer_lab": {"config": {"task": {}}, **vocabulary}}, path)
+    torch.save({"state_dict": state, "transformer_lab": {"config": {"task": {"batches": {}}}, **vocabulary}}, path)
     return path
 
 

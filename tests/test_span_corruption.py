@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from transformer_lab.data.span_corruption import (
+from transformer_lab.batching.span_corruption import (
     corrupt,
     fill_spans,
     lengths_after_corruption,

@@ -13,6 +13,7 @@ from test_data import solve
 from conftest import ROOT, TINY, needs_shakespeare, run_train
 from test_wandb import records
 from transformer_lab.checkpoint import load_model
+from transformer_lab.batching.equations import AnswerClass, AnswerSequence, AnswerToken
 from transformer_lab.data.modular import ModularDataModule
 from transformer_lab.data.tokens import BOS
 
@@ -47,14 +48,14 @@ def recomputed_val_accuracy(run_dir):
     here from the equation's text (test_data.solve), not taken from the data module's targets."""
     model, meta = load_model(run_dir / "checkpoints" / "last.ckpt")
     data = meta["config"]["data"]
-    layout = {"GPT": "lm", "EncDec": "seq2seq", "Bert": "classify"}[type(model).__name__]
+    batches = {"GPT": AnswerToken, "EncDec": AnswerSequence, "Bert": AnswerClass}[type(model).__name__]
     names = ("p", "op", "terms", "train_fraction", "split_seed", "max_examples")
-    dm = ModularDataModule(layout=layout, batch_size=100_000, **{k: data[k] for k in names})
+    dm = batches(ModularDataModule(**{k: data[k] for k in names}), batch_size=100_000)
     dm.setup()
     x, _ = next(iter(dm.val_dataloader()))
-    if layout == "lm":  # the answer is the prediction at "="
+    if batches is AnswerToken:  # the answer is the prediction at "="
         guesses = model(x)[:, -1].argmax(-1).tolist()
-    elif layout == "seq2seq":  # the first token after <bos>, as a number
+    elif batches is AnswerSequence:  # the first token after <bos>, as a number
         guesses = [int(dm.decode([i]) or -1) for i in model(x, torch.full_like(x[:, :1], BOS))[:, 0].argmax(-1)]
     else:
         guesses = model(x).argmax(-1).tolist()
@@ -172,7 +173,7 @@ def test_evaluate_a_run_directory(shakespeare_run, tmp_path):
     from transformer_lab.errors import ConfigError
     from transformer_lab.evaluate import evaluate
 
-    with pytest.raises(ConfigError, match="^split: data=shakespeare has no test split; use split=val$"):
+    with pytest.raises(ConfigError, match="^split: task=lm on data=shakespeare has no test split; use split=val$"):
         evaluate(str(run_dir), "test")
 
 

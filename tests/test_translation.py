@@ -7,15 +7,9 @@ import sacrebleu
 import torch
 
 from conftest import ROOT, TINY
-from transformer_lab.data.translation import (
-    EOS,
-    PAD,
-    EvalBatches,
-    LengthGroupedBatches,
-    TranslationDataModule,
-    read_pairs,
-    train_tokenizer,
-)
+from transformer_lab.batching.pairs import EvalBatches, LengthGroupedBatches, PairBatches
+from transformer_lab.data.tokens import EOS, PAD
+from transformer_lab.data.translation import TranslationDataModule, read_pairs, train_tokenizer
 from transformer_lab.errors import DataUnavailableError
 from transformer_lab.models.encdec import EncDec, EncDecConfig
 from transformer_lab.tasks.decoding import beam_search, greedy
@@ -100,18 +94,19 @@ def test_missing_pair_file(tmp_path):
 
 def test_pair_file_splits_and_cached_tokenizer(tmp_path):
     path = write_pairs(tmp_path / "pairs.tsv")
-    dm = TranslationDataModule(data_dir=str(tmp_path / "data"), path=str(path), vocab_size=120, batch_size=16)
+    data = TranslationDataModule(data_dir=str(tmp_path / "data"), path=str(path), vocab_size=120)
+    dm = PairBatches(data, batch_size=16)
     dm.setup()
-    assert (len(dm.pairs["train"]), len(dm.pairs["val"]), len(dm.pairs["test"])) == (360, 20, 20)
-    assert not {p for p in dm.pairs["train"]} & {p for p in dm.pairs["test"]} - {p for p in dm.pairs["train"]}
+    assert (len(data.text["train"]), len(data.text["val"]), len(data.text["test"])) == (360, 20, 20)
+    assert not {p for p in data.text["train"]} & {p for p in data.text["test"]} - {p for p in data.text["train"]}
     cached = list((tmp_path / "data" / "tokenizers").glob("bpe-120-*.json"))
     assert len(cached) == 1
-    again = TranslationDataModule(data_dir=str(tmp_path / "data"), path=str(path), vocab_size=120, batch_size=16)
+    again = TranslationDataModule(data_dir=str(tmp_path / "data"), path=str(path), vocab_size=120)
     again.setup()  # reuses the cache: the same vocabulary
-    assert again.tokenizer.get_vocab() == dm.tokenizer.get_vocab()
+    assert again.tokenizer.get_vocab() == data.tokenizer.get_vocab()
     src, tgt = next(iter(dm.train_dataloader()))
     assert (src[:, 0] != PAD).all() and (tgt[:, 0] == 1).all()  # <bos> first
-    assert dm.decode(tgt[0].tolist()) in {t for _, t in dm.pairs["train"]}
+    assert dm.decode(tgt[0].tolist()) in {t for _, t in data.text["train"]}
 
 
 def test_corrupt_tokenizer_cache_is_reported_and_rebuilt(tmp_path, caplog):
@@ -232,7 +227,8 @@ def test_gpt_translates_as_a_prefix_lm(tmp_path, train_process):
 
 
 def test_prefix_lm_sequences_predict_only_the_target():
-    from transformer_lab.data.translation import BOS, SEP, prefix_lm
+    from transformer_lab.batching.pairs import prefix_lm
+    from transformer_lab.data.tokens import BOS, SEP
 
     x, y = prefix_lm(torch.tensor([10, 11, EOS]), torch.tensor([BOS, 20, 21, EOS]))
     assert x.tolist() == [BOS, 10, 11, SEP, 20, 21] and y.tolist() == [-100, -100, -100, 20, 21, EOS]

@@ -47,11 +47,11 @@ def read_checkpoint(path: str | Path, mmap: bool = False) -> dict:
     meta = checkpoint.get("transformer_lab") if isinstance(checkpoint, dict) else None
     if not meta or "state_dict" not in checkpoint:
         raise UserError(f"{path} was not written by transformer-lab's train.py (no config inside)")
-    if "task" not in (meta.get("config") or {}):
+    if "batches" not in ((meta.get("config") or {}).get("task") or {}):
         raise UserError(
-            f"{path} was written before the objective became the `task` config group (model.layout, and the "
-            "top-level sample/decode/span/mlm sections, are task=NAME and task.* now): train it again, or use "
-            "the transformer-lab it was written with"
+            f"{path} was written before the objective became the `task` config group, which makes the "
+            "batches from the data's raw splits (model.layout, and the top-level sample/decode/span/mlm sections, "
+            "are task=NAME and task.* now): train it again, or use the transformer-lab it was written with"
         )
     return checkpoint
 

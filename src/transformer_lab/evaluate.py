@@ -40,7 +40,7 @@ def evaluate(target: str, split: str = "val", overrides: list[str] = (), out: st
     import transformer_lab.config  # noqa: F401  (registers the config schemas)
     from transformer_lab.checkpoint import check_compatible, check_state_fits, checkpoint_of, read_checkpoint
     from transformer_lab.errors import ConfigError
-    from transformer_lab.factory import build, target_class
+    from transformer_lab.factory import build, check_buildable
     from transformer_lab.resume import merge_overrides, run_overrides
     from transformer_lab.trainer_args import trainer_arguments
     from transformer_lab.validate import validate
@@ -69,9 +69,10 @@ def evaluate(target: str, split: str = "val", overrides: list[str] = (), out: st
             raise UserError(f"{e}{': ' + str(e.__cause__) if e.__cause__ else ''}") from None
         validate(cfg)
         check_compatible(meta["config"], cfg, str(path))
-        if split == "test" and not target_class(cfg.data, "data").has_test_split:
-            raise ConfigError("split", f"data={cfg.data.name} has no test split; use split=val")
-        datamodule, model, task = build(cfg, given, checkpoint_meta=meta)
+        datamodule = check_buildable(cfg)
+        if split == "test" and not datamodule.has_test_split:
+            raise ConfigError("split", f"task={cfg.task.name} on data={cfg.data.name} has no test split; use split=val")
+        datamodule, model, task = build(cfg, given, checkpoint_meta=meta, datamodule=datamodule)
     check_state_fits(str(path), shapes, meta["config"], cfg, task)
     trainer = L.Trainer(
         **trainer_arguments(cfg),

@@ -4,10 +4,10 @@ names a model, a dataset or a task.
 - A model YAML's `_target_` is a plain nn.Module class declaring its `architecture` ("decoder", "encoder",
   "encoder-decoder") and `config_class`, the dataclass of its settings: the YAML's keys, plus the sizes
   the data decides (`DATA_DECIDED`, for those of them the dataclass has). Its YAML names its default task.
-- A task YAML's `_target_` (conf/task/) is a `tasks.base.Task` declaring the `architecture` it trains and
-  the batch `layout` it reads.
-- A data YAML's `_target_` is a `data.base.DataModule` declaring the `layouts` it can produce; it is
-  built with the task's layout. "spans" and "mlm" are made from the data's token streams (`FROM_STREAMS`).
+- A task YAML's `_target_` (conf/task/) is a `tasks.base.Task` declaring the `architecture` it trains; the
+  YAML names, per form of raw data, the batch transform it reads (`batches`, batching/) and its metric.
+- A data YAML's `_target_` is a `data.base.DataModule` declaring the forms of raw splits it `provides`
+  (text, pairs, equations). The run's data module is the task's transform for the first of them.
 
 So a model, dataset or objective of your own is one Python file and one YAML (README: "Your own model or
 dataset").
@@ -16,15 +16,15 @@ dataset").
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from functools import cache
 
 import torch
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
-from transformer_lab.data.base import DATA_DECIDED, DataModule
-from transformer_lab.data.masked_lm import MaskedLMDataModule
-from transformer_lab.data.span_corruption import SpanCorruptionDataModule
+from transformer_lab.batching.base import Batching
+from transformer_lab.data.base import DATA_DECIDED
 from transformer_lab.errors import ConfigError
 from transformer_lab.trainer_args import check_trainer
 from transformer_lab.validate import NOT_SETTINGS, check_pair, check_settings
@@ -35,8 +35,6 @@ A_NETWORK = {
     "encoder": "an encoder-only model",
     "encoder-decoder": "an encoder-decoder",
 }
-# Layouts made from a text dataset's token streams: the wrapping data module.
-FROM_STREAMS = {"spans": SpanCorruptionDataModule, "mlm": MaskedLMDataModule}
 
 
 def target_class(section: DictConfig | dict, key: str) -> type:
@@ -70,18 +68,24 @@ def task_class(cfg: DictConfig) -> type:
             f"model={cfg.model.name} names no task: add task=NAME (conf/task/), or to its YAML's defaults "
             "`- /task@_global_.task: NAME`",
         )
-    return _declares(target_class(cfg.task, "task"), "task", ("architecture", "layout"))
+    return _declares(target_class(cfg.task, "task"), "task", ("architecture",))
 
 
-def fits(model_cls: type, task_cls: type, data_cls: type) -> bool:
-    """Whether a task can train this model on this data: the network it trains, the batches it reads."""
-    return model_cls.architecture == task_cls.architecture and task_cls.layout in getattr(data_cls, "layouts", ())
+def form_read(batches, data_cls: type) -> str | None:
+    """The form of the data's raw splits a task reads: the first the data provides that the task's YAML has
+    batches for (`batches`: form -> transform)."""
+    return next((form for form in getattr(data_cls, "provides", ()) if form in (batches or {})), None)
+
+
+def fits(model_cls: type, task_cls: type, batches, data_cls: type) -> bool:
+    """Whether a task can train this model on this data: the network it trains, a form it has batches for."""
+    return model_cls.architecture == task_cls.architecture and form_read(batches, data_cls) is not None
 
 
 @cache
-def _options(group: str, searchpath: tuple[str, ...]) -> dict[str, tuple[str, str | None]]:
-    """Each option of a config group (this repository's and the search path's) -> its `_target_`, and the
-    task the composed config has with it (a model's default task)."""
+def _options(group: str, searchpath: tuple[str, ...]) -> dict[str, tuple[str, str | None, tuple[str, ...]]]:
+    """Each option of a config group (this repository's and the search path's) -> its `_target_`, the task
+    the composed config has with it (a model's default task), and the forms it has batches for (a task)."""
     from hydra import compose
     from hydra.core.global_hydra import GlobalHydra
 
@@ -91,7 +95,11 @@ def _options(group: str, searchpath: tuple[str, ...]) -> dict[str, tuple[str, st
     for option in loader.get_group_options(group, config_name="train", overrides=overrides):
         try:
             composed = compose("train", overrides=[*overrides, f"{group}={option}"])
-            options[option] = (composed[group]["_target_"], (composed.get("task") or {}).get("name"))
+            options[option] = (
+                composed[group]["_target_"],
+                (composed.get("task") or {}).get("name"),
+                tuple(composed[group].get("batches") or ()),
+            )
         except Exception:  # noqa: BLE001  (an option that does not compose cannot be suggested)
             continue
     return options
@@ -112,11 +120,11 @@ def working_combinations(cfg: DictConfig) -> list[tuple[str, str, str, bool]]:
             searchpath = tuple(HydraConfig.get().searchpath or ())
     found = []
     models, datas, tasks = (_options(group, searchpath) for group in ("model", "data", "task"))
-    for model, (model_target, default_task) in models.items():
-        for data, (data_target, _) in datas.items():
-            for task, (task_target, _) in tasks.items():
+    for model, (model_target, default_task, _) in models.items():
+        for data, (data_target, _, _) in datas.items():
+            for task, (task_target, _, batches) in tasks.items():
                 try:
-                    if fits(get_class(model_target), get_class(task_target), get_class(data_target)):
+                    if fits(get_class(model_target), get_class(task_target), batches, get_class(data_target)):
                         found.append((model, data, task, task == default_task))
                 except Exception:  # noqa: BLE001
                     continue
@@ -130,43 +138,49 @@ def listed(combinations: list[tuple[str, str, str, bool]]) -> str:
     return ", ".join(f"model={m} data={d}" + ("" if own else f" task={t}") for m, d, t, own in combinations)
 
 
-def make_datamodule(cfg: DictConfig) -> DataModule:
-    """The data module for this run's task, built but not yet set up (no file is read): the model's,
-    the task's and the data's declarations are checked against each other, and the data module's
-    constructor checks its own arguments."""
+def make_datamodule(cfg: DictConfig) -> Batching:
+    """The run's data module, built but not yet set up (no file is read): the dataset (data.*) inside the
+    batch transform the task's YAML names for the first form of raw splits it provides. The model's, the
+    task's and the data's declarations are checked against each other; the dataset's and the transform's
+    constructors check their own arguments."""
     model_cls, task_cls, data_cls = model_class(cfg), task_class(cfg), target_class(cfg.data, "data")
-    if not fits(model_cls, task_cls, data_cls):
+    batches = cfg.task.get("batches") or {}
+    if not fits(model_cls, task_cls, batches, data_cls):
         if model_cls.architecture != task_cls.architecture:
             why = (
                 f"task={cfg.task.name} trains {A_NETWORK[task_cls.architecture]}, "
                 f"model={cfg.model.name} is {A_NETWORK[model_cls.architecture]}"
             )
         else:
-            why = f"task={cfg.task.name} does not train on data={cfg.data.name}"
+            provides = ", ".join(getattr(data_cls, "provides", ())) or "nothing (it declares no `provides`)"
+            reads = ", ".join(batches) or "nothing (its YAML names no `batches`)"
+            why = f"task={cfg.task.name} does not train on data={cfg.data.name} (it reads {reads}; the data gives {provides})"
         combinations = working_combinations(cfg)
         these = [f"task={t}" for m, d, t, _ in combinations if (m, d) == (cfg.model.name, cfg.data.name)]
         hint = f"model={cfg.model.name} data={cfg.data.name} trains with {' or '.join(these)}; " if these else ""
         raise ConfigError("task", f"{why}; {hint}combinations that work: {listed(combinations)}")
-    layout = task_cls.layout
     settings = {
         k: v
         for k, v in OmegaConf.to_container(cfg.data, resolve=True, enum_to_str=True).items()
         if k not in NOT_SETTINGS
     }
-    datamodule = data_cls(**settings, layout=layout)  # checks its own arguments (a ConfigError naming the key)
-    if layout in FROM_STREAMS:  # the text's token streams, corrupted or masked
-        datamodule = FROM_STREAMS[layout](
-            datamodule,
-            **{k: v for k, v in cfg.task.items() if k not in NOT_SETTINGS},
-            batch_size=cfg.data.batch_size,
-            val_batch_size=cfg.data.val_batch_size,
-            seed=cfg.seed,
-        )
+    data = data_cls(**settings)  # checks its own arguments (a ConfigError naming the key)
+    form = form_read(batches, data_cls)
+    batching_cls = target_class({"_target_": batches[form]}, f"task.batches.{form}")
+    accepts = inspect.signature(batching_cls).parameters
+    task_settings = {k: v for k, v in OmegaConf.to_container(cfg.task, resolve=True).items() if k in accepts}
+    datamodule = batching_cls(
+        data,
+        batch_size=cfg.data.batch_size,
+        val_batch_size=cfg.data.get("val_batch_size"),
+        seed=cfg.data.get("seed", cfg.seed),
+        **task_settings,  # the task's settings the transform takes (span corruption's, masking's)
+    )
     check_pair(cfg, datamodule)
     return datamodule
 
 
-def check_buildable(cfg: DictConfig) -> DataModule:
+def check_buildable(cfg: DictConfig) -> Batching:
     """The checks of build() that need the classes but read no file: the model and data declarations fit,
     the data module's and the model's own checks of their settings, and Lightning's of the trainer's.
     Returns the data module, not set up."""
@@ -179,7 +193,7 @@ def check_buildable(cfg: DictConfig) -> DataModule:
     return datamodule
 
 
-def data_decided(config_class: type, datamodule: DataModule, settings: dict) -> dict:
+def data_decided(config_class: type, datamodule: Batching, settings: dict) -> dict:
     """The sizes the data gives the model: those of DATA_DECIDED its config has and the user left unset."""
     fields = {f.name for f in dataclasses.fields(config_class)}
     values = {
@@ -201,7 +215,7 @@ def instantiate(cls: type, model_cfg: dict, from_data: dict) -> torch.nn.Module:
     return cls(cls.config_class(**settings, **from_data))
 
 
-def build_model(cfg: DictConfig, datamodule: DataModule) -> tuple[torch.nn.Module, dict]:
+def build_model(cfg: DictConfig, datamodule: Batching) -> tuple[torch.nn.Module, dict]:
     """The model, and the sizes the data decided (kept in checkpoints, to rebuild it from one alone)."""
     cls = model_class(cfg)
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True)
@@ -216,7 +230,7 @@ def build(
     cfg: DictConfig,
     overrides: list[str] | None = None,
     checkpoint_meta: dict | None = None,
-    datamodule: DataModule | None = None,
+    datamodule: Batching | None = None,
 ):
     """Data module (set up), model and task of a run; `overrides`, those the config was composed from, go
     into its checkpoints (to resume it from them alone). With `checkpoint_meta`, the data takes that
@@ -240,7 +254,7 @@ def build(
     return datamodule, model, task
 
 
-def datamodule_from_checkpoint(meta: dict) -> DataModule:
+def datamodule_from_checkpoint(meta: dict) -> Batching:
     """The data module of a checkpoint's run with its vocabulary, not set up: it encodes and decodes text
     for the checkpoint's model without reading any file."""
     datamodule = make_datamodule(DictConfig(meta["config"]))

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
-from transformer_lab.data.span_corruption import fill_spans
+from transformer_lab.batching.span_corruption import fill_spans
 from transformer_lab.inference import batched, encoder, input_lines, load, run_command, warn, with_defaults
 from transformer_lab.tasks.decoding import fill_spans_greedy
 

@@ -11,15 +11,6 @@ import yaml
 
 from transformer_lab.errors import ConfigError, UserError, exit_on_user_error, require
 
-# The command that serves a checkpoint: by the model's layout, else by what its data is (the data module's kind).
-BY_LAYOUT = {"spans": "fill", "classify": "classify"}
-BY_KIND = {"text": "sample", "bleu": "translate"}
-
-
-def command_for(layout: str, kind: str) -> str | None:
-    return BY_LAYOUT.get(layout) or BY_KIND.get(kind)
-
-
 def load(target: str | None, command: str, device: str = "cpu"):
     """(model in eval mode, data module with the checkpoint's vocabulary) of a run directory or checkpoint
     file, refused in one message unless `command` is the one for it."""
@@ -31,7 +22,7 @@ def load(target: str | None, command: str, device: str = "cpu"):
     path = checkpoint_of(target)
     model, meta = load_model(path, map_location=device)
     datamodule = datamodule_from_checkpoint(meta)
-    serves = command_for(datamodule.layout, datamodule.kind)  # the layout the model was trained on
+    serves = datamodule.command  # the batches it was trained on decide (batching/base.py)
     if serves != command:
         config = meta["config"]
         hint = (

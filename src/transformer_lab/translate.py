@@ -64,14 +64,14 @@ def prefix_lm_outputs(model, inputs: list[list[int]], args: dict) -> Decoded:
     return Decoded(outputs, truncated)
 
 
-OUTPUTS = {"seq2seq": encoder_decoder_outputs, "lm": prefix_lm_outputs}  # by the layout the model reads
+OUTPUTS = {"encoder-decoder": encoder_decoder_outputs, "decoder": prefix_lm_outputs}  # by the model's architecture
 
 
 def translate(args: dict, lines: Iterable[str], warn: Callable[[str], None] = warn) -> Iterator[str]:
     """One translation per line of `lines`, in order, batch by batch."""
     args = with_defaults(args, DEFAULTS, MINIMUMS)
     model, datamodule = load(args["ckpt"], "translate", args["device"])
-    source_tokenizer, outputs_of = datamodule.source_tokenizer, OUTPUTS[datamodule.layout]
+    source_tokenizer, outputs_of = datamodule.source_tokenizer, OUTPUTS[type(model).architecture]
     limit = datamodule.max_source_tokens  # source tokens the model read in training
     cut: list[tuple[int, int]] = []  # (line number, tokens) of the lines cut to the limit
     truncated = 0

@@ -68,12 +68,12 @@ def check_pair(cfg: DictConfig, datamodule) -> None:
     if block_size is not None and datamodule.sequence_length is not None:
         _require(
             datamodule.sequence_length <= block_size,
-            datamodule.length_key if "." in datamodule.length_key else f"data.{datamodule.length_key}",
+            datamodule.length_key,
             f"sequences of {datamodule.sequence_length} tokens exceed the model's maximum, "
             f"model.block_size={block_size}",
         )
     if datamodule.endless:  # random windows without end: only steps end it
-        what = f"task={cfg.task.name}" if hasattr(datamodule, "base") else f"data={cfg.data.name}"  # (spans, mlm)
+        what = f"task={cfg.task.name} on data={cfg.data.name}"
         _require(trainer.max_steps >= 1, "trainer.max_steps", f"must be set: {what} draws random windows without end")
         _require(
             isinstance(trainer.val_check_interval, int),

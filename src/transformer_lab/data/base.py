@@ -1,83 +1,80 @@
-"""What a data module promises the factory and the tasks: every attribute they read is named here.
+"""What a dataset promises: its raw splits in one or more forms, and the vocabulary. Every attribute the
+batch transforms (batching/), the factory and the commands read from a dataset is named here.
 
-A dataset of your own subclasses `DataModule`, declares the `layouts` it can produce, and builds the
-one it is given as `layout`. The layouts, by what a batch holds:
+A dataset of your own subclasses `DataModule`, declares the forms it `provides` and gives them:
 
-- "lm": token sequences and their next tokens (-100 where nothing is predicted), for a decoder-only model;
-- "seq2seq": (source, target) ids padded with `pad_id`, the target starting with <bos> and ending with
-  <eos>; evaluation batches carry the rows' indices third, to match `references(split)`;
-- "classify": token sequences and one class id each;
-- "spans": T5's span corruption, and "mlm": BERT's masked LM, both made by the factory from the module's
-  `token_streams()` (a module that has them declares these two).
+- "text": `token_streams()`, each split one stream of token ids (tiny Shakespeare's characters);
+- "pairs": `pairs(split)`, sentence pairs as ids, with `sources(split)` / `references(split)` as text;
+- "equations": `equations()`, every equation as ids and its answer, split into training and validation.
+
+It does not make batches: the task does (its YAML's `batches` names a transform for each form it reads,
+batching/), so one dataset serves every objective that reads a form it provides.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import lightning as L
+import torch
 
 from transformer_lab.data.configs import DATA_DECIDED  # noqa: F401 (the factory's contract, re-exported)
 from transformer_lab.files import sha256_file
 
 log = logging.getLogger(__name__)
 
+FORMS = ("text", "pairs", "equations")
 
-class DataModule(L.LightningDataModule):
-    layouts: tuple[str, ...] = ()  # the batch layouts this data can be made into (above)
-    # what evaluation shows, and which inference command serves the model (inference.py): "text" (samples;
-    # sample), "equation" (answer accuracy), "bleu" (outputs scored against references; translate),
-    # "span_corruption" (filled spans; fill) or "masked_lm" (predicted masked tokens)
-    kind: str = "text"
-    answer_only: bool = False  # loss and accuracy on the answer token only
+
+@dataclass
+class Equations:
+    """A dataset's equations ("equations"): rows of `a op b ... =` as ids, each with its answer's id."""
+
+    tokens: torch.Tensor  # (N, L) ids
+    answers: torch.Tensor  # (N,) ids (a number's id is the number)
+    train: torch.Tensor  # indices of the training rows
+    val: torch.Tensor  # and of the validation rows
+
+
+class DataModule:
+    provides: tuple[str, ...] = ()  # the forms of its raw splits (FORMS), the one a task should read first
     has_test_split: bool = False  # a test split, evaluated once with the best weights after training
-    endless: bool = False  # training draws random windows without end: only trainer.max_steps stops it
     length_key: str | None = None  # the data.* key that sets `sequence_length` (named in messages)
-    padding_fraction: float | None = None  # share of padding in training batches, once set up (summary.json)
 
     # The dataclass of its settings (the data.* keys; data/configs.py), or None: its constructor's arguments
     # are its settings. A dataclass needs no torch, so its types and checks apply while the command line is
     # checked; the module reads the values from `self.config`.
     config_class: type | None = None
 
-    def __init__(self, layout: str, **settings):
-        super().__init__()
-        self.layout = layout
+    def __init__(self, **settings):
         if self.config_class is not None:
             self.config = self.config_class(**settings)
 
-    # Sizes the model is built with; available after setup(). None where a layout has no such thing.
+    def prepare_data(self) -> None:
+        """Download what is missing (once, before setup())."""
+
+    def setup(self) -> None:
+        """Read the splits and learn the vocabulary (or take a checkpoint's: for_checkpoint)."""
+
     @property
     def vocab_size(self) -> int:
+        """Of the raw ids; after setup() or for_checkpoint()."""
         raise NotImplementedError
-
-    @property
-    def source_vocab_size(self) -> int | None:
-        """The source side's vocabulary where it is not the target's."""
-        return None
-
-    @property
-    def n_classes(self) -> int | None:
-        return None
-
-    @property
-    def pad_id(self) -> int | None:
-        return None
 
     @property
     def sequence_length(self) -> int | None:
-        """The longest sequence a model will be fed in this layout; known before setup()."""
+        """The longest raw sequence, known before setup(): a text window (where the data sets one), a sentence
+        with its specials ("pairs": its tokens + 2), an equation."""
         return None
 
     def decode(self, ids) -> str:
-        """Text of token ids (special tokens left out)."""
+        """Text of raw token ids (special tokens left out)."""
         raise NotImplementedError
 
     def encode(self, text: str) -> list[int]:
-        """A model input of this layout from text (the inverse of decode, with the layout's special tokens),
-        for the inference commands; a ValueError says what cannot be encoded."""
+        """Raw ids of text, for the inference commands; a ValueError says what cannot be encoded."""
         raise NotImplementedError
 
     def for_checkpoint(self, meta: dict) -> None:
@@ -87,46 +84,6 @@ class DataModule(L.LightningDataModule):
         data. Without setup(), encode() and decode() work from the checkpoint alone. Nothing to do for data
         whose vocabulary its settings fix."""
 
-    def references(self, split: str) -> list[str]:
-        """Reference texts of a split's rows ("seq2seq" and translation "lm"), for BLEU."""
-        raise NotImplementedError
-
-    def sources(self, split: str) -> list[str]:
-        """Source texts of a split's rows, beside references(split): shown with the outputs BLEU scores."""
-        raise NotImplementedError
-
-    # Translation data ("bleu"), for the translate command: the tokenizer of the source side (a HF
-    # `tokenizers.Tokenizer`), the source tokens a model reads at most, and a source's ids as the model reads
-    # them (source_input: cut to max_source_tokens, with the layout's special tokens).
-    source_tokenizer: Any = None
-    max_source_tokens: int | None = None
-
-    def source_input(self, ids: list[int]) -> list[int]:
-        raise NotImplementedError
-
-    # Span corruption ("spans"), for the spans task and the fill command: the end-of-sequence id, and the
-    # first sentinel id (sentinels count down from the top of the vocabulary to it).
-    eos_id: int | None = None
-    first_sentinel: int | None = None
-
-    def token_streams(self):
-        """The splits as token streams (a `TokenStreams`), for the "spans" and "mlm" layouts; after for_checkpoint()
-        alone, its vocabulary with empty splits."""
-        raise NotImplementedError
-
-    def sample_prompt_ids(self) -> list[int] | None:
-        """Where text samples start ("lm" on text), or None for no samples. A ValueError names what is wrong."""
-        return None
-
-    def batches_done(self) -> int:
-        """Training batches already drawn, where a training stream starts: from the trainer's step count,
-        which a checkpoint restores, so a resumed run continues the stream exactly. With
-        `trainer.overfit_batches` always 0: the same first batches, again and again."""
-        trainer = self.trainer
-        if trainer is None or trainer.overfit_batches:
-            return 0
-        return trainer.global_step * trainer.accumulate_grad_batches
-
     def checkpoint_meta(self) -> dict[str, Any]:
         """What a checkpoint must carry to turn ids back into text (a vocabulary, a tokenizer)."""
         return {}
@@ -135,6 +92,44 @@ class DataModule(L.LightningDataModule):
         """The files the splits were read from, once set up, each with its SHA-256 (a checkpoint records
         them, and a run resuming it against other contents is refused); {} for generated data."""
         return {}
+
+    # "text"
+    def token_streams(self):
+        """The splits as token streams (a `data.tokens.TokenStreams`); after for_checkpoint() alone, its
+        vocabulary with empty splits."""
+        raise NotImplementedError
+
+    def sample_prompt_ids(self) -> list[int] | None:
+        """Where text samples start, or None for no samples. A ValueError names what is wrong."""
+        return None
+
+    # "pairs": ids without special tokens (data.tokens' SPECIALS are the vocabulary's first ids), each side
+    # cut to `max_tokens`; the source side has its own tokenizer and vocabulary where `source_vocab_size`
+    # is not None.
+    source_tokenizer: Any = None  # a HF `tokenizers.Tokenizer` (the translate command encodes with it)
+    max_tokens: int | None = None
+
+    @property
+    def source_vocab_size(self) -> int | None:
+        return None
+
+    def pairs(self, split: str) -> tuple[list[list[int]], list[list[int]]]:
+        """(source ids, target ids) of a split's rows ("train", "val", "test")."""
+        raise NotImplementedError
+
+    def references(self, split: str) -> list[str]:
+        """Target texts of a split's rows, for BLEU."""
+        raise NotImplementedError
+
+    def sources(self, split: str) -> list[str]:
+        """Source texts of a split's rows, shown with the outputs BLEU scores."""
+        raise NotImplementedError
+
+    # "equations"
+    n_answers: int | None = None  # answers are the ids 0 .. n_answers - 1 (the numbers)
+
+    def equations(self) -> Equations:
+        raise NotImplementedError
 
 
 def is_runs_file(path: str | None, meta: dict) -> bool:

@@ -1,24 +1,19 @@
 """Modular arithmetic, generated: `a op b = c (mod p)` for every pair, split into train and validation.
 
-Sequence layout (token ids): numbers 0..p-1 are themselves, then one id per operator and one for "=".
-Two terms: [a, op, b, =] and the target is c at the "=" position; more terms repeat "op x".
-For an encoder-decoder (`layout="seq2seq"`) every id moves up past the special tokens (<pad>, <bos>, ...):
-the source is the equation, the target [<bos>, c, <eos>]. For a classifier (`layout="classify"`) the ids
-move up the same way, the input is [<bos> as [CLS], a, op, b, =] and the target is the class c.
+Token ids: numbers 0..p-1 are themselves, then one id per operator and one for "=". Two terms are
+[a, op, b, =] with the answer c; more terms repeat "op x". How a model reads them (the answer after "=",
+a target sequence, a class) is the task's: batching/equations.py.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 import re
 
 import torch
 
-from transformer_lab.data.base import DataModule
-from transformer_lab.data.batches import Batches, ShuffledBatches, for_this_rank
+from transformer_lab.data.base import DataModule, Equations
 from transformer_lab.data.configs import OPS, ModularConfig
-from transformer_lab.data.tokens import BOS, EOS, PAD, SPECIALS
 
 
 def apply_op(op: str, a: torch.Tensor, b: torch.Tensor, p: int) -> torch.Tensor:
@@ -56,44 +51,33 @@ def make_equations(
 
 
 class ModularDataModule(DataModule):
-    layouts = ("lm", "seq2seq", "classify")
-    kind = "equation"
-    answer_only = True  # loss and accuracy on the answer token only
+    provides = ("equations",)
     length_key = "terms"
 
     config_class = ModularConfig
 
-    def __init__(self, layout: str = "lm", **settings):  # settings: ModularConfig's
-        super().__init__(layout, **settings)
+    def __init__(self, **settings):  # settings: ModularConfig's
+        super().__init__(**settings)
         p, op = self.config.p, self.config.op
-        assert layout in self.layouts, layout
-        self.offset = 0 if layout == "lm" else len(SPECIALS)
         self.op_id = p + OPS.index(op)
         self.eq_id = p + len(OPS)
+        self.n_answers = p
         self.ready = False
 
     @property
     def vocab_size(self) -> int:
-        return self.offset + self.config.p + len(OPS) + 1
-
-    @property
-    def n_classes(self) -> int | None:
-        return self.config.p if self.layout == "classify" else None
-
-    @property
-    def pad_id(self) -> int | None:
-        return None if self.layout == "lm" else PAD
+        return self.config.p + len(OPS) + 1
 
     @property
     def sequence_length(self) -> int:
-        return 2 * self.config.terms + (self.layout == "classify")  # ([CLS]) a op b ... =
+        return 2 * self.config.terms  # a op b ... =
 
     def decode(self, ids) -> str:
         symbols = [str(i) for i in range(self.config.p)] + OPS + ["="]
-        return " ".join(symbols[int(i) - self.offset] for i in ids if int(i) >= self.offset)
+        return " ".join(symbols[int(i)] for i in ids)
 
     def encode(self, text: str) -> list[int]:
-        """An equation as the model reads it: `3 + 5 =` (the "=" may be left out)."""
+        """An equation as ids: `3 + 5 =` (the "=" may be left out)."""
         symbols = re.findall(r"\d+|\S", text)
         if symbols and symbols[-1] == "=":
             symbols.pop()
@@ -106,50 +90,22 @@ class ModularDataModule(DataModule):
         bad = [n for n in numbers if not n.isdigit() or int(n) >= self.config.p]
         if bad:
             raise ValueError(f"{', '.join(bad)}: not a number in 0..{self.config.p - 1} (data.p={self.config.p})")
-        ids = [int(symbol) if i % 2 == 0 else self.op_id for i, symbol in enumerate(symbols)] + [self.eq_id]
-        ids = [i + self.offset for i in ids]
-        return [BOS, *ids] if self.layout == "classify" else ids
+        return [int(symbol) if i % 2 == 0 else self.op_id for i, symbol in enumerate(symbols)] + [self.eq_id]
 
     def setup(self, stage: str | None = None) -> None:
         if self.ready:
             return
-        operands, answer = make_equations(
+        operands, answers = make_equations(
             self.config.p, self.config.op, self.config.terms, self.config.max_examples, self.config.split_seed
         )
-        n = len(answer)
-        x = torch.full((n, 2 * self.config.terms), self.op_id, dtype=torch.long)
-        x[:, 0::2] = operands
-        x[:, -1] = self.eq_id
-        y = torch.full_like(x, -100)  # ignored by cross-entropy
-        y[:, -1] = answer
-        if self.layout == "seq2seq":
-            x = x + self.offset
-            y = torch.stack([torch.full_like(answer, BOS), answer + self.offset, torch.full_like(answer, EOS)], 1)
-        elif self.layout == "classify":
-            x = torch.cat([torch.full_like(answer[:, None], BOS), x + self.offset], 1)
-            y = answer
+        n = len(answers)
+        tokens = torch.full((n, 2 * self.config.terms), self.op_id, dtype=torch.long)
+        tokens[:, 0::2] = operands
+        tokens[:, -1] = self.eq_id
         perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.config.split_seed))
         n_train = int(round(n * self.config.train_fraction))
-        self.train_idx, self.val_idx = perm[:n_train], perm[n_train:]
-        self.x, self.y = x, y
+        self.split = Equations(tokens, answers, perm[:n_train], perm[n_train:])
         self.ready = True
 
-    def train_dataloader(self):
-        i = self.train_idx
-        return for_this_rank(
-            ShuffledBatches(self.x[i], self.y[i], self.config.batch_size, self.config.seed, self._position),
-            self.trainer,
-        )
-
-    def _position(self) -> tuple[int, int]:
-        """(epoch, batches of it already done), from the trainer's step count, which a checkpoint restores.
-        Exact when accumulate_grad_batches divides the epoch's batch count."""
-        trainer = self.trainer
-        if trainer is None:
-            return 0, 0
-        per_epoch = min(math.ceil(len(self.train_idx) / self.config.batch_size), trainer.num_training_batches)
-        return divmod(self.batches_done(), per_epoch)
-
-    def val_dataloader(self):
-        i = self.val_idx
-        return Batches(self.x[i], self.y[i], self.config.val_batch_size)
+    def equations(self) -> Equations:
+        return self.split

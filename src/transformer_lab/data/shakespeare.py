@@ -8,7 +8,6 @@ from pathlib import Path
 import torch
 
 from transformer_lab.data.base import DataModule, is_runs_file
-from transformer_lab.data.batches import Batches, RandomWindows, for_this_rank
 from transformer_lab.data.configs import ShakespeareConfig
 from transformer_lab.data.download import ensure_file
 from transformer_lab.data.tokens import TokenStreams
@@ -39,19 +38,15 @@ class CharTokenizer:
 
 
 class ShakespeareDataModule(DataModule):
-    """Training: endless random windows of block_size (+1 for the shifted targets) from the first 90%.
-    Validation: a fixed set, the non-overlapping windows of the last 10% in a fixed shuffled order, so
-    `trainer.limit_val_batches` takes the same spread-out sample every time."""
+    """The text as one stream of character ids: the first 90% to train on, the last 10% to validate."""
 
-    layouts = ("lm", "spans", "mlm")
-    kind = "text"
-    endless = True
+    provides = ("text",)
     length_key = "block_size"
 
     config_class = ShakespeareConfig
 
-    def __init__(self, layout: str = "lm", **settings):  # settings: ShakespeareConfig's
-        super().__init__(layout, **settings)
+    def __init__(self, **settings):  # settings: ShakespeareConfig's
+        super().__init__(**settings)
         c = self.config
         self.path = Path(c.path) if c.path else Path(c.data_dir) / "shakespeare" / "input.txt"
         self.tokenizer: CharTokenizer | None = None
@@ -117,34 +112,5 @@ class ShakespeareDataModule(DataModule):
     def data_files(self) -> dict[str, str]:
         return {str(self.path.absolute()): SHA256 if self.config.path is None else sha256_file(self.path)}
 
-    def train_dataloader(self):
-        # Batch i depends only on (seed, i), so a run resumed from a checkpoint continues the stream
-        # where it stopped instead of replaying it from the start.
-        start = self.batches_done()
-        return for_this_rank(
-            RandomWindows(self.train_tokens, self.config.block_size, self.config.batch_size, self.config.seed, start),
-            self.trainer,
-        )
-
-    def val_windows(self) -> tuple[torch.Tensor, torch.Tensor]:
-        n = (len(self.val_tokens) - 1) // self.config.block_size
-        starts = torch.arange(n) * self.config.block_size
-        starts = starts[torch.randperm(n, generator=torch.Generator().manual_seed(0))]
-        windows = self.val_tokens[starts[:, None] + torch.arange(self.config.block_size + 1)]
-        return windows[:, :-1], windows[:, 1:]
-
-    def token_streams(self):
-        """The splits for span corruption: character ids moved up by two, for <pad> (0) and <eos> (1)."""
-        return TokenStreams(
-            self.train_tokens + 2,
-            self.val_tokens + 2,
-            self.vocab_size + 2,
-            pad_id=0,
-            eos_id=1,
-            decode=lambda ids: self.tokenizer.decode(i - 2 for i in ids if i >= 2),
-            encode=lambda text: [i + 2 for i in self.tokenizer.encode(text)],
-        )
-
-    def val_dataloader(self):
-        x, y = self.val_windows()
-        return Batches(x, y, self.config.val_batch_size)
+    def token_streams(self) -> TokenStreams:
+        return TokenStreams(self.train_tokens, self.val_tokens, self.vocab_size, decode=self.decode, encode=self.encode)

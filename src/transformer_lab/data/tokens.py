@@ -1,5 +1,5 @@
-"""Token conventions shared by the data modules: the special tokens of sub-word and equation layouts, and
-the token streams span corruption reads."""
+"""Token conventions shared by the data modules and the batch transforms (batching/): the special tokens of
+sub-word vocabularies and of batches made from equations, and text as token streams."""
 
 from __future__ import annotations
 
@@ -14,12 +14,30 @@ PAD, BOS, EOS, SEP, UNK = range(len(SPECIALS))
 
 @dataclass
 class TokenStreams:
-    """What span corruption needs from a text dataset: its splits as token streams, and the vocabulary."""
+    """A text dataset's raw splits (data/base.py, "text"): each split one stream of token ids, and the
+    vocabulary. A vocabulary without special tokens (characters) has no pad_id and eos_id."""
 
     train: torch.Tensor  # (N,) token ids
     val: torch.Tensor
-    vocab_size: int  # before sentinels
-    pad_id: int
-    eos_id: int
+    vocab_size: int
     decode: Callable[[list[int]], str]
-    encode: Callable[[str], list[int]] | None = None  # text -> ids (for filling a user's gaps with a trained model)
+    encode: Callable[[str], list[int]] | None = None  # text -> ids (for the inference commands)
+    pad_id: int | None = None
+    eos_id: int | None = None
+
+
+def with_pad_and_eos(streams: TokenStreams) -> TokenStreams:
+    """The streams with <pad> and <eos> ids, as span corruption and masking need: a vocabulary that has none
+    moves up by two, <pad> = 0 and <eos> = 1."""
+    if streams.pad_id is not None and streams.eos_id is not None:
+        return streams
+    encode = streams.encode
+    return TokenStreams(
+        streams.train + 2,
+        streams.val + 2,
+        streams.vocab_size + 2,
+        decode=lambda ids: streams.decode([int(i) - 2 for i in ids if int(i) >= 2]),
+        encode=None if encode is None else (lambda text: [i + 2 for i in encode(text)]),
+        pad_id=0,
+        eos_id=1,
+    )

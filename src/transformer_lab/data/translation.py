@@ -6,8 +6,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import logging
-import math
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -15,11 +13,9 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 
 from transformer_lab.atomic import atomic_write
 from transformer_lab.data.base import DataModule, is_runs_file
-from transformer_lab.data.batches import for_this_rank
 from transformer_lab.data.configs import TranslationConfig
 from transformer_lab.data.download import ensure_file
 from transformer_lab.data.tokens import BOS, EOS, PAD, SEP, SPECIALS, UNK, TokenStreams  # noqa: F401 (re-exported)
-from transformer_lab.errors import require
 from transformer_lab.files import BadFile, read_text, sha256_file
 
 log = logging.getLogger(__name__)
@@ -97,137 +93,25 @@ def cached_tokenizer(cache_dir: Path, texts: list[str], vocab_size: int) -> Toke
     return tokenizer
 
 
-def pad_batch(sequences: list[torch.Tensor], value: int = PAD) -> torch.Tensor:
-    return torch.nn.utils.rnn.pad_sequence(sequences, batch_first=True, padding_value=value)
-
-
-def prefix_lm(src: torch.Tensor, tgt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """One decoder-only sequence `<bos> source <sep> target <eos>` as (inputs, targets); only the target
-    part is predicted (-100 elsewhere). The prompt to decode from is inputs[:len(src) + 1]."""
-    sequence = torch.cat([torch.tensor([BOS]), src[:-1], torch.tensor([SEP]), tgt[1:]])  # src ends in <eos>
-    targets = sequence[1:].clone()
-    targets[: len(src)] = -100  # the source and <sep> are given, not predicted
-    return sequence[:-1], targets
-
-
-class LengthGroupedBatches:
-    """Training batches of similar lengths, so little of each batch is padding. Each epoch a generator
-    seeded with (seed, epoch) shuffles the pairs, sorts pools of 50 batches by length, cuts them into
-    batches and shuffles the batches; `position()` gives (epoch, batches done) for an exact resume."""
-
-    def __init__(
-        self,
-        src: list[torch.Tensor],
-        tgt: list[torch.Tensor],
-        batch_size: int,
-        seed: int,
-        position: Callable[[], tuple[int, int]] = lambda: (0, 0),
-        pool: int = 50,
-        pad_values: tuple[int, int] = (PAD, PAD),
-    ):
-        self.src, self.tgt, self.batch_size, self.seed, self.position, self.pool = (
-            src,
-            tgt,
-            batch_size,
-            seed,
-            position,
-            pool,
-        )
-        self.pad_values = pad_values
-
-    def __len__(self) -> int:
-        return math.ceil(len(self.src) / self.batch_size)
-
-    def batches(self, epoch: int) -> list[torch.Tensor]:
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-        order = torch.randperm(len(self.src), generator=generator).tolist()
-        pool = self.pool * self.batch_size
-        batches = []
-        for start in range(0, len(order), pool):
-            chunk = sorted(order[start : start + pool], key=lambda i: (len(self.src[i]), len(self.tgt[i])))
-            batches += [chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
-        return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
-
-    def __iter__(self):
-        epoch, done = self.position()
-        for rows in self.batches(epoch)[done:]:
-            yield (
-                pad_batch([self.src[i] for i in rows], self.pad_values[0]),
-                pad_batch([self.tgt[i] for i in rows], self.pad_values[1]),
-            )
-
-    def padding_fraction(self) -> float:
-        """Share of padding among all source and target positions of an epoch's batches."""
-        real = padded = 0
-        for rows in self.batches(0):
-            for side in (self.src, self.tgt):
-                lengths = [len(side[i]) for i in rows]
-                real += sum(lengths)
-                padded += max(lengths) * len(lengths)
-        return 1 - real / padded
-
-
-class EvalBatches:
-    """Evaluation batches sorted by source length, each with the indices of its pairs (to match
-    references). With `prompt_lengths`, a batch holds one prompt length only, so a decoder-only
-    model's prompts line up without padding."""
-
-    def __init__(
-        self,
-        src: list[torch.Tensor],
-        tgt: list[torch.Tensor],
-        batch_size: int,
-        pad_values: tuple[int, int] = (PAD, PAD),
-        prompt_lengths: list[int] | None = None,
-    ):
-        self.src, self.tgt, self.pad_values = src, tgt, pad_values
-        key = prompt_lengths or [len(s) for s in src]
-        self.batches: list[list[int]] = []
-        for i in sorted(range(len(src)), key=lambda i: key[i]):
-            last = self.batches[-1] if self.batches else None
-            if last and len(last) < batch_size and (prompt_lengths is None or key[last[0]] == key[i]):
-                last.append(i)
-            else:
-                self.batches.append([i])
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def __iter__(self):
-        for rows in self.batches:
-            yield (
-                pad_batch([self.src[i] for i in rows], self.pad_values[0]),
-                pad_batch([self.tgt[i] for i in rows], self.pad_values[1]),
-                torch.tensor(rows),
-            )
-
-
 class TranslationDataModule(DataModule):
-    """Batches are (source ids + <eos>, <bos> + target ids + <eos>), padded with <pad> = 0; in the "lm"
-    layout, one sequence `<bos> source <sep> target <eos>` for a decoder-only model (a prefix LM)."""
+    """Sentence pairs, each side's ids cut to data.max_length - 2 tokens (room for a model's specials);
+    and, for objectives on text, every sentence as one token stream."""
 
-    layouts = ("lm", "seq2seq", "spans", "mlm")
-    kind = "bleu"
+    provides = ("pairs", "text")
     has_test_split = True
     length_key = "max_length"
 
     config_class = TranslationConfig
 
-    def __init__(self, layout: str = "seq2seq", **settings):  # settings: TranslationConfig's
-        super().__init__(layout, **settings)
+    def __init__(self, **settings):  # settings: TranslationConfig's
+        super().__init__(**settings)
         c = self.config
-        require(
-            c.shared_vocab or layout != "lm",
-            "data.shared_vocab",
-            "a decoder-only model reads source and target as one sequence, so it needs one vocabulary (true)",
-        )
-        self.prefix_lm = layout == "lm"  # batches for a decoder-only model: `<bos> src <sep> tgt <eos>`
         self.data_dir = Path(c.data_dir)
         self.tokenizer: Tokenizer | None = None  # the target side's (and the source's, when shared)
         self.source_tokenizer: Tokenizer | None = None
         self.cut_lengths: list[int] = []  # token counts of the sentences max_length cuts
         self.whole_file = False  # evaluating a trained model on another file: all of it is val and test
-        self.pairs: dict[str, list[tuple[str, str]]] = {split: [] for split in SPLIT_FILES}
+        self.text: dict[str, list[tuple[str, str]]] = {split: [] for split in SPLIT_FILES}  # the pairs' texts
         self.ready = False
 
     def load_pairs(self) -> dict[str, list[tuple[str, str]]]:
@@ -278,41 +162,26 @@ class TranslationDataModule(DataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.ready:
             return
-        self.pairs = self.load_pairs()
+        self.text = self.load_pairs()
         cache = self.data_dir / "tokenizers"
         if self.tokenizer is None:  # (else a checkpoint's, from for_checkpoint)
             if self.config.shared_vocab:
-                texts = [text for pair in self.pairs["train"] for text in pair]
+                texts = [text for pair in self.text["train"] for text in pair]
                 self.tokenizer = self.source_tokenizer = cached_tokenizer(cache, texts, self.config.vocab_size)
             else:
                 self.source_tokenizer = cached_tokenizer(
-                    cache, [s for s, _ in self.pairs["train"]], self.config.vocab_size
+                    cache, [s for s, _ in self.text["train"]], self.config.vocab_size
                 )
-                self.tokenizer = cached_tokenizer(cache, [t for _, t in self.pairs["train"]], self.config.vocab_size)
-        self.encoded = {split: self.encode_pairs(pairs) for split, pairs in self.pairs.items()}
+                self.tokenizer = cached_tokenizer(cache, [t for _, t in self.text["train"]], self.config.vocab_size)
+        self.encoded = {split: self.encode_pairs(pairs) for split, pairs in self.text.items()}
         self.warn_cut_sentences()
-        if self.prefix_lm:
-            self.prompt_lengths = {split: [len(s) + 1 for s in src] for split, (src, _) in self.encoded.items()}
-            self.encoded = {
-                split: ([], []) if not src else tuple(map(list, zip(*map(prefix_lm, src, tgt))))
-                for split, (src, tgt) in self.encoded.items()
-            }
-        self.pad_values = (PAD, -100) if self.prefix_lm else (PAD, PAD)
-        self.train_batches = LengthGroupedBatches(
-            *self.encoded["train"], self.config.batch_size, self.config.seed, self._position, pad_values=self.pad_values
-        )
-        if self.pairs["train"]:  # (none when a trained model is evaluated on a whole file)
-            self.padding_fraction = self.train_batches.padding_fraction()
         self.ready = True
         log.info(
-            "translation %s->%s: %s pairs; vocabulary %d%s",
+            "translation %s->%s: %s pairs; vocabulary %d",
             self.config.source,
             self.config.target,
-            {k: len(v) for k, v in self.pairs.items()},
+            {k: len(v) for k, v in self.text.items()},
             self.vocab_size,
-            f"; padding {100 * self.padding_fraction:.1f}% of training positions"
-            if self.padding_fraction is not None
-            else "",
         )
 
     @property
@@ -325,12 +194,8 @@ class TranslationDataModule(DataModule):
         return None if self.config.shared_vocab else self.source_tokenizer.get_vocab_size()
 
     @property
-    def pad_id(self) -> int:
-        return PAD
-
-    @property
     def sequence_length(self) -> int:
-        return 2 * self.config.max_length if self.prefix_lm else self.config.max_length  # a prefix LM sees both sides
+        return self.config.max_length  # a sentence's tokens, and two specials
 
     def data_files(self) -> dict[str, str]:
         if self.config.path is not None:
@@ -348,16 +213,16 @@ class TranslationDataModule(DataModule):
             "source_tokenizer": None if self.config.shared_vocab else self.source_tokenizer.to_str(),
         }
 
-    def encode_pairs(self, pairs: list[tuple[str, str]]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """Sentences longer than max_length - 2 tokens are cut to it (warn_cut_sentences says so)."""
-        limit = self.config.max_length - 2
+    def encode_pairs(self, pairs: list[tuple[str, str]]) -> tuple[list[list[int]], list[list[int]]]:
+        """Sentences longer than max_tokens are cut to it (warn_cut_sentences says so)."""
+        limit = self.max_tokens
         src = self.source_tokenizer.encode_batch([s for s, _ in pairs])
         tgt = self.tokenizer.encode_batch([t for _, t in pairs])
         self.cut_lengths += [len(e.ids) for e in (*src, *tgt) if len(e.ids) > limit]
-        return (
-            [torch.tensor(e.ids[:limit] + [EOS]) for e in src],
-            [torch.tensor([BOS] + e.ids[:limit] + [EOS]) for e in tgt],
-        )
+        return [e.ids[:limit] for e in src], [e.ids[:limit] for e in tgt]
+
+    def pairs(self, split: str) -> tuple[list[list[int]], list[list[int]]]:
+        return self.encoded[split]
 
     def warn_cut_sentences(self) -> None:
         """One line for the whole run: how many sentences data.max_length cut, and the longest."""
@@ -372,34 +237,29 @@ class TranslationDataModule(DataModule):
             )
 
     def encode(self, text: str) -> list[int]:
-        return self.source_input(self.source_tokenizer.encode(text).ids)
-
-    def source_input(self, ids: list[int]) -> list[int]:
-        """A source sentence's ids as the model reads them: cut to max_source_tokens as in training, then
-        <eos>; for a decoder-only model, the prompt `<bos> source <sep>`."""
-        ids = ids[: self.max_source_tokens]
-        return [BOS, *ids, SEP] if self.prefix_lm else [*ids, EOS]
+        """A source sentence's ids."""
+        return self.source_tokenizer.encode(text).ids
 
     def decode(self, ids) -> str:
         """Text of token ids, without <pad>/<bos>/<eos>/<sep> (<unk> is the last special and stays)."""
         return self.tokenizer.decode([int(i) for i in ids if int(i) >= UNK], skip_special_tokens=False)
 
     def references(self, split: str) -> list[str]:
-        return [t for _, t in self.pairs[split]]
+        return [t for _, t in self.text[split]]
 
     def sources(self, split: str) -> list[str]:
-        return [s for s, _ in self.pairs[split]]
+        return [s for s, _ in self.text[split]]
 
     @property
-    def max_source_tokens(self) -> int:
+    def max_tokens(self) -> int:
         return self.config.max_length - 2  # (and <eos>, or <bos> ... <sep>)
 
     def token_streams(self):
-        """The splits for span corruption: every sentence (both sides with a shared vocabulary, else the
-        target side) tokenized and concatenated, as T5 packs its documents."""
+        """The splits as text: every sentence (both sides with a shared vocabulary, else the target side)
+        tokenized and concatenated, as T5 packs its documents."""
 
         def stream(split: str) -> torch.Tensor:
-            texts = [text for pair in self.pairs[split] for text in (pair if self.config.shared_vocab else pair[1:])]
+            texts = [text for pair in self.text[split] for text in (pair if self.config.shared_vocab else pair[1:])]
             return torch.tensor([i for e in self.tokenizer.encode_batch(texts) for i in e.ids])
 
         return TokenStreams(
@@ -411,27 +271,3 @@ class TranslationDataModule(DataModule):
             decode=self.decode,
             encode=lambda text: self.tokenizer.encode(text).ids,
         )
-
-    def _position(self) -> tuple[int, int]:
-        trainer = self.trainer
-        if trainer is None:
-            return 0, 0
-        per_epoch = min(len(self.train_batches), trainer.num_training_batches)
-        return divmod(self.batches_done(), per_epoch)
-
-    def train_dataloader(self):
-        return for_this_rank(self.train_batches, self.trainer)
-
-    def _eval_batches(self, split: str) -> EvalBatches:
-        return EvalBatches(
-            *self.encoded[split],
-            self.config.val_batch_size,
-            self.pad_values,
-            self.prompt_lengths[split] if self.prefix_lm else None,
-        )
-
-    def val_dataloader(self):
-        return self._eval_batches("val")
-
-    def test_dataloader(self):
-        return self._eval_batches("test")

@@ -3,7 +3,6 @@ guard, step-metric logging, and checkpoints that carry the config and the random
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 from collections import defaultdict
@@ -11,42 +10,51 @@ from functools import partial
 from pathlib import Path
 
 import lightning as L
-import sacrebleu
 import torch
+from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from transformer_lab.callbacks.history import metrics_written
 from transformer_lab.errors import NonFiniteLossError
+from transformer_lab.tasks.metrics import Metric
 from transformer_lab.tasks.optim import adamw, warmup_cosine
 
 log = logging.getLogger(__name__)
 
 
 class Task(L.LightningModule):
-    # What a task declares (factory.py checks them against the model and data a run names): the kind of
-    # network it trains (a model class's `architecture`: "decoder", "encoder" or "encoder-decoder"), and
-    # the batch layout it reads, one of a data module's `layouts` (data/base.py).
+    # What a task declares (factory.py checks it against the model a run names): the kind of network it
+    # trains, a model class's `architecture` ("decoder", "encoder" or "encoder-decoder"). The batches it reads
+    # and the metrics it shows, per form of data, its YAML names (`batches`, `metrics`; batching/, metrics.py).
     architecture: str
-    layout: str
 
-    def __init__(self, model: torch.nn.Module, optim: dict, checkpoint_meta: dict | None = None):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optim: dict,
+        checkpoint_meta: dict | None = None,
+        metric: Metric | None = None,
+    ):
         super().__init__()
         self.model, self.optim = model, optim
         self.checkpoint_meta = checkpoint_meta or {}
+        self.metric = metric or Metric({}, None, model)  # what evaluation shows beyond the loss (metrics.py)
         self.skipped_steps = 0
         self.example_tables: dict[str, list[list]] = defaultdict(list)
-        self.hypotheses: dict[int, str] = {}  # row of the evaluation split -> decoded output
-        self.truncated_outputs = 0  # of this evaluation's outputs, those stopped at the model's length limit
-        self.translations_dir: Path | None = None  # where report_bleu writes what it scored (a run sets it)
+        self.translations_dir: Path | None = None  # where evaluation writes its outputs (a run sets it)
         self.pretrained: set[str] = set()  # the model's tensors init_from loaded (optim.pretrained_lr applies)
 
     @classmethod
     def build(cls, cfg, model: torch.nn.Module, datamodule, checkpoint_meta: dict) -> Task:
-        """The task for a run's config, model and data module (the factory's one call)."""
+        """The task for a run's config, model and data module (the factory's one call), with the metric its
+        YAML names for the form of data the batches read."""
+        settings = OmegaConf.to_container(cfg.task, resolve=True)
+        metric = (settings.get("metrics") or {}).get(datamodule.form)
         return cls(
             model,
             OmegaConf.to_container(cfg.optim, resolve=True),
             checkpoint_meta=checkpoint_meta,
+            metric=get_class(metric)(settings, datamodule, model) if metric else None,
             **cls.settings(cfg, datamodule),
         )
 
@@ -55,49 +63,9 @@ class Task(L.LightningModule):
         """What this task takes from the config and the data beyond the model, optim and checkpoint meta."""
         return {}
 
-    def report_bleu(self, split: str) -> None:
-        """sacreBLEU of this evaluation's decoded outputs against the split's references (detokenized,
-        cased; the test split also lowercased), the number of outputs the model's length cut short
-        (`split/truncated`), and a few examples. In a run, every output and its reference also go to
-        `translations/SPLIT-stepNNNNNN.jsonl` in the run directory."""
-        truncated, self.truncated_outputs = self.truncated_outputs, 0
-        if self.trainer.sanity_checking or not self.hypotheses:
-            self.hypotheses = {}
-            return
-        self.log(f"{split}/truncated", float(truncated))
-        if truncated and self.trainer.is_global_zero:
-            log.warning(
-                "%s: %d of %d outputs reached the model's length limit (%d positions) before their end; "
-                "they are cut there",
-                split,
-                truncated,
-                len(self.hypotheses),
-                self.model.config.block_size,
-            )
-        datamodule = self.trainer.datamodule
-        rows = sorted(self.hypotheses)
-        hypotheses = [self.hypotheses[r] for r in rows]
-        references = [datamodule.references(split)[r] for r in rows]
-        self.hypotheses = {}
-        self.log(f"{split}/bleu", sacrebleu.corpus_bleu(hypotheses, [references]).score, prog_bar=True)
-        if split == "test":
-            self.log("test/bleu_lowercase", sacrebleu.corpus_bleu(hypotheses, [references], lowercase=True).score)
-        sources = [datamodule.sources(split)[r] for r in rows]
-        if self.translations_dir is not None and self.trainer.is_global_zero:
-            self.translations_dir.mkdir(parents=True, exist_ok=True)
-            with open(self.translations_dir / f"{split}-step{self.global_step:06d}.jsonl", "w") as f:
-                for record in zip(rows, sources, hypotheses, references):
-                    f.write(json.dumps(dict(zip(("row", "source", "output", "reference"), record))) + "\n")
-        examples = list(zip(sources, hypotheses, references))[:3]
-        text = "\n".join(f"  src: {s}\n  out: {h}\n  ref: {r}" for s, h, r in examples)
-        table = [[split, self.global_step, s, h, r] for s, h, r in examples]
-        self.show_examples(
-            f"{split} translations", text, "translations", ["split", "step", "source", "output", "reference"], table
-        )
-
     def log_evaluation(self, split: str, loss, acc=None, ppl: bool = False) -> None:
         """`split/loss` (and `split/ppl`, `split/acc`) of this evaluation from its metrics (torchmetrics),
-        which are reset for the next."""
+        which are reset for the next; then what the metric component shows."""
         value = loss.compute()
         loss.reset()
         self.log(f"{split}/loss", value, prog_bar=True)
@@ -106,6 +74,7 @@ class Task(L.LightningModule):
         if acc is not None:
             self.log(f"{split}/acc", acc.compute(), prog_bar=True)
             acc.reset()
+        self.metric.end(self, split)
 
     def show_examples(self, title: str, text: str, table: str, columns: list[str], rows: list[list]) -> None:
         """Print examples (samples, translations) to the console, and keep them in a W&B table."""

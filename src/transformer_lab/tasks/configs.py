@@ -6,6 +6,7 @@ corruption. Checks that relate these keys live here, in `__post_init__`."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 from transformer_lab.errors import ConfigError, require
 
@@ -52,7 +53,18 @@ def _section(value, cls: type, key: str):
 
 
 @dataclass
-class LanguageModelConfig:  # tasks/lm.py: next-token loss (text, equations' answers, translation as a prefix LM)
+class TaskConfig:
+    """What every task's YAML names, per form of a dataset's raw splits (data/base.py: text, pairs, equations):
+    the batch transform that makes its batches of that form (batching/), and the metric its evaluation shows
+    beyond the loss (tasks/metrics.py; null: none). A dataset trains with a task when it provides a form the
+    task has batches for (the first it provides)."""
+
+    batches: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, Optional[str]] = field(default_factory=dict)  # noqa: UP007 (OmegaConf reads typing's)
+
+
+@dataclass
+class LanguageModelConfig(TaskConfig):  # tasks/lm.py: next-token loss (text, equations' answers, a prefix LM)
     sample: SampleConfig = field(default_factory=SampleConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)  # translation as a prefix LM
 
@@ -62,7 +74,7 @@ class LanguageModelConfig:  # tasks/lm.py: next-token loss (text, equations' ans
 
 
 @dataclass
-class Seq2SeqConfig:  # tasks/seq2seq.py: teacher-forced target loss; BLEU or answer accuracy
+class Seq2SeqConfig(TaskConfig):  # tasks/seq2seq.py: teacher-forced target loss; BLEU or answer accuracy
     label_smoothing: float = 0.1  # of the training loss; val/loss and test/loss are the plain one
     decode: DecodeConfig = field(default_factory=DecodeConfig)
 
@@ -72,12 +84,12 @@ class Seq2SeqConfig:  # tasks/seq2seq.py: teacher-forced target loss; BLEU or an
 
 
 @dataclass
-class ClassifyConfig:  # tasks/classify.py: one class per sequence, from the pooled encoder output
+class ClassifyConfig(TaskConfig):  # tasks/classify.py: one class per sequence, from the pooled encoder output
     pass
 
 
 @dataclass
-class SpanCorruptionConfig:  # tasks/span_corruption.py: T5's objective (data/span_corruption.py); T5's defaults
+class SpanCorruptionConfig(TaskConfig):  # tasks/span_corruption.py: T5's objective (batching/span_corruption.py); T5's defaults
     input_length: int = 128  # corrupted input tokens, EOS included (raw windows are longer: 128 <- 141)
     noise_density: float = 0.15  # share of a window's tokens dropped
     mean_noise_span_length: float = 3.0
@@ -85,7 +97,7 @@ class SpanCorruptionConfig:  # tasks/span_corruption.py: T5's objective (data/sp
 
 
 @dataclass
-class MaskedLMConfig:  # tasks/masked_lm.py: BERT's objective (data/masked_lm.py); BERT's defaults
+class MaskedLMConfig(TaskConfig):  # tasks/masked_lm.py: BERT's objective (batching/masked_lm.py); BERT's defaults
     length: int = 128  # tokens per sequence, [CLS] included
     mask_prob: float = 0.15  # share of tokens chosen for prediction (the loss is on these only)
     mask_token_prob: float = 0.8  # of the chosen: replaced by [MASK]

@@ -1,4 +1,4 @@
-"""BERT's masked-LM pretraining: cross-entropy on the chosen tokens only (data/masked_lm.py); `val/loss`
+"""BERT's masked-LM pretraining: cross-entropy on the chosen tokens only (batching/masked_lm.py); `val/loss`
 and `val/acc`, the share of chosen tokens predicted right; a few validation sequences filled greedily."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import torch
 import torch.nn.functional as F
 from torchmetrics import MeanMetric
 
-from transformer_lab.data.masked_lm import IGNORE
+from transformer_lab.batching.masked_lm import IGNORE
 from transformer_lab.tasks.base import Task
 from transformer_lab.tasks.configs import MaskedLMConfig
 
 
 class MaskedLMTask(Task):
-    architecture, layout = "encoder", "mlm"  # what it trains, and the batches it reads (data/base.py)
+    architecture = "encoder"  # the network it trains
     config_class = MaskedLMConfig  # its settings: the task.* keys
 
     def __init__(
@@ -24,10 +24,10 @@ class MaskedLMTask(Task):
         model: torch.nn.Module,
         optim: dict,
         decode: Callable[[Any], str],
-        checkpoint_meta: dict | None = None,
         n_examples: int = 2,
+        **kwargs,
     ):
-        super().__init__(model, optim, checkpoint_meta)
+        super().__init__(model, optim, **kwargs)
         self.decode, self.n_examples = decode, n_examples
         self.val_loss, self.val_acc = MeanMetric(), MeanMetric()
 

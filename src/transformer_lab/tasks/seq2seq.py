@@ -19,31 +19,19 @@ class Seq2SeqTask(Task):
     label-smoothed cross-entropy (task.label_smoothing); `val/loss` and `test/loss` are the plain one,
     comparable across smoothing settings."""
 
-    architecture, layout = "encoder-decoder", "seq2seq"  # what it trains, and the batches it reads (data/base.py)
+    architecture = "encoder-decoder"  # the network it trains
     config_class = Seq2SeqConfig  # its settings: the task.* keys
 
-    def __init__(
-        self,
-        model: torch.nn.Module,
-        optim: dict,
-        decode: dict,
-        datamodule,
-        label_smoothing: float = 0.1,
-        checkpoint_meta: dict | None = None,
-    ):
-        super().__init__(model, optim, checkpoint_meta)
+    def __init__(self, model: torch.nn.Module, optim: dict, decode: dict, label_smoothing: float = 0.1, **kwargs):
+        super().__init__(model, optim, **kwargs)
         self.decode_cfg, self.label_smoothing = decode, label_smoothing
-        self.detokenize = datamodule.decode
-        self.answer_only = datamodule.answer_only  # equations: accuracy of the answer instead of BLEU
         self.eval_loss = MeanMetric()
-        self.eval_acc = MeanMetric()
 
     @classmethod
     def settings(cls, cfg, datamodule) -> dict:
         return {
             "decode": OmegaConf.to_container(cfg.task.decode, resolve=True),
             "label_smoothing": cfg.task.label_smoothing,
-            "datamodule": datamodule,
         }
 
     def batch_tokens(self, batch) -> int:
@@ -57,57 +45,37 @@ class Seq2SeqTask(Task):
     def forward(self, src, tgt_in):
         return self.model(src, tgt_in)
 
-    def loss(self, src, tgt, smoothing: float) -> torch.Tensor:
-        logits = self.model(src, tgt[:, :-1])  # teacher forcing: predict tgt[1:] from tgt[:-1]
+    def loss(self, logits, tgt, smoothing: float) -> torch.Tensor:
         return F.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=PAD, label_smoothing=smoothing)
 
     def training_step(self, batch, batch_idx):
         src, tgt = batch
-        return self.guarded(self.loss(src, tgt, self.label_smoothing), (tgt[:, 1:] != PAD).sum())
+        logits = self.model(src, tgt[:, :-1])  # teacher forcing: predict tgt[1:] from tgt[:-1]
+        self.metric.train_step(self, batch, logits)
+        return self.guarded(self.loss(logits, tgt, self.label_smoothing), (tgt[:, 1:] != PAD).sum())
 
-    def translate(self, src: torch.Tensor, beam_size: int) -> decoding.Decoded:
-        d = self.decode_cfg
+    def answers(self, batch, logits):
+        """(inputs, predicted, expected) of the first target token, one answer per row (AnswerAccuracy)."""
+        return batch[0], logits[:, 0].argmax(-1), batch[1][:, 1]
+
+    def continuations(self, batch, beam_size: int) -> decoding.Decoded:
+        """The sources' outputs, greedy or by beam search (Bleu)."""
+        src, d = batch[0], self.decode_cfg
         return decoding.decode(
             self.model, src, beam_size, src.size(1) + d["max_extra_len"], BOS, EOS, d["length_penalty"]
         )
 
-    def _eval_step(self, batch):
-        src, tgt = batch[0], batch[1]
-        n_targets = (tgt[:, 1:] != PAD).sum()
-        self.eval_loss.update(self.loss(src, tgt, 0.0), weight=n_targets)
-        if self.answer_only:  # the answer is the first token after <bos>
-            predicted = self.model(src, tgt[:, :1])[:, 0].argmax(-1)
-            self.eval_acc.update((predicted == tgt[:, 1]).float())
-            if not self.trainer.sanity_checking and not self.hypotheses:
-                self.hypotheses = {
-                    i: f"{self.detokenize(src[i].tolist())} {self.detokenize([predicted[i]])}"
-                    for i in range(min(4, len(src)))
-                }
-        elif not self.trainer.sanity_checking:
-            beam_size = self.decode_cfg["beam_size" if self.trainer.testing else "val_beam_size"]
-            decoded = self.translate(src, beam_size)
-            self.truncated_outputs += decoded.truncated
-            for row, ids in zip(batch[2].tolist(), decoded.outputs):
-                self.hypotheses[row] = self.detokenize(ids)
-
-    def _eval_end(self, split: str):
-        self.log_evaluation(split, self.eval_loss, self.eval_acc if self.answer_only else None, ppl=True)
-        if self.answer_only:
-            if self.hypotheses:
-                text = "\n".join(self.hypotheses.values())
-                self.show_examples("examples", text, "examples", ["step", "text"], [[self.global_step, text]])
-            self.hypotheses = {}
-            return
-        self.report_bleu(split)
-
     def validation_step(self, batch, batch_idx):
-        self._eval_step(batch)
+        src, tgt = batch[0], batch[1]
+        logits = self.model(src, tgt[:, :-1])
+        self.eval_loss.update(self.loss(logits, tgt, 0.0), weight=(tgt[:, 1:] != PAD).sum())
+        self.metric.step(self, batch, logits)
 
     def on_validation_epoch_end(self):
-        self._eval_end("val")
+        self.log_evaluation("val", self.eval_loss, ppl=True)
 
     def test_step(self, batch, batch_idx):
-        self._eval_step(batch)
+        self.validation_step(batch, batch_idx)
 
     def on_test_epoch_end(self):
-        self._eval_end("test")
+        self.log_evaluation("test", self.eval_loss, ppl=True)

@@ -8,20 +8,18 @@ import torch.nn.functional as F
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
-from transformer_lab.data.span_corruption import fill_spans
+from transformer_lab.batching.span_corruption import fill_spans
 from transformer_lab.tasks.base import Task
 from transformer_lab.tasks.configs import SpanCorruptionConfig
 from transformer_lab.tasks.decoding import fill_spans_greedy
 
 
 class SpanCorruptionTask(Task):
-    architecture, layout = "encoder-decoder", "spans"  # what it trains, and the batches it reads (data/base.py)
+    architecture = "encoder-decoder"  # the network it trains
     config_class = SpanCorruptionConfig  # its settings: the task.* keys
 
-    def __init__(
-        self, model: torch.nn.Module, optim: dict, datamodule, checkpoint_meta: dict | None = None, n_examples: int = 2
-    ):
-        super().__init__(model, optim, checkpoint_meta)
+    def __init__(self, model: torch.nn.Module, optim: dict, datamodule, n_examples: int = 2, **kwargs):
+        super().__init__(model, optim, **kwargs)
         self.pad_id, self.eos_id = datamodule.pad_id, datamodule.eos_id
         self.first_sentinel, self.decode = datamodule.first_sentinel, datamodule.decode
         self.n_examples = n_examples

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import torch
 
+from transformer_lab.batching.base import Batching
 from transformer_lab.data.base import DataModule
 from transformer_lab.data.batches import Batches, for_this_rank
-from transformer_lab.data.tokens import TokenStreams
+from transformer_lab.data.tokens import TokenStreams, with_pad_and_eos
 from transformer_lab.errors import require
 
 IGNORE = -100  # label of a position that carries no loss (F.cross_entropy's ignore_index)
@@ -64,27 +65,26 @@ class MaskedLMBatches:
             i += 1
 
 
-class MaskedLMDataModule(DataModule):
-    """Masked LM over a text dataset's token streams (tiny Shakespeare's characters, or translation
-    sentences). Validation: the validation stream's consecutive windows, masked once with a fixed seed."""
+class MaskedLM(Batching):
+    """Masked LM over a dataset's text (tiny Shakespeare's characters, or translation sentences).
+    Validation: the validation stream's consecutive windows, masked once with a fixed seed."""
 
-    layouts = ("mlm",)
-    kind = "masked_lm"
+    form = "text"
     endless = True
     length_key = "task.length"
 
     def __init__(
         self,
-        base: DataModule,
+        data: DataModule,
+        batch_size: int,
+        val_batch_size: int | None = None,
+        seed: int = 1337,
         length: int = 128,
         mask_prob: float = 0.15,
         mask_token_prob: float = 0.8,
         random_token_prob: float = 0.1,
-        batch_size: int = 64,
-        val_batch_size: int | None = None,
-        seed: int = 1337,
     ):
-        super().__init__("mlm")
+        super().__init__(data, batch_size, val_batch_size, seed)
         require(length >= 2, "task.length", f"must be at least 2 ([CLS] and a token), got {length}")
         require(0 < mask_prob <= 1, "task.mask_prob", f"must be in (0, 1], got {mask_prob}")
         for key, value in (("mask_token_prob", mask_token_prob), ("random_token_prob", random_token_prob)):
@@ -94,24 +94,16 @@ class MaskedLMDataModule(DataModule):
             "task.random_token_prob",
             f"mask_token_prob + random_token_prob must be at most 1, got {mask_token_prob + random_token_prob}",
         )
-        self.base, self.length = base, length
+        self.length = length
         self.mask_prob, self.mask_token_prob, self.random_token_prob = mask_prob, mask_token_prob, random_token_prob
-        self.batch_size, self.val_batch_size, self.seed = batch_size, val_batch_size or batch_size, seed
         self.streams: TokenStreams | None = None
-        self.ready = False
-
-    def prepare_data(self) -> None:
-        self.base.prepare_data()
 
     def for_checkpoint(self, meta: dict) -> None:
-        self.base.for_checkpoint(meta)
-        self.streams = self.base.token_streams()
+        super().for_checkpoint(meta)
+        self.streams = with_pad_and_eos(self.data.token_streams())
 
-    def setup(self, stage: str | None = None) -> None:
-        if self.ready:
-            return
-        self.base.setup(stage)
-        self.streams = self.base.token_streams()
+    def make(self) -> None:
+        self.streams = with_pad_and_eos(self.data.token_streams())
         window = self.length - 1
         require(
             len(self.streams.train) >= window and len(self.streams.val) >= window,
@@ -122,7 +114,6 @@ class MaskedLMDataModule(DataModule):
         n = len(self.streams.val) // window
         windows = self.streams.val[: n * window].view(n, window)
         self.val_inputs, self.val_labels = self.mask(windows, torch.Generator().manual_seed(self.seed))
-        self.ready = True
 
     def mask(self, windows: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         return mask_tokens(
@@ -150,12 +141,6 @@ class MaskedLMDataModule(DataModule):
     @property
     def sequence_length(self) -> int:
         return self.length
-
-    def checkpoint_meta(self) -> dict:
-        return self.base.checkpoint_meta()
-
-    def data_files(self) -> dict[str, str]:
-        return self.base.data_files()
 
     def decode(self, ids) -> str:
         """Text with each [MASK] shown as such ([CLS] and padding left out)."""

@@ -17,9 +17,10 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from transformer_lab.batching.base import Batching
 from transformer_lab.data.base import DataModule
 from transformer_lab.data.batches import Batches, for_this_rank
-from transformer_lab.data.tokens import TokenStreams
+from transformer_lab.data.tokens import TokenStreams, with_pad_and_eos
 from transformer_lab.errors import require
 
 
@@ -130,27 +131,27 @@ class SpanCorruptionBatches:
             i += 1
 
 
-class SpanCorruptionDataModule(DataModule):
-    """Span corruption over a text dataset's token streams (tiny Shakespeare's characters, or translation
-    text). Validation: the validation stream's consecutive windows, each corrupted with its own fixed seed."""
+class SpanCorruption(Batching):
+    """Span corruption over a dataset's text (tiny Shakespeare's characters, or translation sentences).
+    Validation: the validation stream's consecutive windows, each corrupted with its own fixed seed."""
 
-    layouts = ("spans",)
-    kind = "span_corruption"
+    form = "text"
     endless = True
+    command = "fill"
     length_key = "task.input_length"
 
     def __init__(
         self,
-        base: DataModule,
+        data: DataModule,
+        batch_size: int,
+        val_batch_size: int | None = None,
+        seed: int = 1337,
         input_length: int = 128,
         noise_density: float = 0.15,
         mean_noise_span_length: float = 3.0,
         extra_ids: int = 100,
-        batch_size: int = 64,
-        val_batch_size: int | None = None,
-        seed: int = 1337,
     ):
-        super().__init__("spans")
+        super().__init__(data, batch_size, val_batch_size, seed)
         require(0 < noise_density < 1, "task.noise_density", f"must be in (0, 1), got {noise_density}")
         require(
             mean_noise_span_length >= 1,
@@ -165,36 +166,26 @@ class SpanCorruptionDataModule(DataModule):
             "task.extra_ids",
             f"windows of {raw} tokens have {spans} noise spans, each needing a sentinel; got {extra_ids}",
         )
-        self.base = base
         self.input_length, self.noise_density, self.mean_noise_span_length = (
             input_length,
             noise_density,
             mean_noise_span_length,
         )
-        self.extra_ids, self.batch_size = extra_ids, batch_size
-        self.val_batch_size, self.seed = val_batch_size or batch_size, seed
+        self.extra_ids = extra_ids
         self.raw_length, self.target_length = raw_and_target_length(input_length, noise_density, mean_noise_span_length)
         self.streams: TokenStreams | None = None
-        self.ready = False
-
-    def prepare_data(self) -> None:
-        self.base.prepare_data()
 
     def for_checkpoint(self, meta: dict) -> None:
-        self.base.for_checkpoint(meta)
-        self.streams = self.base.token_streams()  # the vocabulary; the splits come with setup()
+        super().for_checkpoint(meta)
+        self.streams = with_pad_and_eos(self.data.token_streams())  # the vocabulary; the splits come with setup()
 
-    def setup(self, stage: str | None = None) -> None:
-        if self.ready:
-            return
-        self.base.setup(stage)
-        self.streams = self.base.token_streams()
+    def make(self) -> None:
+        self.streams = with_pad_and_eos(self.data.token_streams())
         n = len(self.streams.val) // self.raw_length
         windows = self.streams.val[: n * self.raw_length].view(n, self.raw_length)
         pairs = [self.corrupt_window(w, torch.Generator().manual_seed(i)) for i, w in enumerate(windows)]
         self.val_inputs = torch.stack([p[0] for p in pairs])
         self.val_targets = torch.stack([p[1] for p in pairs])
-        self.ready = True
 
     @property
     def vocab_size(self) -> int:
@@ -221,16 +212,10 @@ class SpanCorruptionDataModule(DataModule):
         mask = random_spans_noise_mask(len(window), self.noise_density, self.mean_noise_span_length, generator)
         return corrupt(window, mask, self.vocab_size, self.eos_id)
 
-    def checkpoint_meta(self) -> dict:
-        return self.base.checkpoint_meta()
-
-    def data_files(self) -> dict[str, str]:
-        return self.base.data_files()
-
     def encode(self, text: str) -> list[int]:
         """A corrupted input from text with gaps marked <X0>, <X1>, ... (as decode writes them), and <eos>."""
         if self.streams.encode is None:
-            raise ValueError(f"{type(self.base).__name__}.token_streams() gives no `encode`: its text cannot be read")
+            raise ValueError(f"{type(self.data).__name__}.token_streams() gives no `encode`: its text cannot be read")
         ids = []
         for i, piece in enumerate(re.split(r"<X(\d+)>", text)):
             if i % 2:

@@ -1,0 +1,135 @@
+"""A task's batches: what a dataset's raw splits (data/base.py) become for one objective. A task's YAML names
+one transform per form it reads (`batches: {text: ..., pairs: ..., equations: ...}`); the factory builds the
+first the dataset provides, around the dataset, and gives it to Lightning as the run's data module. Every
+attribute the task, the factory and the commands read from it is named here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+
+from transformer_lab.data.base import DataModule
+
+
+class Batching(L.LightningDataModule):
+    form: str  # the raw form it reads (data/base.py FORMS)
+    endless: bool = False  # training draws random windows without end: only trainer.max_steps stops it
+    command: str | None = None  # the inference command that serves a model trained on it (inference.py)
+    padding_fraction: float | None = None  # share of padding in training batches, once set up (summary.json)
+    has_test_split: bool = False  # test batches (of the data's test split), evaluated once after training
+
+    def __init__(self, data: DataModule, batch_size: int, val_batch_size: int | None = None, seed: int = 1337):
+        super().__init__()
+        self.data = data
+        self.batch_size, self.val_batch_size, self.seed = batch_size, val_batch_size or batch_size, seed
+        self.ready = False
+
+    @property
+    def length_key(self) -> str | None:
+        """The key that sets `sequence_length`, named in messages."""
+        return self.data.length_key and f"data.{self.data.length_key}"
+
+    # Sizes the model is built with (factory.DATA_DECIDED); after setup(). None where there is no such thing.
+    @property
+    def vocab_size(self) -> int:
+        return self.data.vocab_size
+
+    @property
+    def source_vocab_size(self) -> int | None:
+        return None
+
+    @property
+    def n_classes(self) -> int | None:
+        return None
+
+    @property
+    def pad_id(self) -> int | None:
+        return None
+
+    @property
+    def sequence_length(self) -> int | None:
+        """The longest sequence a model is fed; known before setup()."""
+        return self.data.sequence_length
+
+    def prepare_data(self) -> None:
+        self.data.prepare_data()
+
+    def setup(self, stage: str | None = None) -> None:
+        if not self.ready:
+            self.data.setup()
+            self.make()
+            self.ready = True
+
+    def make(self) -> None:
+        """Build what the batches come from, once the data is set up."""
+
+    def for_checkpoint(self, meta: dict) -> None:
+        self.data.for_checkpoint(meta)
+
+    def checkpoint_meta(self) -> dict[str, Any]:
+        return self.data.checkpoint_meta()
+
+    def data_files(self) -> dict[str, str]:
+        return self.data.data_files()
+
+    def decode(self, ids) -> str:
+        """Text of a model's ids (special tokens left out)."""
+        return self.data.decode(ids)
+
+    def encode(self, text: str) -> list[int]:
+        """A model input from text, with its special tokens (the inference commands); a ValueError says what
+        cannot be encoded."""
+        return self.data.encode(text)
+
+    def batches_done(self) -> int:
+        """Training batches already drawn, where a training stream starts: from the trainer's step count,
+        which a checkpoint restores, so a resumed run continues the stream exactly. With
+        `trainer.overfit_batches` always 0: the same first batches, again and again."""
+        trainer = self.trainer
+        if trainer is None or trainer.overfit_batches:
+            return 0
+        return trainer.global_step * trainer.accumulate_grad_batches
+
+    def position(self, batches_per_epoch: int) -> tuple[int, int]:
+        """(epoch, batches of it already done) of a finite training set, from batches_done(). Exact when
+        accumulate_grad_batches divides the epoch's batch count."""
+        trainer = self.trainer
+        if trainer is None:
+            return 0, 0
+        return divmod(self.batches_done(), min(batches_per_epoch, trainer.num_training_batches))
+
+    # What a task's metrics read (tasks/metrics.py), where the batches have it:
+    def sample_prompt_ids(self) -> list[int] | None:
+        """Where text samples start (TextSamples)."""
+        return None
+
+    def answer_text(self, answer: int) -> str:
+        """An answer's text (AnswerAccuracy's examples)."""
+        return str(answer)
+
+    def references(self, split: str) -> list[str]:
+        """The reference texts of an evaluation split's rows (Bleu); its batches carry the rows third."""
+        return self.data.references(split)
+
+    def sources(self, split: str) -> list[str]:
+        return self.data.sources(split)
+
+    # The translate command's: the source tokenizer (a HF `tokenizers.Tokenizer`), the source tokens a model
+    # read at most in training, and a source's ids as the model reads them.
+    @property
+    def source_tokenizer(self):
+        return self.data.source_tokenizer
+
+    @property
+    def max_source_tokens(self) -> int | None:
+        return self.data.max_tokens
+
+    def source_input(self, ids: list[int]) -> list[int]:
+        raise NotImplementedError
+
+    # The fill command's (span corruption): the end-of-sequence id, and the first sentinel id (sentinels count
+    # down from the top of the vocabulary to it).
+    eos_id: int | None = None
+    first_sentinel: int | None = None

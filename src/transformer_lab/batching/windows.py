@@ -1,0 +1,49 @@
+"""Next-token prediction on text: windows of the token stream, each with the stream shifted by one as its
+targets (nanoGPT's get_batch)."""
+
+from __future__ import annotations
+
+import torch
+
+from transformer_lab.batching.base import Batching
+from transformer_lab.data.batches import Batches, RandomWindows, for_this_rank
+
+
+class TextWindows(Batching):
+    """Training: endless random windows of data's sequence_length (+1 for the shifted targets) of the
+    training stream. Validation: a fixed set, the non-overlapping windows of the validation stream in a fixed
+    shuffled order, so `trainer.limit_val_batches` takes the same spread-out sample every time."""
+
+    form = "text"
+    endless = True
+    command = "sample"
+
+    def make(self) -> None:
+        self.streams = self.data.token_streams()
+
+    @property
+    def block_size(self) -> int:
+        return self.data.sequence_length
+
+    def sample_prompt_ids(self) -> list[int] | None:
+        return self.data.sample_prompt_ids()
+
+    def train_dataloader(self):
+        # Batch i depends only on (seed, i), so a run resumed from a checkpoint continues the stream
+        # where it stopped instead of replaying it from the start.
+        return for_this_rank(
+            RandomWindows(self.streams.train, self.block_size, self.batch_size, self.seed, self.batches_done()),
+            self.trainer,
+        )
+
+    def val_windows(self) -> tuple[torch.Tensor, torch.Tensor]:
+        tokens, block = self.streams.val, self.block_size
+        n = (len(tokens) - 1) // block
+        starts = torch.arange(n) * block
+        starts = starts[torch.randperm(n, generator=torch.Generator().manual_seed(0))]
+        windows = tokens[starts[:, None] + torch.arange(block + 1)]
+        return windows[:, :-1], windows[:, 1:]
+
+    def val_dataloader(self):
+        x, y = self.val_windows()
+        return Batches(x, y, self.val_batch_size)

@@ -1,0 +1,160 @@
+"""What an evaluation shows beyond loss and perplexity, one component per kind of data a task reads: its YAML
+names them (`metrics: {text: ..., pairs: ..., equations: ...}`), and the task builds the one for the form its
+batches read (batching/). A component is an nn.Module (its torchmetrics follow the task to its device) that
+the task calls with itself:
+
+- `step(task, batch, logits)` on each validation or test batch, after the task's loss;
+- `train_step(task, batch, logits)` on each training batch;
+- `end(task, split)` when the evaluation ends.
+
+What each reads from the task is named in its docstring.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import sacrebleu
+import torch
+from torchmetrics import MeanMetric
+
+from transformer_lab.errors import ConfigError, require
+
+log = logging.getLogger(__name__)
+
+
+class Metric(torch.nn.Module):
+    def __init__(self, settings: dict, datamodule, model: torch.nn.Module):
+        super().__init__()
+
+    def train_step(self, task, batch, logits) -> None:
+        pass
+
+    def step(self, task, batch, logits) -> None:
+        pass
+
+    def end(self, task, split: str) -> None:
+        pass
+
+
+class TextSamples(Metric):
+    """A text sample at each validation (task.sample.*), from the data's prompt; `task.model.generate`."""
+
+    def __init__(self, settings: dict, datamodule, model: torch.nn.Module):
+        super().__init__(settings, datamodule, model)
+        self.sample = dict(settings["sample"])
+        try:
+            self.prompt_ids = datamodule.sample_prompt_ids() or [0]
+        except ValueError as e:
+            raise ConfigError("data.sample_prompt", str(e)) from None
+        self.decode = datamodule.decode
+
+    def end(self, task, split: str) -> None:
+        if not self.sample["enabled"] or task.trainer.sanity_checking:
+            return
+        prompt = torch.tensor([self.prompt_ids], device=task.device)
+        generator = torch.Generator(device=task.device).manual_seed(self.sample["seed"])
+        s = self.sample
+        out = task.model.generate(prompt, s["max_new_tokens"], s["temperature"], s["top_k"], generator=generator)
+        text = self.decode(out[0].tolist())
+        task.show_examples("sample", text, "samples", ["step", "text"], [[task.global_step, text]])
+
+
+class AnswerAccuracy(Metric):
+    """`split/acc` (and `train/acc`): the share of answers predicted right, from `task.answers(batch, logits)`
+    = (inputs, predicted, expected), one answer per row; a few examples at each validation."""
+
+    def __init__(self, settings: dict, datamodule, model: torch.nn.Module):
+        super().__init__(settings, datamodule, model)
+        self.acc = MeanMetric()
+        self.decode, self.answer_text = datamodule.decode, datamodule.answer_text
+        self.examples: list[str] = []
+
+    def train_step(self, task, batch, logits) -> None:
+        if task.logging_step():
+            _, predicted, expected = task.answers(batch, logits)
+            task.log("train/acc", (predicted == expected).float().mean())
+
+    def step(self, task, batch, logits) -> None:
+        inputs, predicted, expected = task.answers(batch, logits)
+        self.acc.update((predicted == expected).float())
+        if not self.examples and not task.trainer.sanity_checking:
+            for row in range(min(4, len(inputs))):
+                guess, answer = int(predicted[row]), int(expected[row])
+                mark = "ok" if guess == answer else f"expected {self.answer_text(answer)}"
+                self.examples.append(f"{self.decode(inputs[row].tolist())} {self.answer_text(guess)}   ({mark})")
+
+    def end(self, task, split: str) -> None:
+        task.log(f"{split}/acc", self.acc.compute(), prog_bar=True)
+        self.acc.reset()
+        if self.examples:
+            text = "\n".join(self.examples)
+            task.show_examples("examples", text, "examples", ["step", "text"], [[task.global_step, text]])
+        self.examples = []
+
+
+class Bleu(Metric):
+    """sacreBLEU of decoded outputs against the split's references (detokenized, cased; the test split also
+    lowercased), the number of outputs the model's length cut short (`split/truncated`), and a few examples.
+    Outputs come from `task.continuations(batch, beam_size)` (a `tasks.decoding.Decoded`), the rows from the
+    batch's third tensor; task.decode.* sets the beams. In a run (task.translations_dir set), every output
+    and its reference also go to `translations/SPLIT-stepNNNNNN.jsonl`."""
+
+    def __init__(self, settings: dict, datamodule, model: torch.nn.Module):
+        super().__init__(settings, datamodule, model)
+        self.beams = {"val": settings["decode"]["val_beam_size"], "test": settings["decode"]["beam_size"]}
+        if not hasattr(model, "new_cache"):  # beam search continues outputs with a key/value cache
+            for key in ("beam_size", "val_beam_size"):
+                require(
+                    settings["decode"][key] == 1,
+                    f"task.decode.{key}",
+                    f"{type(model).__name__} has no key/value cache (new_cache()) for beam search: set it to 1 "
+                    "(greedy)",
+                )
+        self.datamodule = datamodule
+        self.hypotheses: dict[int, str] = {}  # row of the evaluation split -> decoded output
+        self.truncated = 0  # of this evaluation's outputs, those stopped at the model's length limit
+
+    def step(self, task, batch, logits) -> None:
+        if task.trainer.sanity_checking:
+            return
+        decoded = task.continuations(batch, self.beams["test" if task.trainer.testing else "val"])
+        self.truncated += decoded.truncated
+        for row, ids in zip(batch[2].tolist(), decoded.outputs):
+            self.hypotheses[row] = self.datamodule.decode(ids)
+
+    def end(self, task, split: str) -> None:
+        truncated, self.truncated = self.truncated, 0
+        if task.trainer.sanity_checking or not self.hypotheses:
+            self.hypotheses = {}
+            return
+        task.log(f"{split}/truncated", float(truncated))
+        if truncated and task.trainer.is_global_zero:
+            log.warning(
+                "%s: %d of %d outputs reached the model's length limit (%d positions) before their end; "
+                "they are cut there",
+                split,
+                truncated,
+                len(self.hypotheses),
+                task.model.config.block_size,
+            )
+        rows = sorted(self.hypotheses)
+        hypotheses = [self.hypotheses[r] for r in rows]
+        references = [self.datamodule.references(split)[r] for r in rows]
+        self.hypotheses = {}
+        task.log(f"{split}/bleu", sacrebleu.corpus_bleu(hypotheses, [references]).score, prog_bar=True)
+        if split == "test":
+            task.log("test/bleu_lowercase", sacrebleu.corpus_bleu(hypotheses, [references], lowercase=True).score)
+        sources = [self.datamodule.sources(split)[r] for r in rows]
+        if task.translations_dir is not None and task.trainer.is_global_zero:
+            task.translations_dir.mkdir(parents=True, exist_ok=True)
+            with open(task.translations_dir / f"{split}-step{task.global_step:06d}.jsonl", "w") as f:
+                for record in zip(rows, sources, hypotheses, references):
+                    f.write(json.dumps(dict(zip(("row", "source", "output", "reference"), record))) + "\n")
+        examples = list(zip(sources, hypotheses, references))[:3]
+        text = "\n".join(f"  src: {s}\n  out: {h}\n  ref: {r}" for s, h, r in examples)
+        table = [[split, task.global_step, s, h, r] for s, h, r in examples]
+        task.show_examples(
+            f"{split} translations", text, "translations", ["split", "step", "source", "output", "reference"], table
+        )
