@@ -43,7 +43,7 @@ CASES = [
     ("train-fraction", ["data=modular", "data.train_fraction=1.5"], "data.train_fraction: must be in (0, 1)"),
     ("min-lr", ["optim.min_lr=1"], "optim.min_lr: must be in [0, optim.lr=0.001]"),
     ("betas", ["optim.betas=[0.9,1.5]"], "optim.betas: must be two numbers in [0, 1)"),
-    ("endless", ["trainer.max_steps=-1"], "trainer.max_steps: must be set: data=shakespeare draws"),
+    ("endless", ["trainer.max_steps=-1"], "trainer.max_steps: must be set: task=lm on data=shakespeare draws"),
     ("val-interval", ["trainer.val_check_interval=0.5"], "trainer.val_check_interval: must be a number of steps"),
     ("temperature", ["task.sample.temperature=-1"], "task.sample.temperature: must be >= 0"),
     ("top-k", ["task.sample.top_k=0"], "task.sample.top_k: must be >= 1 or null"),
@@ -86,7 +86,8 @@ CASES = [
     (
         "t5-equations",
         ["model=t5", "data=modular"],
-        "task: task=spans does not train on data=modular; model=t5 data=modular trains with task=seq2seq;",
+        "task: task=spans does not train on data=modular (it reads text; the data gives equations); "
+        "model=t5 data=modular trains with task=seq2seq;",
     ),
     ("t5-sentinels", ["model=t5", "task.extra_ids=5"], "task.extra_ids: windows of 141 tokens have 7 noise spans"),
     ("task-option", ["task=lmm"], "task=lmm: no such option; task has: classify, lm, mlm, seq2seq, spans"),
@@ -94,13 +95,15 @@ CASES = [
     (
         "task-key",
         ["model=t5", "task.sample.top_k=5"],
-        "task.sample: no such key; task has: _target_, name, input_length, noise_density, mean_noise_span_length, "
+        "task.sample: no such key; task has: _target_, name, batches, metrics, input_length, noise_density, "
+        "mean_noise_span_length, "
         "extra_ids (a setting of task=lm; this run's is task=spans)",
     ),
     (
         "bert-text-default-task",
         ["model=bert", "data=shakespeare"],
-        "task: task=classify does not train on data=shakespeare; model=bert data=shakespeare trains with task=mlm; "
+        "task: task=classify does not train on data=shakespeare (it reads equations; the data gives text); "
+        "model=bert data=shakespeare trains with task=mlm; "
         "combinations that work: model=bert data=modular, model=bert data=shakespeare task=mlm, "
         "model=bert data=translation task=mlm, ",
     ),

@@ -5,8 +5,8 @@ from types import SimpleNamespace
 import hydra
 import lightning as L
 import pytest
-import yaml
 import torch
+import yaml
 from omegaconf import OmegaConf
 
 from conftest import ROOT, compose_cfg
@@ -295,7 +295,12 @@ def test_the_bases_name_every_attribute_read_from_a_dataset_and_from_a_tasks_bat
 
     src = ROOT / "src" / "transformer_lab"
     for base, where, pattern, known in (  # a dataset is read by the batch transforms only
-        (src / "data" / "base.py", src / "batching", r"\bself\.data\.([a-z_]+)", {"token_streams", "pairs", "equations"}),
+        (
+            src / "data" / "base.py",
+            src / "batching",
+            r"\bself\.data\.([a-z_]+)",
+            {"token_streams", "pairs", "equations"},
+        ),
         (src / "batching" / "base.py", src, r"\bdatamodule\.([a-z_]+)", {"references", "source_tokenizer", "eos_id"}),
     ):
         read = {name for path in where.rglob("*.py") for name in re.findall(pattern, path.read_text())}

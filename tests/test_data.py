@@ -31,7 +31,9 @@ def test_shakespeare_split_vocabulary_and_windows(tmp_path):
     x, y = next(iter(dm.train_dataloader()))
     assert x.shape == y.shape == (5, 32)
     assert torch.equal(x[:, 1:], y[:, :-1])  # targets are the inputs shifted by one
-    same_seed = TextWindows(ShakespeareDataModule(data_dir=str(SHAKESPEARE.parents[1]), block_size=32), batch_size=5, seed=1)
+    same_seed = TextWindows(
+        ShakespeareDataModule(data_dir=str(SHAKESPEARE.parents[1]), block_size=32), batch_size=5, seed=1
+    )
     same_seed.setup()
     again = next(iter(same_seed.train_dataloader()))
     assert torch.equal(again[0], x)

@@ -86,21 +86,17 @@ from pathlib import Path
 import torch
 
 from transformer_lab.data.base import DataModule
-from transformer_lab.data.batches import Batches, RandomWindows, for_this_rank
 from transformer_lab.data.tokens import TokenStreams
 
 
 class TextFileDataModule(DataModule):
-    layouts = ("lm", "spans")
-    endless = True
+    provides = ("text",)  # its raw splits are token streams: every task that reads text trains on it
     length_key = "block_size"
 
-    def __init__(self, path, block_size=32, batch_size=16, val_batch_size=None, seed=0, layout="lm"):
-        super().__init__(layout)
-        self.path, self.block_size, self.batch_size = Path(path), block_size, batch_size
-        self.val_batch_size, self.seed = val_batch_size or batch_size, seed
+    def __init__(self, path, block_size=32, batch_size=16, val_batch_size=None, seed=0):
+        self.path, self.block_size = Path(path), block_size  # (batch sizes and seed: the task's batches read them)
 
-    def setup(self, stage=None):
+    def setup(self):
         text = self.path.read_text()
         self.chars = sorted(set(text))
         tokens = torch.tensor([self.chars.index(c) for c in text])
@@ -112,7 +108,7 @@ class TextFileDataModule(DataModule):
         return len(self.chars)
 
     @property
-    def sequence_length(self):
+    def sequence_length(self):  # of a text window
         return self.block_size
 
     def decode(self, ids):
@@ -125,20 +121,7 @@ class TextFileDataModule(DataModule):
         return {"vocab": self.chars}
 
     def token_streams(self):
-        return TokenStreams(self.train_tokens + 2, self.val_tokens + 2, self.vocab_size + 2, pad_id=0, eos_id=1,
-                            decode=lambda ids: self.decode(i - 2 for i in ids if i >= 2))
-
-    def train_dataloader(self):
-        start = self.trainer.global_step if self.trainer else 0
-        return for_this_rank(RandomWindows(self.train_tokens, self.block_size, self.batch_size, self.seed, start),
-                             self.trainer)
-
-    def val_dataloader(self):
-        n = (len(self.val_tokens) - 1) // self.block_size
-        w = self.val_tokens[:n * self.block_size + 1]
-        x = w[:-1].view(n, self.block_size)
-        y = w[1:].view(n, self.block_size)
-        return Batches(x, y, self.val_batch_size)
+        return TokenStreams(self.train_tokens, self.val_tokens, self.vocab_size, decode=self.decode)
 '''
 
 TASK = '''
@@ -162,7 +145,7 @@ class FocalConfig(LanguageModelConfig):
 
 
 class FocalLM(LanguageModelTask):
-    config_class = FocalConfig  # (architecture and layout: a language model's, inherited)
+    config_class = FocalConfig  # (architecture: a language model's, inherited)
 
     def __init__(self, *args, gamma=2.0, **kwargs):
         super().__init__(*args, **kwargs)
@@ -186,6 +169,12 @@ name: focal
 gamma: 2.0
 sample: {enabled: true, max_new_tokens: 20, temperature: 0.8, top_k: 200, seed: 0}
 decode: {beam_size: 1, val_beam_size: 1, length_penalty: 0.6, max_extra_len: 50}
+batches:  # per form of raw data: the language model's batch transforms (conf/task/lm.yaml)
+  text: transformer_lab.batching.windows.TextWindows
+  equations: transformer_lab.batching.equations.AnswerToken
+metrics:
+  text: transformer_lab.tasks.metrics.TextSamples
+  equations: transformer_lab.tasks.metrics.AnswerAccuracy
 """
 
 DATA_YAML = """
@@ -332,8 +321,9 @@ def test_a_pair_that_cannot_work_lists_those_that_can(user_files, user_process, 
     assert result.returncode == 2 and "Traceback" not in result.stderr
     message = result.stderr.strip().splitlines()[-1]
     assert message.startswith(
-        "error: task: task=classify does not train on data=textfile; combinations that work:"
-    )  # (no task trains model=bert on data=textfile: nothing to suggest for this pair)
+        "error: task: task=classify does not train on data=textfile (it reads equations; the data gives text); "
+        "model=bert data=textfile trains with task=mlm; combinations that work:"
+    )  # the user's text trains every objective that reads text: BERT's is masked LM
     for pair in (
         "model=mine data=shakespeare",
         "model=mine data=textfile",
@@ -343,9 +333,9 @@ def test_a_pair_that_cannot_work_lists_those_that_can(user_files, user_process, 
         "model=encdec data=translation",
     ):
         assert pair in message
-    # bert reads text only as a masked LM, from token streams, which the user's textfile module does not give
+    # bert reads text only as a masked LM
     assert "model=bert data=shakespeare," not in message and "model=bert data=shakespeare task=mlm" in message
-    assert "model=bert data=textfile" not in message and "model=mine data=translation" in message
+    assert "model=bert data=textfile task=mlm" in message and "model=mine data=translation" in message
 
 
 @pytest.mark.e2e

@@ -12,8 +12,8 @@ from test_data import solve
 
 from conftest import ROOT, TINY, needs_shakespeare, run_train
 from test_wandb import records
-from transformer_lab.checkpoint import load_model
 from transformer_lab.batching.equations import AnswerClass, AnswerSequence, AnswerToken
+from transformer_lab.checkpoint import load_model
 from transformer_lab.data.modular import ModularDataModule
 from transformer_lab.data.tokens import BOS
 

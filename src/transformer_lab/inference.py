@@ -11,6 +11,7 @@ import yaml
 
 from transformer_lab.errors import ConfigError, UserError, exit_on_user_error, require
 
+
 def load(target: str | None, command: str, device: str = "cpu"):
     """(model in eval mode, data module with the checkpoint's vocabulary) of a run directory or checkpoint
     file, refused in one message unless `command` is the one for it."""

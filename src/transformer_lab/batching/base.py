@@ -11,6 +11,7 @@ from typing import Any
 import lightning as L
 
 from transformer_lab.data.base import DataModule
+from transformer_lab.data.tokens import TokenStreams, with_pad_and_eos
 
 
 class Batching(L.LightningDataModule):
@@ -133,3 +134,24 @@ class Batching(L.LightningDataModule):
     # down from the top of the vocabulary to it).
     eos_id: int | None = None
     first_sentinel: int | None = None
+
+
+class FromTokenStreams(Batching):
+    """Batches made from the data's text with <pad> and <eos> ids (span corruption, masking), as endless
+    random windows; `streams` holds the vocabulary after for_checkpoint() alone, the splits after setup()."""
+
+    form = "text"
+    endless = True
+    streams: TokenStreams | None = None
+
+    def for_checkpoint(self, meta: dict) -> None:
+        super().for_checkpoint(meta)
+        self.streams = with_pad_and_eos(self.data.token_streams())
+
+    def make(self) -> None:
+        self.streams = with_pad_and_eos(self.data.token_streams())
+        self.make_validation()
+
+    def make_validation(self) -> None:
+        """The fixed validation batches, from `streams.val`."""
+        raise NotImplementedError

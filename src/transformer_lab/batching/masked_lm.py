@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from transformer_lab.batching.base import Batching
+from transformer_lab.batching.base import FromTokenStreams
 from transformer_lab.data.base import DataModule
 from transformer_lab.data.batches import Batches, for_this_rank
-from transformer_lab.data.tokens import TokenStreams, with_pad_and_eos
 from transformer_lab.errors import require
 
 IGNORE = -100  # label of a position that carries no loss (F.cross_entropy's ignore_index)
@@ -65,12 +64,10 @@ class MaskedLMBatches:
             i += 1
 
 
-class MaskedLM(Batching):
+class MaskedLM(FromTokenStreams):
     """Masked LM over a dataset's text (tiny Shakespeare's characters, or translation sentences).
     Validation: the validation stream's consecutive windows, masked once with a fixed seed."""
 
-    form = "text"
-    endless = True
     length_key = "task.length"
 
     def __init__(
@@ -96,14 +93,8 @@ class MaskedLM(Batching):
         )
         self.length = length
         self.mask_prob, self.mask_token_prob, self.random_token_prob = mask_prob, mask_token_prob, random_token_prob
-        self.streams: TokenStreams | None = None
 
-    def for_checkpoint(self, meta: dict) -> None:
-        super().for_checkpoint(meta)
-        self.streams = with_pad_and_eos(self.data.token_streams())
-
-    def make(self) -> None:
-        self.streams = with_pad_and_eos(self.data.token_streams())
+    def make_validation(self) -> None:
         window = self.length - 1
         require(
             len(self.streams.train) >= window and len(self.streams.val) >= window,

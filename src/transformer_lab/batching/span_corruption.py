@@ -17,10 +17,9 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from transformer_lab.batching.base import Batching
+from transformer_lab.batching.base import FromTokenStreams
 from transformer_lab.data.base import DataModule
 from transformer_lab.data.batches import Batches, for_this_rank
-from transformer_lab.data.tokens import TokenStreams, with_pad_and_eos
 from transformer_lab.errors import require
 
 
@@ -131,12 +130,10 @@ class SpanCorruptionBatches:
             i += 1
 
 
-class SpanCorruption(Batching):
+class SpanCorruption(FromTokenStreams):
     """Span corruption over a dataset's text (tiny Shakespeare's characters, or translation sentences).
     Validation: the validation stream's consecutive windows, each corrupted with its own fixed seed."""
 
-    form = "text"
-    endless = True
     command = "fill"
     length_key = "task.input_length"
 
@@ -173,14 +170,8 @@ class SpanCorruption(Batching):
         )
         self.extra_ids = extra_ids
         self.raw_length, self.target_length = raw_and_target_length(input_length, noise_density, mean_noise_span_length)
-        self.streams: TokenStreams | None = None
 
-    def for_checkpoint(self, meta: dict) -> None:
-        super().for_checkpoint(meta)
-        self.streams = with_pad_and_eos(self.data.token_streams())  # the vocabulary; the splits come with setup()
-
-    def make(self) -> None:
-        self.streams = with_pad_and_eos(self.data.token_streams())
+    def make_validation(self) -> None:
         n = len(self.streams.val) // self.raw_length
         windows = self.streams.val[: n * self.raw_length].view(n, self.raw_length)
         pairs = [self.corrupt_window(w, torch.Generator().manual_seed(i)) for i, w in enumerate(windows)]

@@ -6,7 +6,6 @@ corruption. Checks that relate these keys live here, in `__post_init__`."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 from transformer_lab.errors import ConfigError, require
 
@@ -60,7 +59,7 @@ class TaskConfig:
     task has batches for (the first it provides)."""
 
     batches: dict[str, str] = field(default_factory=dict)
-    metrics: dict[str, Optional[str]] = field(default_factory=dict)  # noqa: UP007 (OmegaConf reads typing's)
+    metrics: dict[str, str | None] = field(default_factory=dict)  # noqa: UP007 (OmegaConf reads typing's)
 
 
 @dataclass
@@ -89,7 +88,9 @@ class ClassifyConfig(TaskConfig):  # tasks/classify.py: one class per sequence, 
 
 
 @dataclass
-class SpanCorruptionConfig(TaskConfig):  # tasks/span_corruption.py: T5's objective (batching/span_corruption.py); T5's defaults
+class SpanCorruptionConfig(
+    TaskConfig
+):  # tasks/span_corruption.py: T5's objective (batching/span_corruption.py); T5's defaults
     input_length: int = 128  # corrupted input tokens, EOS included (raw windows are longer: 128 <- 141)
     noise_density: float = 0.15  # share of a window's tokens dropped
     mean_noise_span_length: float = 3.0
