@@ -193,3 +193,14 @@ def test_sampled_equations_when_there_are_more_than_max_examples(op):
     other = AnswerToken(ModularDataModule(p=p, op=op, terms=terms, max_examples=3000, split_seed=2), batch_size=10_000)
     other.setup()
     assert not torch.equal(other.x, dm.x)
+
+
+def test_text_windows_need_the_datasets_window_length():
+    from transformer_lab.data.base import DataModule
+    from transformer_lab.errors import ConfigError
+
+    class NoLength(DataModule):  # text of one's own that says nothing of its windows' length
+        provides = ("text",)
+
+    with pytest.raises(ConfigError, match="^data: NoLength gives no sequence_length"):
+        TextWindows(NoLength(), batch_size=2)

@@ -7,6 +7,7 @@ import torch
 
 from transformer_lab.batching.base import Batching
 from transformer_lab.data.batches import Batches, RandomWindows, for_this_rank
+from transformer_lab.errors import require
 
 
 class TextWindows(Batching):
@@ -17,6 +18,15 @@ class TextWindows(Batching):
     form = "text"
     endless = True
     command = "sample"
+
+    def __init__(self, data, *args, **kwargs):
+        super().__init__(data, *args, **kwargs)
+        require(
+            data.sequence_length is not None,
+            "data",
+            f"{type(data).__name__} gives no sequence_length, the length of a language model's text windows "
+            "(data/base.py)",
+        )
 
     def make(self) -> None:
         self.streams = self.data.token_streams()
