@@ -204,3 +204,32 @@ def test_text_windows_need_the_datasets_window_length():
 
     with pytest.raises(ConfigError, match="^data: NoLength gives no sequence_length"):
         TextWindows(NoLength(), batch_size=2)
+
+
+def test_bits_per_byte_weigh_each_predicted_token_by_its_utf8_bytes():
+    import math
+    from types import SimpleNamespace
+
+    import torch.nn.functional as F
+
+    from transformer_lab.data.base import DataModule
+    from transformer_lab.tasks.metrics import BitsPerByte
+
+    class Chars(DataModule):  # "a" is one byte, "é" two, "€" three
+        provides, chars = ("text",), ["a", "é", "€"]
+        vocab_size, sequence_length = 3, 4
+
+        def decode(self, ids):
+            return "".join(self.chars[int(i)] for i in ids)
+
+    assert Chars().token_bytes() == [1, 2, 3]
+    metric = BitsPerByte({}, TextWindows(Chars(), batch_size=2), None)
+    logged = {}
+    task = SimpleNamespace(log=lambda name, value: logged.update({name: float(value)}))
+    logits = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(0))
+    targets = torch.tensor([[0, 1, 2, -100], [2, 2, 1, 0]])
+    metric.step(task, (None, targets), logits)
+    metric.end(task, "val")
+    kept = targets != -100
+    nats = F.cross_entropy(logits[kept], targets[kept], reduction="sum").item()
+    assert logged["val/bpb"] == pytest.approx(nats / math.log(2) / (1 + 2 + 3 + 3 + 3 + 2 + 1))

@@ -173,8 +173,8 @@ batches:  # per form of raw data: the language model's batch transforms (conf/ta
   text: transformer_lab.batching.windows.TextWindows
   equations: transformer_lab.batching.equations.AnswerToken
 metrics:
-  text: transformer_lab.tasks.metrics.TextSamples
-  equations: transformer_lab.tasks.metrics.AnswerAccuracy
+  text: [transformer_lab.tasks.metrics.TextSamples, transformer_lab.tasks.metrics.BitsPerByte]
+  equations: [transformer_lab.tasks.metrics.AnswerAccuracy]
 """
 
 DATA_YAML = """

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import math
 import subprocess
 import sys
 
@@ -98,6 +99,8 @@ def test_shakespeare_loss_falls_and_summary_is_complete(shakespeare_run):
     assert SUMMARY_KEYS <= summary.keys()
     assert summary["status"] == "completed" and summary["global_step"] == 60
     assert summary["val/loss"] == pytest.approx(losses[-1]) and summary["val/loss_best"] == pytest.approx(min(losses))
+    # tiny Shakespeare is ASCII, one byte a character: bits per byte are the loss in bits
+    assert summary["val/bpb"] == pytest.approx(summary["val/loss"] / math.log(2), rel=1e-5)
     assert summary["tokens_per_sec"] > 0 and summary["n_params"] > 0
     assert not [key for key in summary if key.startswith("throughput/")]  # one throughput figure: the run's
     assert "sample at step 20" in result.stdout + result.stderr  # text samples at each validation

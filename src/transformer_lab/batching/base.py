@@ -106,6 +106,10 @@ class Batching(L.LightningDataModule):
         """Where text samples start (TextSamples)."""
         return None
 
+    def token_bytes(self) -> list[int]:
+        """The UTF-8 bytes of each target id's text (BitsPerByte)."""
+        raise NotImplementedError
+
     def answer_text(self, answer: int) -> str:
         """An answer's text (AnswerAccuracy's examples)."""
         return str(answer)

@@ -38,6 +38,9 @@ class TextWindows(Batching):
     def sample_prompt_ids(self) -> list[int] | None:
         return self.data.sample_prompt_ids()
 
+    def token_bytes(self) -> list[int]:
+        return self.data.token_bytes()
+
     def train_dataloader(self):
         # Batch i depends only on (seed, i), so a run resumed from a checkpoint continues the stream
         # where it stopped instead of replaying it from the start.

@@ -103,6 +103,12 @@ class DataModule:
         """Where text samples start, or None for no samples. A ValueError names what is wrong."""
         return None
 
+    def token_bytes(self) -> list[int]:
+        """The UTF-8 bytes of each id's text (`val/bpb`, bits per byte, compares tokenizers). This default
+        decodes each id alone: exact for characters and bytes; a sub-word tokenizer whose pieces decode
+        differently inside a text (a leading space) gives its own."""
+        return [len(self.decode([i]).encode("utf-8")) for i in range(self.vocab_size)]
+
     # "pairs": ids without special tokens (data.tokens' SPECIALS are the vocabulary's first ids), each side
     # cut to `max_tokens`; the source side has its own tokenizer and vocabulary where `source_vocab_size`
     # is not None.

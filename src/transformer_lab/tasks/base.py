@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 
 from transformer_lab.callbacks.history import metrics_written
 from transformer_lab.errors import NonFiniteLossError
-from transformer_lab.tasks.metrics import Metric
+from transformer_lab.tasks.metrics import Metric, Metrics
 from transformer_lab.tasks.optim import adamw, warmup_cosine
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ class Task(L.LightningModule):
         super().__init__()
         self.model, self.optim = model, optim
         self.checkpoint_meta = checkpoint_meta or {}
-        self.metric = metric or Metric({}, None, model)  # what evaluation shows beyond the loss (metrics.py)
+        self.metric = metric or Metrics([])  # what evaluation shows beyond the loss (metrics.py)
         self.skipped_steps = 0
         self.example_tables: dict[str, list[list]] = defaultdict(list)
         self.translations_dir: Path | None = None  # where evaluation writes its outputs (a run sets it)
@@ -49,12 +49,12 @@ class Task(L.LightningModule):
         """The task for a run's config, model and data module (the factory's one call), with the metric its
         YAML names for the form of data the batches read."""
         settings = OmegaConf.to_container(cfg.task, resolve=True)
-        metric = (settings.get("metrics") or {}).get(datamodule.form)
+        named = (settings.get("metrics") or {}).get(datamodule.form) or []
         return cls(
             model,
             OmegaConf.to_container(cfg.optim, resolve=True),
             checkpoint_meta=checkpoint_meta,
-            metric=get_class(metric)(settings, datamodule, model) if metric else None,
+            metric=Metrics([get_class(path)(settings, datamodule, model) for path in named]),
             **cls.settings(cfg, datamodule),
         )
 

@@ -54,8 +54,8 @@ def _section(value, cls: type, key: str):
 @dataclass
 class TaskConfig:
     """What every task's YAML names, per form of a dataset's raw splits (data/base.py: text, pairs, equations):
-    the batch transform that makes its batches of that form (batching/), and the metric its evaluation shows
-    beyond the loss (tasks/metrics.py; null: none). A dataset trains with a task when it provides a form the
+    the batch transform that makes its batches of that form (batching/), and the metrics its evaluation shows
+    beyond the loss (tasks/metrics.py). A dataset trains with a task when it provides a form the
     task has batches for (the first it provides)."""
 
     batches: dict[str, str] = field(default_factory=dict)

@@ -1,7 +1,7 @@
-"""What an evaluation shows beyond loss and perplexity, one component per kind of data a task reads: its YAML
-names them (`metrics: {text: ..., pairs: ..., equations: ...}`), and the task builds the one for the form its
-batches read (batching/). A component is an nn.Module (its torchmetrics follow the task to its device) that
-the task calls with itself:
+"""What an evaluation shows beyond loss and perplexity, per kind of data a task reads: its YAML names the
+components (`metrics: {text: [...], pairs: [...], equations: [...]}`), and the task builds those for the form
+its batches read (batching/). A component is an nn.Module (its torchmetrics follow the task to its device)
+that the task calls with itself:
 
 - `step(task, batch, logits)` on each validation or test batch, after the task's loss;
 - `train_step(task, batch, logits)` on each training batch;
@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 
 import sacrebleu
 import torch
-from torchmetrics import MeanMetric
+import torch.nn.functional as F
+from torchmetrics import MeanMetric, SumMetric
 
 from transformer_lab.errors import ConfigError, require
 
@@ -36,6 +38,47 @@ class Metric(torch.nn.Module):
 
     def end(self, task, split: str) -> None:
         pass
+
+
+class Metrics(Metric):
+    """Several components as one, called in the order the YAML names them."""
+
+    def __init__(self, components: list[Metric]):
+        super().__init__({}, None, None)
+        self.components = torch.nn.ModuleList(components)
+
+    def train_step(self, task, batch, logits) -> None:
+        for component in self.components:
+            component.train_step(task, batch, logits)
+
+    def step(self, task, batch, logits) -> None:
+        for component in self.components:
+            component.step(task, batch, logits)
+
+    def end(self, task, split: str) -> None:
+        for component in self.components:
+            component.end(task, split)
+
+
+class BitsPerByte(Metric):
+    """`split/bpb`: the next-token loss in bits per UTF-8 byte of the predicted text (the data's
+    `token_bytes()`), which compares models whose tokenizers differ (characters, bytes, BPE)."""
+
+    def __init__(self, settings: dict, datamodule, model: torch.nn.Module):
+        super().__init__(settings, datamodule, model)
+        self.register_buffer("token_bytes", torch.tensor(datamodule.token_bytes()), persistent=False)
+        self.nats, self.bytes = SumMetric(), SumMetric()
+
+    def step(self, task, batch, logits) -> None:
+        targets = batch[1].flatten()
+        kept = targets != -100
+        self.nats.update(F.cross_entropy(logits.flatten(0, 1)[kept].float(), targets[kept], reduction="sum"))
+        self.bytes.update(self.token_bytes[targets[kept]].sum())
+
+    def end(self, task, split: str) -> None:
+        task.log(f"{split}/bpb", self.nats.compute() / math.log(2) / self.bytes.compute())
+        self.nats.reset()
+        self.bytes.reset()
 
 
 class TextSamples(Metric):
