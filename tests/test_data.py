@@ -233,3 +233,15 @@ def test_bits_per_byte_weigh_each_predicted_token_by_its_utf8_bytes():
     kept = targets != -100
     nats = F.cross_entropy(logits[kept], targets[kept], reduction="sum").item()
     assert logged["val/bpb"] == pytest.approx(nats / math.log(2) / (1 + 2 + 3 + 3 + 3 + 2 + 1))
+
+
+def test_a_dataset_without_encode_is_named_when_text_must_be_read():
+    from transformer_lab.data.base import DataModule
+    from transformer_lab.errors import UserError
+    from transformer_lab.inference import encoder
+
+    class NoEncode(DataModule):  # text of one's own with decode() only
+        provides, sequence_length = ("text",), 8
+
+    with pytest.raises(UserError, match=r"^NoEncode has no encode\(\): text cannot be turned into"):
+        encoder(TextWindows(NoEncode(), batch_size=2))("ROMEO:")

@@ -39,15 +39,15 @@ def load(target: str | None, command: str, device: str = "cpu"):
 
 
 def encoder(datamodule) -> Callable[[str], list[int]]:
-    """The data module's encode(), or a clear error where a user's data module has none."""
+    """The data module's encode(), or a clear error naming the dataset where a user's has none."""
+    dataset = type(getattr(datamodule, "data", datamodule)).__name__  # (inside its batch transform)
 
     def encode(text: str) -> list[int]:
         try:
             return datamodule.encode(text)
         except NotImplementedError:
             raise UserError(
-                f"{type(datamodule).__qualname__} has no encode(): text cannot be turned into this "
-                "model's input (data/base.py)"
+                f"{dataset} has no encode(): text cannot be turned into this model's input (data/base.py)"
             ) from None
 
     return encode
