@@ -308,3 +308,29 @@ def test_the_bases_name_every_attribute_read_from_a_dataset_and_from_a_tasks_bat
         text = base.read_text()
         unnamed = [a for a in read if not re.search(rf"\b{a}\b", text) and not hasattr(L.LightningDataModule, a)]
         assert unnamed == [], base
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("task.batches.text=nope.Windows", "task.batches.text: cannot import 'nope.Windows': No module named 'nope'"),
+        (
+            "task.batches.text=transformer_lab.tasks.metrics.Bleu",
+            "task.batches.text: 'transformer_lab.tasks.metrics.Bleu' is not a subclass of "
+            "transformer_lab.batching.base.Batching",
+        ),
+        ("task.metrics.text=[nope.Samples]", "task.metrics.text[0]: cannot import 'nope.Samples'"),
+        (
+            "task.metrics.text=[transformer_lab.tasks.metrics.TextSamples,transformer_lab.batching.windows.TextWindows]",
+            "task.metrics.text[1]: 'transformer_lab.batching.windows.TextWindows' is not a subclass of "
+            "transformer_lab.tasks.metrics.Metric",
+        ),
+    ],
+)
+def test_a_task_yamls_batches_and_metrics_are_checked_before_the_run(tmp_path, override, message):
+    from transformer_lab.errors import ConfigError
+    from transformer_lab.factory import check_buildable
+
+    with pytest.raises(ConfigError) as refused:
+        check_buildable(compose_cfg(["model=gpt", "data=shakespeare", override], tmp_path))
+    assert str(refused.value).startswith(message)

@@ -16,6 +16,7 @@ dataset").
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
 from functools import cache
 
@@ -26,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from transformer_lab.batching.base import Batching
 from transformer_lab.data.base import DATA_DECIDED
 from transformer_lab.errors import ConfigError
+from transformer_lab.tasks.metrics import Metric
 from transformer_lab.trainer_args import check_trainer
 from transformer_lab.validate import NOT_SETTINGS, check_pair, check_settings
 
@@ -37,12 +39,22 @@ A_NETWORK = {
 }
 
 
-def target_class(section: DictConfig | dict, key: str) -> type:
-    target = section.get("_target_")
+def import_class(path, key: str, base: type | None = None) -> type:
+    """The class a config names by its dotted path (a subclass of `base`, where given); a ConfigError naming
+    `key` where it cannot be imported or is not one."""
+    module, _, name = str(path).rpartition(".")
     try:
-        return get_class(target)
-    except Exception as e:  # noqa: BLE001  (Hydra wraps import errors of every kind)
-        raise ConfigError(f"{key}._target_", f"cannot import {target!r}: {e.__cause__ or e}") from None
+        cls = getattr(importlib.import_module(module), name)
+    except Exception as e:  # noqa: BLE001  (an import can fail in any way: a missing module, its own error)
+        raise ConfigError(key, f"cannot import {path!r}: {e}") from None
+    if not isinstance(cls, type) or (base is not None and not issubclass(cls, base)):
+        what = f"a subclass of {base.__module__}.{base.__qualname__}" if base is not None else "a class"
+        raise ConfigError(key, f"{path!r} is not {what}")
+    return cls
+
+
+def target_class(section: DictConfig | dict, key: str) -> type:
+    return import_class(section.get("_target_"), f"{key}._target_")
 
 
 def _declares(cls: type, key: str, attributes: tuple[str, ...]) -> type:
@@ -166,7 +178,7 @@ def make_datamodule(cfg: DictConfig) -> Batching:
     }
     data = data_cls(**settings)  # checks its own arguments (a ConfigError naming the key)
     form = form_read(batches, data_cls)
-    batching_cls = target_class({"_target_": batches[form]}, f"task.batches.{form}")
+    batching_cls = import_class(batches[form], f"task.batches.{form}", Batching)
     accepts = inspect.signature(batching_cls).parameters
     task_settings = {k: v for k, v in OmegaConf.to_container(cfg.task, resolve=True).items() if k in accepts}
     datamodule = batching_cls(
@@ -189,6 +201,8 @@ def check_buildable(cfg: DictConfig) -> Batching:
     task_cls = task_class(cfg)
     if hasattr(task_cls, "config_class"):  # a user's own task may declare its settings' dataclass
         check_settings(cfg, "task", task_cls.config_class)
+    for i, path in enumerate((cfg.task.get("metrics") or {}).get(datamodule.form) or []):
+        import_class(path, f"task.metrics.{datamodule.form}[{i}]", Metric)
     check_trainer(cfg)
     return datamodule
 
