@@ -16,7 +16,7 @@ import torch
 
 from transformer_lab.batching.base import Batching
 from transformer_lab.data.batches import for_this_rank
-from transformer_lab.data.tokens import BOS, EOS, PAD, SEP, UNK
+from transformer_lab.data.tokens import BOS, EOS, PAD, SEP
 from transformer_lab.errors import require
 
 
@@ -175,10 +175,6 @@ class PairBatches(Batching):
         """A source sentence's ids as the model reads them: cut to max_source_tokens as in training, then
         <eos>."""
         return [*ids[: self.max_source_tokens], EOS]
-
-    def decode(self, ids) -> str:
-        """Text of token ids, without <pad>/<bos>/<eos>/<sep> (<unk> is the last special and stays)."""
-        return self.data.decode([int(i) for i in ids if int(i) >= UNK])
 
     def train_dataloader(self):
         return for_this_rank(self.train_batches, self.trainer)

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from transformer_lab.callbacks.history import metrics_written
@@ -48,13 +47,15 @@ class Task(L.LightningModule):
     def build(cls, cfg, model: torch.nn.Module, datamodule, checkpoint_meta: dict) -> Task:
         """The task for a run's config, model and data module (the factory's one call), with the metric its
         YAML names for the form of data the batches read."""
+        from transformer_lab.factory import import_class  # (the factory checked these names before the run)
+
         settings = OmegaConf.to_container(cfg.task, resolve=True)
         named = (settings.get("metrics") or {}).get(datamodule.form) or []
         return cls(
             model,
             OmegaConf.to_container(cfg.optim, resolve=True),
             checkpoint_meta=checkpoint_meta,
-            metric=Metrics([get_class(path)(settings, datamodule, model) for path in named]),
+            metric=Metrics([import_class(path, "task.metrics", Metric)(settings, datamodule, model) for path in named]),
             **cls.settings(cfg, datamodule),
         )
 
