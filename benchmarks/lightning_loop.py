@@ -17,6 +17,7 @@ import lightning as L  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from transformer_lab.batching.windows import TextWindows  # noqa: E402
 from transformer_lab.data.batches import Batches, RandomWindows  # noqa: E402
 from transformer_lab.data.shakespeare import ShakespeareDataModule  # noqa: E402
 from transformer_lab.models.gpt import GPT, GPTConfig  # noqa: E402
@@ -80,7 +81,9 @@ torch.manual_seed(args.seed)
 data = ShakespeareDataModule(data_dir="data", block_size=BLOCK, batch_size=BATCH, seed=args.seed)
 data.setup()
 recipe = Recipe()
-val_x, val_y = data.val_windows()
+windows = TextWindows(data, BATCH)
+windows.setup()
+val_x, val_y = (torch.cat(t) for t in zip(*windows.val_dataloader()))  # the runs' validation windows, in order
 step_time = StepTime()
 trainer = L.Trainer(
     accelerator="cpu",

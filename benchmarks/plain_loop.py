@@ -19,6 +19,7 @@ START = time.time()
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from transformer_lab.batching.windows import TextWindows  # noqa: E402
 from transformer_lab.data.batches import RandomWindows  # noqa: E402
 from transformer_lab.data.shakespeare import ShakespeareDataModule  # noqa: E402
 from transformer_lab.models.gpt import GPT, GPTConfig  # noqa: E402
@@ -36,7 +37,9 @@ data = ShakespeareDataModule(data_dir="data", block_size=BLOCK, batch_size=BATCH
 data.setup()
 model = GPT(GPTConfig(vocab_size=65, block_size=BLOCK, n_layer=4, n_head=4, n_embd=128))
 optimizer = adamw(model, 1e-3, 0.1, (0.9, 0.99), 1e-8, fused=True)  # as optim.fused's default
-val_x, val_y = data.val_windows()
+windows = TextWindows(data, BATCH)
+windows.setup()
+val_x, val_y = (torch.cat(t) for t in zip(*windows.val_dataloader()))  # the runs' validation windows, in order
 
 
 def loss_of(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@ from conftest import ROOT, TINY, TrainProcess, run_train
 
 MODULAR = ["data=modular", "data.p=11", *TINY]
 PAIRS = ["model=encdec", "data=translation", *TINY]
+CORPUS = ["data=text", "data.tokenizer=char", "data.val_fraction=0.5", "data.cache_dir={ws}_cache", *TINY]
 OFFLINE = {"https_proxy": "http://127.0.0.1:9", "http_proxy": "http://127.0.0.1:9"}  # refused at once
 
 # (id, overrides, fragment of the one message); {ws} is the workspace built below.
@@ -21,7 +22,7 @@ CASES = [
     ("unknown-key", ["model.n_layers=2"], "error: model.n_layers: no such key; did you mean model.n_layer?\n"),
     ("added-key", ["+model.n_layers=2"], "error: model.n_layers: no such key; did you mean model.n_layer?\n"),
     ("unknown-trainer-key", ["trainer.max_step=10"], "trainer.max_step: no such key; did you mean trainer.max_steps?"),
-    ("unknown-option", ["data=imagenet"], "data=imagenet: no such option; data has: modular, shakespeare, translation"),
+    ("unknown-option", ["data=imagenet"], "data=imagenet: no such option; data has: modular, shakespeare, text, translation"),
     ("seed-type", ["seed=abc"], "seed: must be an integer, got 'abc'"),
     ("forbidden-output", ["hydra.run.dir=/proc/forbidden"], "cannot create the run directory in /proc"),
     ("heads", ["model.n_embd=100", "model.n_head=3"], "model.n_embd: 100 is not divisible by model.n_head=3"),
@@ -105,7 +106,7 @@ CASES = [
         "task: task=classify does not train on data=shakespeare (it reads equations; the data gives text); "
         "model=bert data=shakespeare trains with task=mlm; "
         "combinations that work: model=bert data=modular, model=bert data=shakespeare task=mlm, "
-        "model=bert data=translation task=mlm, ",
+        "model=bert data=text task=mlm, model=bert data=translation task=mlm, ",
     ),
     ("mlm-probabilities", ["model=bert", "task=mlm", "task.mask_token_prob=0.95"], "task.random_token_prob: "),
     (
@@ -160,6 +161,34 @@ CASES = [
         [*MODULAR, "overwrite=true", "ckpt_path={ws}/prior/checkpoints/last.ckpt"],
         "overwrite: deletes what a run directory holds, ckpt_path resumes from it: give one of them",
     ),
+    ("corpus-missing", ["data=text"], "data.path: give the corpus: data.path=FILE|DIR|GLOB"),
+    ("corpus-empty", [*CORPUS, "data.path={ws}/empty.txt"], "data.path: {ws}/empty.txt: no text (an empty corpus)"),
+    (
+        "corpus-short",
+        [*CORPUS, "data.path={ws}/short_docs.txt", "data.block_size=60"],
+        "data.path: {ws}/short_docs.txt: its training documents (of 4; data.val_fraction=0.5) have 21 tokens, "
+        "fewer than one window of data.block_size + 1 = 61",
+    ),
+    ("corpus-no-files", [*CORPUS, "data.path={ws}/empty"], "data.path: {ws}/empty: a directory with no .txt"),
+    ("corpus-no-match", [*CORPUS, "data.path={ws}/*.csv"], "data.path: {ws}/*.csv: no .txt, .jsonl, .parquet files"),
+    ("corpus-latin1", [*CORPUS, "data.path={ws}/latin1.txt"], "latin1.txt: is not UTF-8 text (byte 0xe9 at offset 3)"),
+    ("corpus-binary", [*CORPUS, "data.path={ws}/pairs.tsv.gz"], "pairs.tsv.gz: is not a .txt, .jsonl, .parquet file"),
+    (
+        "corpus-tokenizer",
+        [*CORPUS, "data.path={ws}/short.txt", "data.tokenizer={ws}/bad.tsv"],
+        "data.tokenizer: {ws}/bad.tsv does not load as a tokenizer",
+    ),
+    (
+        "corpus-tokenizer-json",
+        [*CORPUS, "data.path={ws}/short.txt", "data.tokenizer={ws}/nowhere.json"],
+        "data.tokenizer: {ws}/nowhere.json: no such file",
+    ),
+    (
+        "corpus-uint16",
+        [*CORPUS, "data.path={ws}/short.txt", "data.tokenizer={ws}/big_tokenizer.json", "data.token_dtype=uint16"],
+        "data.token_dtype: uint16 holds ids below 65,536 but the tokenizer has 70,002",
+    ),
+    ("corpus-dtype", [*CORPUS, "data.token_dtype=int8"], "Invalid value 'int8', expected one of [auto, uint16, uint32]"),
     (
         "gpt-two-vocabularies",
         ["model=gpt", "data=translation", "data.shared_vocab=false"],
@@ -191,6 +220,13 @@ def workspace(tmp_path_factory):
     (ws / "latin1.tsv").write_bytes("ein Hund\ta dog\nzwei H\u00fcnde\ttwo dogs\n".encode("latin-1"))
     (ws / "binary.txt").write_bytes(bytes(range(256)) * 8)
     (ws / "short.txt").write_text("To be, or not to be, that is the question.\n" * 2)
+    (ws / "empty.txt").write_text("\n\n \n")
+    (ws / "short_docs.txt").write_text("\n\n".join(["To be, or not to be", "that is the question"] * 2))
+    (ws / "latin1.txt").write_bytes("caf\u00e9 h\u00fcbsch\n".encode("latin-1"))
+    from tokenizers import Tokenizer, models
+
+    vocab = {f"w{i}": i for i in range(70_000)} | {"<unk>": 70_000}
+    Tokenizer(models.WordLevel(vocab, unk_token="<unk>")).save(str(ws / "big_tokenizer.json"))
     return ws
 
 

@@ -17,10 +17,10 @@ from transformer_lab.validate import validate
 
 # DESIGN.md's model x data matrix; the code computes it from what models and data modules declare.
 SUPPORTED = {
-    "gpt": ("shakespeare", "modular", "translation"),
+    "gpt": ("shakespeare", "modular", "translation", "text"),
     "encdec": ("translation", "modular"),
     "bert": ("modular",),
-    "t5": ("shakespeare", "translation"),
+    "t5": ("shakespeare", "translation", "text"),
 }
 # What a model takes from the data, as a data module gives it after setup().
 DATA = SimpleNamespace(vocab_size=17, source_vocab_size=None, n_classes=5, pad_id=0, sequence_length=8)
@@ -31,7 +31,7 @@ def options(group: str) -> list[str]:
 
 
 def test_groups_offer_the_documented_options():
-    assert options("data") == ["modular", "shakespeare", "translation"]
+    assert options("data") == ["modular", "shakespeare", "text", "translation"]
     assert options("model") == ["bert", "encdec", "gpt", "t5"]
     assert set(options("hardware")) >= {"auto", "cpu", "gpu"}
     assert options("logger") == ["csv", "none", "tensorboard", "wandb"]
@@ -41,8 +41,9 @@ def test_groups_offer_the_documented_options():
 @pytest.mark.parametrize("data", options("data"))
 @pytest.mark.parametrize("model", options("model"))
 def test_data_and_model_compose_and_instantiate(data, model, tmp_path):
+    corpus = ["data.path=corpus.txt"] if data == "text" else []  # a corpus of one's own, which it must name
     cfg = compose_cfg(
-        [f"data={data}", f"model={model}", "model.n_layer=1", "model.n_embd=32", "model.n_head=2"], tmp_path
+        [f"data={data}", f"model={model}", "model.n_layer=1", "model.n_embd=32", "model.n_head=2", *corpus], tmp_path
     )
     validate(cfg)
     if data not in SUPPORTED[model]:
@@ -71,6 +72,10 @@ TASKS_OF = {
     ("t5", "shakespeare"): {"spans"},
     ("t5", "modular"): {"seq2seq"},
     ("t5", "translation"): {"seq2seq", "spans"},
+    ("gpt", "text"): {"lm"},
+    ("encdec", "text"): {"spans"},
+    ("bert", "text"): {"mlm"},
+    ("t5", "text"): {"spans"},
 }
 
 

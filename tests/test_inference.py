@@ -157,7 +157,7 @@ def test_fill_reads_gaps_as_the_training_examples_show_them(trained):
 
     run_dir = trained("t5_text")
     model, datamodule = set_up(run_dir)
-    inputs = datamodule.val_inputs[:4]
+    inputs = next(iter(datamodule.val_dataloader()))[0][:4]
     shown = [datamodule.decode(x) for x in inputs.tolist()]  # what the run's examples print, <X0> ... marks
     assert [datamodule.encode(text) for text in shown] == inputs.tolist()
     spans = fill({"ckpt": str(run_dir), "spans": True, "max_len": 20}, shown)

@@ -13,7 +13,7 @@ import torch
 
 from transformer_lab.batching.base import FromTokenStreams
 from transformer_lab.data.base import DataModule
-from transformer_lab.data.batches import Batches, for_this_rank
+from transformer_lab.data.batches import LazyBatches, for_this_rank
 from transformer_lab.errors import require
 
 IGNORE = -100  # label of a position that carries no loss (F.cross_entropy's ignore_index)
@@ -66,7 +66,7 @@ class MaskedLMBatches:
 
 class MaskedLM(FromTokenStreams):
     """Masked LM over a dataset's text (tiny Shakespeare's characters, or translation sentences).
-    Validation: the validation stream's consecutive windows, masked once with a fixed seed."""
+    Validation: the validation stream's consecutive windows, each batch masked with its own fixed seed."""
 
     length_key = "task.length"
 
@@ -102,9 +102,14 @@ class MaskedLM(FromTokenStreams):
             f"windows of {window} tokens do not fit the data's splits "
             f"({len(self.streams.train)} and {len(self.streams.val)} tokens)",
         )
-        n = len(self.streams.val) // window
-        windows = self.streams.val[: n * window].view(n, window)
-        self.val_inputs, self.val_labels = self.mask(windows, torch.Generator().manual_seed(self.seed))
+        self.val_windows = len(self.streams.val) // window
+
+    def masked_val_windows(self, rows: range) -> tuple[torch.Tensor, torch.Tensor]:
+        """Validation windows `rows` (consecutive windows of the stream), masked by a generator seeded with
+        (seed, the first row): the same every validation."""
+        window = self.length - 1
+        windows = self.streams.val[torch.tensor(rows)[:, None] * window + torch.arange(window)]
+        return self.mask(windows, torch.Generator().manual_seed(self.seed * 1_000_003 + rows.start))
 
     def mask(self, windows: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         return mask_tokens(
@@ -151,4 +156,4 @@ class MaskedLM(FromTokenStreams):
         return for_this_rank(stream, self.trainer)
 
     def val_dataloader(self):
-        return Batches(self.val_inputs, self.val_labels, self.val_batch_size)
+        return LazyBatches(self.val_windows, self.val_batch_size, self.masked_val_windows)

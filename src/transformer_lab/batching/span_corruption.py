@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from transformer_lab.batching.base import FromTokenStreams
 from transformer_lab.data.base import DataModule
-from transformer_lab.data.batches import Batches, for_this_rank
+from transformer_lab.data.batches import LazyBatches, for_this_rank
 from transformer_lab.errors import require
 
 
@@ -172,11 +172,14 @@ class SpanCorruption(FromTokenStreams):
         self.raw_length, self.target_length = raw_and_target_length(input_length, noise_density, mean_noise_span_length)
 
     def make_validation(self) -> None:
-        n = len(self.streams.val) // self.raw_length
-        windows = self.streams.val[: n * self.raw_length].view(n, self.raw_length)
-        pairs = [self.corrupt_window(w, torch.Generator().manual_seed(i)) for i, w in enumerate(windows)]
-        self.val_inputs = torch.stack([p[0] for p in pairs])
-        self.val_targets = torch.stack([p[1] for p in pairs])
+        self.val_windows = len(self.streams.val) // self.raw_length
+
+    def corrupted_val_windows(self, rows: range) -> tuple[torch.Tensor, torch.Tensor]:
+        """Validation windows `rows` (consecutive windows of the stream), window i corrupted with seed i."""
+        offsets = torch.arange(self.raw_length)
+        windows = self.streams.val[torch.tensor(rows)[:, None] * self.raw_length + offsets]
+        pairs = [self.corrupt_window(w, torch.Generator().manual_seed(i)) for i, w in zip(rows, windows)]
+        return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
 
     @property
     def vocab_size(self) -> int:
@@ -238,4 +241,4 @@ class SpanCorruption(FromTokenStreams):
         )
 
     def val_dataloader(self):
-        return Batches(self.val_inputs, self.val_targets, self.val_batch_size)
+        return LazyBatches(self.val_windows, self.val_batch_size, self.corrupted_val_windows)

@@ -6,14 +6,15 @@ from __future__ import annotations
 import torch
 
 from transformer_lab.batching.base import Batching
-from transformer_lab.data.batches import Batches, RandomWindows, for_this_rank
+from transformer_lab.data.batches import LazyBatches, RandomWindows, for_this_rank
 from transformer_lab.errors import require
 
 
 class TextWindows(Batching):
     """Training: endless random windows of data's sequence_length (+1 for the shifted targets) of the
     training stream. Validation: a fixed set, the non-overlapping windows of the validation stream in a fixed
-    shuffled order, so `trainer.limit_val_batches` takes the same spread-out sample every time."""
+    shuffled order, so `trainer.limit_val_batches` takes the same spread-out sample every time (each batch
+    read when it is drawn: a stream on disk stays there)."""
 
     form = "text"
     endless = True
@@ -49,14 +50,15 @@ class TextWindows(Batching):
             self.trainer,
         )
 
-    def val_windows(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def val_dataloader(self):
         tokens, block = self.streams.val, self.block_size
         n = (len(tokens) - 1) // block
         starts = torch.arange(n) * block
         starts = starts[torch.randperm(n, generator=torch.Generator().manual_seed(0))]
-        windows = tokens[starts[:, None] + torch.arange(block + 1)]
-        return windows[:, :-1], windows[:, 1:]
+        offsets = torch.arange(block + 1)
 
-    def val_dataloader(self):
-        x, y = self.val_windows()
-        return Batches(x, y, self.val_batch_size)
+        def windows(rows: range) -> tuple[torch.Tensor, torch.Tensor]:
+            w = tokens[starts[rows.start : rows.stop, None] + offsets]
+            return w[:, :-1], w[:, 1:]
+
+        return LazyBatches(n, self.val_batch_size, windows)

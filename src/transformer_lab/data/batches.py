@@ -27,6 +27,22 @@ class Batches:
             yield self.x[i : i + self.batch_size], self.y[i : i + self.batch_size]
 
 
+class LazyBatches:
+    """Evaluation batches made as they are drawn, `make(rows)` for each range of `batch_size` rows in order:
+    a large validation split is never held in memory, and `trainer.limit_val_batches` makes only the
+    batches it takes."""
+
+    def __init__(self, rows: int, batch_size: int, make: Callable[[range], tuple]):
+        self.rows, self.batch_size, self.make = rows, batch_size, make
+
+    def __len__(self) -> int:
+        return math.ceil(self.rows / self.batch_size)
+
+    def __iter__(self):
+        for start in range(0, self.rows, self.batch_size):
+            yield self.make(range(start, min(start + self.batch_size, self.rows)))
+
+
 class ShuffledBatches:
     """Batches of rows of (x, y), reshuffled each epoch by a generator seeded with (seed, epoch).
 

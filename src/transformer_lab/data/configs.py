@@ -5,6 +5,7 @@ module declares its class here as `config_class` and reads its settings from `se
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from transformer_lab.choices import choice
 from transformer_lab.errors import require
@@ -88,3 +89,56 @@ class TranslationConfig:  # data/translation.py
             require(0 < getattr(self, key) < 0.5, f"data.{key}", f"must be in (0, 0.5), got {getattr(self, key)}")
         require(self.vocab_size >= 100, "data.vocab_size", f"must be at least 100, got {self.vocab_size}")
         require(self.max_length >= 4, "data.max_length", f"must be at least 4, got {self.max_length}")
+
+
+TokenDtype = choice("TokenDtype", "auto", "uint16", "uint32")
+
+
+@dataclass
+class TextConfig:  # data/corpus.py
+    data_dir: str = "data"
+    path: Any = None  # a .txt, .jsonl or .parquet file, a directory, a glob, or a list of them
+    dataset: str | None = None  # or a Hugging Face dataset by name (with data.path: its data_files)
+    dataset_config: str | None = None  # the dataset's configuration (load_dataset's `name`)
+    dataset_split: str = "train"  # the dataset's split to read (its documents are then split again)
+    text_field: str = "text"  # a .jsonl line's, a parquet or dataset row's text
+    separator: str = "\n\n"  # what ends a document in a .txt file
+    end_of_text: str = "<|endoftext|>"  # the token after each document (a pretrained tokenizer's own if it has one)
+    tokenizer: str = "bpe"  # char, bytes, bpe (learned from the training documents), a tokenizer.json or HF name
+    vocab_size: int = 4096  # bpe's, the end-of-text token included
+    token_dtype: TokenDtype = TokenDtype("auto")  # noqa: RUF009 (an enum member, immutable); of the cache's token files: auto (uint16 where the vocabulary fits), uint16, uint32
+    cache_dir: str | None = None  # default (null): DATA_DIR/corpus_cache
+    val_fraction: float = 0.01  # the share of documents held out
+    split_seed: int = 0  # which documents are held out
+    block_size: int = 256  # context length of each training window
+    batch_size: int = 64
+    val_batch_size: int | None = None  # default (null): batch_size
+    seed: int = 1337
+    sample_prompt: str = ""  # text samples start a new document with this text
+
+    def __post_init__(self):
+        self.val_batch_size = self.val_batch_size or self.batch_size
+        paths = [self.path] if isinstance(self.path, str) else self.path
+        require(
+            self.path is None
+            or (isinstance(paths, (list, tuple)) and paths and all(isinstance(p, str) for p in paths)),
+            "data.path",
+            f"must be a file, directory or glob, or a list of them; got {self.path!r}",
+        )
+        require(
+            self.path is not None or self.dataset is not None,
+            "data.path",
+            "give the corpus: data.path=FILE|DIR|GLOB (.txt, .jsonl, .parquet) or data.dataset=NAME (Hugging Face)",
+        )
+        require(
+            bool(self.tokenizer), "data.tokenizer", "give char, bytes, bpe, a tokenizer.json or a HF tokenizer name"
+        )
+        require(
+            self.vocab_size >= 257,
+            "data.vocab_size",
+            f"must be at least 257 (the bytes and end-of-text), got {self.vocab_size}",
+        )
+        require(bool(self.separator), "data.separator", "must not be empty")
+        require(bool(self.end_of_text), "data.end_of_text", "must not be empty")
+        require(self.block_size >= 1, "data.block_size", f"must be a positive integer, got {self.block_size}")
+        require(0 < self.val_fraction < 1, "data.val_fraction", f"must be in (0, 1), got {self.val_fraction}")

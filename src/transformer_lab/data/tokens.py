@@ -3,6 +3,7 @@ sub-word vocabularies and of batches made from equations, and text as token stre
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,10 +28,13 @@ class TokenStreams:
 
 
 def with_pad_and_eos(streams: TokenStreams) -> TokenStreams:
-    """The streams with <pad> and <eos> ids, as span corruption and masking need: a vocabulary that has none
-    moves up by two, <pad> = 0 and <eos> = 1."""
+    """The streams with <pad> and <eos> ids, as span corruption and masking need: a vocabulary with an
+    end-of-text id but no padding gets <pad> above it (its ids unchanged: a corpus on disk is not copied);
+    one with neither moves up by two, <pad> = 0 and <eos> = 1."""
     if streams.pad_id is not None and streams.eos_id is not None:
         return streams
+    if streams.eos_id is not None:
+        return dataclasses.replace(streams, vocab_size=streams.vocab_size + 1, pad_id=streams.vocab_size)
     encode = streams.encode
     return TokenStreams(
         streams.train + 2,

@@ -72,6 +72,7 @@ class BitsPerByte(Metric):
     def step(self, task, batch, logits) -> None:
         targets = batch[1].flatten()
         kept = targets != -100
+        kept[kept.clone()] = self.token_bytes[targets[kept]] > 0  # nor a token of no text (end-of-text), as nanochat
         self.nats.update(F.cross_entropy(logits.flatten(0, 1)[kept].float(), targets[kept], reduction="sum"))
         self.bytes.update(self.token_bytes[targets[kept]].sum())
 
