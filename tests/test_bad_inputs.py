@@ -22,7 +22,11 @@ CASES = [
     ("unknown-key", ["model.n_layers=2"], "error: model.n_layers: no such key; did you mean model.n_layer?\n"),
     ("added-key", ["+model.n_layers=2"], "error: model.n_layers: no such key; did you mean model.n_layer?\n"),
     ("unknown-trainer-key", ["trainer.max_step=10"], "trainer.max_step: no such key; did you mean trainer.max_steps?"),
-    ("unknown-option", ["data=imagenet"], "data=imagenet: no such option; data has: modular, shakespeare, text, translation"),
+    (
+        "unknown-option",
+        ["data=imagenet"],
+        "data=imagenet: no such option; data has: modular, shakespeare, text, translation",
+    ),
     ("seed-type", ["seed=abc"], "seed: must be an integer, got 'abc'"),
     ("forbidden-output", ["hydra.run.dir=/proc/forbidden"], "cannot create the run directory in /proc"),
     ("heads", ["model.n_embd=100", "model.n_head=3"], "model.n_embd: 100 is not divisible by model.n_head=3"),
@@ -188,7 +192,11 @@ CASES = [
         [*CORPUS, "data.path={ws}/short.txt", "data.tokenizer={ws}/big_tokenizer.json", "data.token_dtype=uint16"],
         "data.token_dtype: uint16 holds ids below 65,536 but the tokenizer has 70,002",
     ),
-    ("corpus-dtype", [*CORPUS, "data.token_dtype=int8"], "Invalid value 'int8', expected one of [auto, uint16, uint32]"),
+    (
+        "corpus-dtype",
+        [*CORPUS, "data.token_dtype=int8"],
+        "Invalid value 'int8', expected one of [auto, uint16, uint32]",
+    ),
     (
         "gpt-two-vocabularies",
         ["model=gpt", "data=translation", "data.shared_vocab=false"],

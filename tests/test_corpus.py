@@ -14,7 +14,10 @@ from transformer_lab.data.corpus import TextCorpusDataModule, TokenFile, prepare
 from transformer_lab.data.tokenizers import pretrained
 from transformer_lab.errors import ConfigError, DataUnavailableError
 
-DOCS = [f"Document {i}: " + " ".join(["the cat sat on the mat", "señor €5 naïve"][i % 2] for _ in range(i % 7 + 1)) for i in range(200)]
+DOCS = [
+    f"Document {i}: " + " ".join(["the cat sat on the mat", "señor €5 naïve"][i % 2] for _ in range(i % 7 + 1))
+    for i in range(200)
+]
 
 
 def corpus(tmp_path, docs=DOCS, **settings):
@@ -84,7 +87,10 @@ def test_a_directory_a_glob_and_a_list_find_the_same_files(tmp_path):
     expected = [tmp_path / "a/deep/two.jsonl", tmp_path / "a/one.txt", tmp_path / "a/three.parquet"]
     assert find_files(str(tmp_path / "a")) == expected
     assert find_files(str(tmp_path / "a/**/*")) == expected
-    assert find_files([str(tmp_path / "a/deep/two.jsonl"), str(tmp_path / "a/one.txt"), str(tmp_path / "a/three.parquet")]) == expected
+    assert (
+        find_files([str(tmp_path / "a/deep/two.jsonl"), str(tmp_path / "a/one.txt"), str(tmp_path / "a/three.parquet")])
+        == expected
+    )
     for spec, message in [
         (tmp_path / "a/deep/../../none", "no such file or directory"),
         (tmp_path / "a/notes.md", "is not a .txt, .jsonl, .parquet file"),
@@ -133,7 +139,9 @@ def test_the_cache_encodes_a_changed_file_again_and_an_unchanged_one_never(tmp_p
     (folder / "b.txt").write_text("\n\n".join(DOCS[100:]))
     encoded = []
     original = module.encode_source
-    monkeypatch.setattr(module, "encode_source", lambda c, source, *a: encoded.append(source.label) or original(c, source, *a))
+    monkeypatch.setattr(
+        module, "encode_source", lambda c, source, *a: encoded.append(source.label) or original(c, source, *a)
+    )
     first = corpus(tmp_path, path=str(folder), tokenizer="bytes")
     assert encoded == [str(folder / "a.txt"), str(folder / "b.txt")]
     again = corpus(tmp_path, path=str(folder), tokenizer="bytes")
@@ -157,7 +165,10 @@ def test_a_file_that_fails_midway_leaves_no_cache_behind(tmp_path):
     folder.mkdir()
     (folder / "a.txt").write_text("\n\n".join(DOCS))
     (folder / "b.txt").write_bytes(("ok\n\n" * 300_000).encode() + "caf\u00e9\n".encode("latin-1"))
-    with pytest.raises(DataUnavailableError, match="^" + re.escape(f"data.path: {folder / 'b.txt'}: is not UTF-8 text (byte 0xe9 at offset 1200003)")):
+    with pytest.raises(
+        DataUnavailableError,
+        match="^" + re.escape(f"data.path: {folder / 'b.txt'}: is not UTF-8 text (byte 0xe9 at offset 1200003)"),
+    ):
         corpus(tmp_path, path=str(folder), tokenizer="bytes")
     left = sorted(p.name for p in (tmp_path / "cache" / "shards").iterdir())
     assert len(left) == 3 and all(not n.startswith(".") for n in left)  # a.txt's shard, complete; nothing of b.txt
@@ -168,7 +179,9 @@ def test_uint16_forced_on_a_vocabulary_that_does_not_fit_is_refused_before_encod
 
     vocab = {f"w{i}": i for i in range(70_000)} | {"<unk>": 70_000}
     Tokenizer(models.WordLevel(vocab, unk_token="<unk>")).save(str(tmp_path / "big.json"))
-    with pytest.raises(ConfigError, match="^data.token_dtype: uint16 holds ids below 65,536 but the tokenizer has 70,002"):
+    with pytest.raises(
+        ConfigError, match="^data.token_dtype: uint16 holds ids below 65,536 but the tokenizer has 70,002"
+    ):
         corpus(tmp_path, tokenizer=str(tmp_path / "big.json"), token_dtype="uint16")
     assert not (tmp_path / "cache" / "shards").exists()
     data = corpus(tmp_path, tokenizer=str(tmp_path / "big.json"))  # auto: uint32
@@ -256,3 +269,17 @@ def test_every_objective_trains_on_one_corpus_cache(objective, tmp_path_factory)
     val = [line["val/loss"] for line in lines if "val/loss" in line]
     assert len(val) == 2 and val[-1] < val[0] < 7
     assert len(list((cache / "shards").glob("*.train.bin"))) == 1  # one cache for all three
+    if objective == ["model=gpt"]:  # the checkpoint carries the tokenizer: sampling needs no cache
+        import shutil
+        import subprocess
+        import sys
+
+        shutil.rmtree(cache)
+        sample = subprocess.run(
+            [sys.executable, "-m", "transformer_lab.sample", str(run_dir), "prompt=ROMEO:", "max_new_tokens=20"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
+        assert sample.returncode == 0, sample.stderr[-2000:]
+        assert sample.stdout.startswith("ROMEO:") and len(sample.stdout) > len("ROMEO:") + 5

@@ -96,6 +96,34 @@ def test_two_processes_train_the_single_process_weights_on_uneven_shards(train_p
 
 
 @pytest.mark.e2e
+@needs_shakespeare
+def test_on_a_corpus_rank_zero_encodes_and_two_processes_train_the_single_process_weights(train_process, tmp_path):
+    setup = [
+        "model=gpt",
+        "data=text",
+        f"data.path={ROOT / 'data/shakespeare/input.txt'}",
+        "data.tokenizer=bytes",
+        "data.batch_size=16",
+        "data.block_size=32",
+        *TINY,
+        "model.dropout=0.0",
+        "trainer.max_steps=12",
+        "trainer.val_check_interval=6",
+        "optim.lr=1e-2",
+        "task.sample.enabled=false",
+    ]
+    single = train_process.run(*setup, f"data.cache_dir={tmp_path / 'cache1'}", f"hydra.run.dir={tmp_path / 'single'}")
+    assert single.returncode == 0, single.stderr[-3000:]
+    ddp_dir = tmp_path / "ddp"
+    ddp = run_train(*setup, *DDP, f"data.cache_dir={tmp_path / 'cache2'}", f"hydra.run.dir={ddp_dir}", cwd=tmp_path)
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    assert largest_difference(weights(tmp_path / "single"), weights(ddp_dir)) < WEIGHTS_ATOL
+    assert "data: encoded 1 file(s)" in (ddp_dir / "train.log").read_text()  # by rank 0, once
+    assert "encoded" not in (ddp_dir / "ddp_process_1.log").read_text()
+    assert len(list((tmp_path / "cache2" / "shards").iterdir())) == 3  # train, val, the record
+
+
+@pytest.mark.e2e
 def test_two_processes_train_the_single_process_weights_on_padded_pairs(train_process, tmp_path):
     # Sentence pairs of 3 to 7 words, 21 to a batch: the two shards hold unequal numbers of target tokens.
     pairs = write_pairs(tmp_path / "pairs.tsv", n=300)

@@ -14,6 +14,16 @@ from conftest import ROOT, TINY, needs_shakespeare, run_train
 DATA = {
     "modular": ["data=modular", "data.p=11", "data.train_fraction=0.9", "data.batch_size=16"],
     "shakespeare": ["data=shakespeare", "data.block_size=32", "data.batch_size=8", "task.sample.max_new_tokens=10"],
+    # a corpus on disk (memmap windows), its cache in the fixture's folder
+    "text": [
+        "data=text",
+        f"data.path={ROOT / 'data/shakespeare/input.txt'}",
+        "data.tokenizer=bpe",
+        "data.vocab_size=300",
+        "data.block_size=32",
+        "data.batch_size=8",
+        "task.sample.max_new_tokens=10",
+    ],
     # a pair file written by the fixture below; encoder-decoder, length-grouped batches, BLEU
     "translation": [
         "model=encdec",
@@ -86,6 +96,8 @@ def uninterrupted(tmp_path_factory):
                 from test_translation import write_pairs
 
                 args = args + [f"data.path={write_pairs(root / 'pairs.tsv', n=300)}", f"paths.data_dir={root / 'data'}"]
+            if data == "text":
+                args = args + [f"data.cache_dir={root / 'cache'}"]
             result = train(root / data, *args, *COMMON)
             assert result.returncode == 0, result.stderr[-3000:]
             runs[data] = (args, root / data)
@@ -95,7 +107,10 @@ def uninterrupted(tmp_path_factory):
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("data", ["modular", pytest.param("shakespeare", marks=needs_shakespeare), "translation"])
+@pytest.mark.parametrize(
+    "data",
+    ["modular", *(pytest.param(d, marks=needs_shakespeare) for d in ("shakespeare", "text")), "translation"],
+)
 def test_sigkill_then_resume_equals_an_uninterrupted_run(data, uninterrupted, tmp_path):
     crashed = tmp_path / "crashed"
     args, whole = uninterrupted(data)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from transformer_lab.errors import ConfigError, DataUnavailableError
+from transformer_lab.errors import DataUnavailableError
 
 KINDS = ("char", "bytes", "bpe")  # data.tokenizer: one of these, or a tokenizer.json / HF tokenizer name
 # The pretrained tokenizers' own end-of-text tokens, looked for before one is added (GPT-2, Llama 3, T5, BERT).
@@ -109,8 +109,9 @@ class HFTokenizer:
     def encode(self, text: str) -> np.ndarray:
         return np.array(self.tokenizer.encode(text, add_special_tokens=False).ids, dtype=np.int64)
 
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [e.ids for e in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
+    def encode_batch(self, texts: list[str]) -> list:
+        """Encodings (their `.ids`), in parallel; reading the ids is left to the caller's thread."""
+        return self.tokenizer.encode_batch(texts, add_special_tokens=False)
 
     def decode(self, ids) -> str:
         return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
@@ -208,8 +209,3 @@ def train_bpe(documents: Iterable[str], vocab_size: int, end_of_text: str) -> HF
     )
     tokenizer.train_from_iterator(documents, trainer)
     return HFTokenizer(tokenizer, end_of_text)
-
-
-def check_kind(spec: str) -> None:
-    if not spec:
-        raise ConfigError("data.tokenizer", f"give one of {', '.join(KINDS)}, a tokenizer.json or a HF tokenizer name")
