@@ -283,3 +283,16 @@ def test_every_objective_trains_on_one_corpus_cache(objective, tmp_path_factory)
         )
         assert sample.returncode == 0, sample.stderr[-2000:]
         assert sample.stdout.startswith("ROMEO:") and len(sample.stdout) > len("ROMEO:") + 5
+
+
+def test_a_file_without_separators_is_cut_into_documents_not_held_whole(tmp_path, monkeypatch):
+    import random
+
+    import transformer_lab.data.corpus as module
+
+    monkeypatch.setattr(module, "MAX_DOCUMENT", 50)
+    words = " ".join(random.Random(0).choice(["ab", "cde", "f\n"]) for _ in range(500))
+    (tmp_path / "long.txt").write_text(words + "\n\nshort one\n\n" + "x" * 120)
+    docs = [d for batch, _ in module._text_batches(tmp_path / "long.txt", "\n\n") for d in batch]
+    assert max(len(d) for d in docs) <= 50 and "".join(docs) == words + "short one" + "x" * 120
+    assert "short one" in docs and all(d[-1] in " \n" for d in docs[: docs.index("short one")][:-1])

@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 SUFFIXES = (".txt", ".jsonl", ".parquet")
 BATCH_CHARS = 1_000_000  # documents are read and encoded in batches of about this many characters (a HF
 # tokenizer's Encodings take ~100 bytes a token: two batches in flight stay near 100 MB)
+MAX_DOCUMENT = 1_000_000  # characters: a longer document is cut into documents of at most this many
 WAIT_SECONDS = 3600  # how long a process of local rank > 0 waits for rank 0 to prepare the cache
 
 
@@ -93,6 +94,20 @@ def find_files(spec) -> list[Path]:
     return files
 
 
+def cut(document: str) -> list[str]:
+    """A document as pieces of at most MAX_DOCUMENT characters, each cut after the last whitespace before
+    the limit where there is one (a tokenizer holds a whole document in memory, ~100 bytes a token)."""
+    pieces = []
+    while len(document) > MAX_DOCUMENT:
+        end = max(
+            document.rfind(" ", MAX_DOCUMENT // 2, MAX_DOCUMENT), document.rfind("\n", MAX_DOCUMENT // 2, MAX_DOCUMENT)
+        )
+        end = end + 1 if end > 0 else MAX_DOCUMENT
+        pieces.append(document[:end])
+        document = document[end:]
+    return [*pieces, document]
+
+
 def _text_batches(path: Path, separator: str) -> Iterator[tuple[list[str], int]]:
     """A UTF-8 text file's documents, read 1 MB at a time."""
     decoder = codecs.getincrementaldecoder("utf-8")()
@@ -113,9 +128,11 @@ def _text_batches(path: Path, separator: str) -> Iterator[tuple[list[str], int]]
                 raise BadFile(path, f"is not UTF-8 text (byte 0x{bad:02x} at offset {at})", "data.path") from None
             offset += len(chunk)
             pieces = text.split(separator)
-            rest = pieces.pop() if chunk else ""
-            documents = [p for p in pieces + ([rest] if not chunk else []) if p.strip()]
-            yield documents, len(chunk)
+            rest = pieces.pop() if chunk else ""  # the document the next chunk goes on with
+            if len(rest) > MAX_DOCUMENT:  # a file without separators is cut, not held whole
+                *whole, rest = cut(rest)
+                pieces += whole
+            yield [d for p in pieces if p.strip() for d in cut(p)], len(chunk)
             if not chunk:
                 return
 
@@ -135,7 +152,7 @@ def _jsonl_batches(path: Path, field: str) -> Iterator[tuple[list[str], int]]:
             text = record.get(field) if isinstance(record, dict) else None
             if not isinstance(text, str):
                 raise BadFile(path, f"has no text field {field!r} (data.text_field)", "data.path", number)
-            documents.append(text)
+            documents += cut(text)
             if size >= BATCH_CHARS:
                 yield documents, size
                 documents, size = [], 0
@@ -154,7 +171,7 @@ def _parquet_batches(path: Path, field: str) -> Iterator[tuple[list[str], int]]:
         if field not in table.schema_arrow.names:
             raise BadFile(path, f"has no column {field!r} (data.text_field)", "data.path")
         for batch in table.iter_batches(batch_size=4096, columns=[field]):
-            documents = [d for d in batch.column(0).to_pylist() if d]
+            documents = [piece for d in batch.column(0).to_pylist() if d for piece in cut(d)]
             yield documents, sum(len(d) for d in documents)
     except BadFile:
         raise
@@ -184,7 +201,7 @@ def _dataset_batches(config: TextConfig) -> Iterator[tuple[list[str], int]]:
                     f"{', '.join(row)})"
                 )
             if text:
-                documents.append(text)
+                documents += cut(text)
                 size += len(text)
             if size >= BATCH_CHARS:
                 yield documents, size
