@@ -39,6 +39,9 @@ def cpu_model() -> str:
 
 def run(args: list[str], env: dict | None = None) -> tuple[str, float, float]:
     """(output, seconds, peak RSS in MB) of a subprocess."""
+    env = dict(env or {})
+    if "PYTHONPATH" in env and os.environ.get("PYTHONPATH"):
+        env["PYTHONPATH"] += os.pathsep + os.environ["PYTHONPATH"]
     started = time.perf_counter()
     process = subprocess.Popen(
         args,
@@ -46,7 +49,7 @@ def run(args: list[str], env: dict | None = None) -> tuple[str, float, float]:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "2", **(env or {})},
+        env={**os.environ, "OMP_NUM_THREADS": "2", **env},
     )
     output = process.stdout.read()
     _, status, usage = os.wait4(process.pid, 0)
