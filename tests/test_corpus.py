@@ -269,6 +269,7 @@ def test_every_objective_trains_on_one_corpus_cache(objective, tmp_path_factory)
     val = [line["val/loss"] for line in lines if "val/loss" in line]
     assert len(val) == 2 and val[-1] < val[0] < 7
     assert len(list((cache / "shards").glob("*.train.bin"))) == 1  # one cache for all three
+    assert json.loads((run_dir / "summary.json").read_text())["val/bpb"] > 0
     if objective == ["model=gpt"]:  # the checkpoint carries the tokenizer: sampling needs no cache
         import shutil
         import subprocess
@@ -296,3 +297,26 @@ def test_a_file_without_separators_is_cut_into_documents_not_held_whole(tmp_path
     docs = [d for batch, _ in module._text_batches(tmp_path / "long.txt", "\n\n") for d in batch]
     assert max(len(d) for d in docs) <= 50 and "".join(docs) == words + "short one" + "x" * 120
     assert "short one" in docs and all(d[-1] in " \n" for d in docs[: docs.index("short one")][:-1])
+
+
+def test_span_and_masking_batches_give_each_id_its_texts_bytes_for_bits_per_byte(tmp_path):
+    """val/bpb for t5 and bert too: a data id keeps its bytes where the batches move it up (a vocabulary
+    without padding), the ids they add (padding, end, sentinels, [MASK], [CLS]) have none."""
+    from transformer_lab.batching.masked_lm import MaskedLM
+    from transformer_lab.batching.span_corruption import SpanCorruption
+    from transformer_lab.data.shakespeare import ShakespeareDataModule
+
+    corpus_data = corpus(tmp_path, tokenizer="bytes")  # end-of-text 256; padding added as 257
+    chars = tmp_path / "chars.txt"
+    chars.write_text("aé€" * 200)
+    char_data = ShakespeareDataModule(path=str(chars), block_size=8)  # no specials: ids move up by two
+    for data, offset in ((corpus_data, 0), (char_data, 2)):
+        for batches in (SpanCorruption(data, 2, input_length=16, extra_ids=10), MaskedLM(data, 2, length=16)):
+            batches.setup()
+            got, own = batches.token_bytes(), data.token_bytes()
+            assert len(got) == batches.vocab_size
+            assert got[offset : offset + len(own)] == own
+            assert sum(got) == sum(own)  # nothing for what the batches add
+            text = "aé€" if offset else "señor"
+            ids = [i + offset for i in data.encode(text)]
+            assert sum(got[i] for i in ids) == len(text.encode("utf-8"))

@@ -159,3 +159,10 @@ class FromTokenStreams(Batching):
     def make_validation(self) -> None:
         """The fixed validation batches, from `streams.val`."""
         raise NotImplementedError
+
+    def token_bytes(self) -> list[int]:
+        """The data's bytes of each id (where with_pad_and_eos moved them), none for the ids the batches
+        add (padding, end of sequence, sentinels, [MASK], [CLS]): their predictions are left out of val/bpb."""
+        data, out = self.data.token_bytes(), [0] * self.vocab_size
+        out[self.streams.offset : self.streams.offset + len(data)] = data
+        return out

@@ -171,14 +171,19 @@ def from_json(text: str) -> Tokenizer:
 
 
 def pretrained(spec: str, end_of_text: str) -> HFTokenizer:
-    """A tokenizer.json file, or a tokenizer on the Hugging Face hub by name (`gpt2`); one line on failure."""
+    """A tokenizer.json file (or a directory holding one), or a tokenizer on the Hugging Face hub by name
+    (`gpt2`); one line on failure."""
     from tokenizers import Tokenizer as HF
 
     path = Path(spec)
+    if path.is_dir() and (path / "tokenizer.json").is_file():  # a Transformers model's directory
+        path = path / "tokenizer.json"
     try:
         if path.suffix == ".json" or path.exists():
             if not path.is_file():
-                raise DataUnavailableError(f"data.tokenizer: {spec}: no such file")
+                raise DataUnavailableError(
+                    f"data.tokenizer: {spec}: no such file (nor a directory with a tokenizer.json)"
+                )
             tokenizer = HF.from_file(str(path))
         else:
             tokenizer = HF.from_pretrained(spec)

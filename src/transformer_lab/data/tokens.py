@@ -25,6 +25,7 @@ class TokenStreams:
     encode: Callable[[str], list[int]] | None = None  # text -> ids (for the inference commands)
     pad_id: int | None = None
     eos_id: int | None = None
+    offset: int = 0  # how far with_pad_and_eos moved the data's ids up
 
 
 def with_pad_and_eos(streams: TokenStreams) -> TokenStreams:
@@ -44,4 +45,5 @@ def with_pad_and_eos(streams: TokenStreams) -> TokenStreams:
         encode=None if encode is None else (lambda text: [i + 2 for i in encode(text)]),
         pad_id=0,
         eos_id=1,
+        offset=2,
     )

@@ -56,6 +56,7 @@ class MaskedLMTask(Task):
         chosen = labels != IGNORE
         self.val_loss.update(self.loss(logits, labels), weight=chosen.sum())
         self.val_acc.update((logits.argmax(-1) == labels)[chosen].float())
+        self.metric.step(self, batch, logits)
         if batch_idx == 0 and not self.trainer.sanity_checking:
             guesses = torch.where(chosen, logits.argmax(-1), inputs)
             lines = [

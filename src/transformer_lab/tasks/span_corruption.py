@@ -58,6 +58,7 @@ class SpanCorruptionTask(Task):
             weight=(targets != self.pad_id).sum(),
         )
         self.val_acc.update(logits.flatten(0, 1), targets.flatten())
+        self.metric.step(self, batch, logits)
         if batch_idx == 0 and not self.trainer.sanity_checking:
             self._examples(inputs[: self.n_examples], targets[: self.n_examples])
 
