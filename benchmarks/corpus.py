@@ -6,7 +6,8 @@ throughput, a second run's start, and training speed against the in-memory Shake
 
 The corpus is generated here: tiny Shakespeare's speeches (its blank-line-separated documents), shuffled
 anew for each of 4 files until they hold --gb GB. Every measurement runs in a fresh subprocess, whose
-peak RSS is read from wait4(); speeds are compared A B A B A B in one sitting, median of the ratios.
+peak RSS is read from wait4(); speeds are compared interleaved (A B A B A B) in one sitting, median of
+the ratios.
 """
 
 from __future__ import annotations
@@ -28,6 +29,14 @@ ROOT = Path(__file__).resolve().parents[1]
 SHAKESPEARE = ROOT / "data" / "shakespeare" / "input.txt"
 MODEL = ["model=gpt", "model.n_layer=4", "model.n_head=4", "model.n_embd=128", "model.dropout=0", "model.bias=false"]
 QUIET = ["logger=none", "trainer.enable_progress_bar=false", "callbacks.last_checkpoint.every_n_train_steps=100000"]
+
+
+def commit() -> str:
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+    )
+    return head.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
 def cpu_model() -> str:
@@ -97,11 +106,12 @@ from transformer_lab.data.corpus import FileHashes, sources
 from transformer_lab.data.tokenizers import pretrained
 config = TextConfig(**json.loads(sys.argv[1]))
 tokenizer = pretrained(config.tokenizer, config.end_of_text).tokenizer
+encode = getattr(tokenizer, sys.argv[3])
 seconds = 0.0
 for source in sources(config, FileHashes(__import__("pathlib").Path(sys.argv[2]))):
     for documents, _ in source.batches():
         started = time.perf_counter()
-        tokenizer.encode_batch(documents, add_special_tokens=False)
+        encode(documents, add_special_tokens=False)
         seconds += time.perf_counter() - started
 print("RESULT", json.dumps({"seconds": seconds}))
 """
@@ -127,6 +137,11 @@ def main() -> None:
     parser.add_argument("--gb", type=float, default=1.05, help="corpus size")
     parser.add_argument("--work", default="/tmp/transformer-lab-corpus-bench", help="corpus and caches go here")
     parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument(
+        "--reuse-learned",
+        action="store_true",
+        help="keep the BPE learned by an earlier run in --work (its cache, tokenizer.json, learned.json)",
+    )
     args = parser.parse_args()
     work = Path(args.work)
     big, small = work / "corpus", work / "small"
@@ -134,27 +149,36 @@ def main() -> None:
     generate(small, 10_000_000, 1)
     size = sum(f.stat().st_size for f in big.glob("*.txt"))
     out: dict = {"cpu": cpu_model(), "cores": os.cpu_count(), "corpus_bytes": size, "date": time.strftime("%Y-%m-%d")}
+    out["code"] = commit()
     print(f"corpus: {size / 1e9:.2f} GB in {big}; cpu {out['cpu']}", flush=True)
 
     # (a) preparation, learning a BPE tokenizer from the training documents and encoding them
-    for cache in ("cache_bpe", "cache_tok", "cache_small", "cache_char"):
-        shutil.rmtree(work / cache, ignore_errors=True)
     common = {"path": str(big), "val_fraction": 0.001}
-    learned = prepare({**common, "tokenizer": "bpe", "vocab_size": 4096, "cache_dir": str(work / "cache_bpe")}, True)
+    tokenizer_file = work / "tokenizer.json"
+    for cache in ("cache_tok", "cache_small", "cache_char", *(() if args.reuse_learned else ("cache_bpe",))):
+        shutil.rmtree(work / cache, ignore_errors=True)
+    if args.reuse_learned:
+        learned = json.loads((work / "learned.json").read_text())
+    else:
+        bpe = {**common, "tokenizer": "bpe", "vocab_size": 4096, "cache_dir": str(work / "cache_bpe")}
+        learned = prepare(bpe, keep_tokenizer=True)
+        tokenizer_file.write_text(json.loads(learned.pop("tokenizer"))["tokenizer"])
+        (work / "learned.json").write_text(json.dumps({**learned, "code": commit()}))
     print(
         f"prepare (learn bpe + encode): {learned['wall_s']:.0f} s, peak RSS {learned['peak_rss_mb']:.0f} MB", flush=True
     )
-    tokenizer_file = work / "tokenizer.json"
-    tokenizer_file.write_text(json.loads(learned.pop("tokenizer"))["tokenizer"])
     out["prepare_learning_bpe"] = learned
 
-    # (b) the pipeline against the tokenizer's own encode_batch on the same documents, A B A B A B
+    # (b) the pipeline against the tokenizer's own encode_batch (and encode_batch_fast) on the same documents,
+    # interleaved
     pairs = []
     tok = {**common, "tokenizer": str(tokenizer_file)}
     for _ in range(args.pairs):
         shutil.rmtree(work / "cache_tok", ignore_errors=True)
         a = prepare({**tok, "cache_dir": str(work / "cache_tok")})
-        b = result(run([sys.executable, "-c", ENCODE_BATCH, json.dumps(tok), str(work / "hashes_only")])[0])
+        b = result(run([sys.executable, "-c", ENCODE_BATCH, json.dumps(tok), str(work / "hashes"), "encode_batch"])[0])
+        fast = run([sys.executable, "-c", ENCODE_BATCH, json.dumps(tok), str(work / "hashes"), "encode_batch_fast"])[0]
+        b_fast = result(fast)
         # prepare()'s seconds (files hashed, read, split, encoded, written) against encode_batch's alone
         pairs.append(
             {
@@ -162,10 +186,12 @@ def main() -> None:
                 "process_s": a["wall_s"],
                 "pipeline_rss_mb": a["peak_rss_mb"],
                 "encode_batch_s": b["seconds"],
+                "encode_batch_fast_s": b_fast["seconds"],
             }
         )
         print(
-            f"pipeline {a['seconds']:.1f} s (RSS {a['peak_rss_mb']:.0f} MB) vs encode_batch {b['seconds']:.1f} s",
+            f"pipeline {a['seconds']:.1f} s (RSS {a['peak_rss_mb']:.0f} MB) vs encode_batch {b['seconds']:.1f} s, "
+            f"encode_batch_fast {b_fast['seconds']:.1f} s",
             flush=True,
         )
     ratios = [p["encode_batch_s"] / p["pipeline_s"] for p in pairs]
@@ -174,6 +200,8 @@ def main() -> None:
         "pipeline_mb_s": statistics.median(size / 1e6 / p["pipeline_s"] for p in pairs),
         "encode_batch_mb_s": statistics.median(size / 1e6 / p["encode_batch_s"] for p in pairs),
         "ratio_median": statistics.median(ratios),
+        "encode_batch_fast_mb_s": statistics.median(size / 1e6 / p["encode_batch_fast_s"] for p in pairs),
+        "ratio_to_fast_median": statistics.median(p["encode_batch_fast_s"] / p["pipeline_s"] for p in pairs),
     }
 
     # (c) a second run: nothing encoded again; seconds to the first training step, 1 GB vs 10 MB
@@ -237,15 +265,16 @@ def main() -> None:
         textwrap.dedent(f"""\
         # A {size / 1e9:.2f} GB corpus through data=text
 
-        `python benchmarks/corpus.py` on {out["date"]}, CPU `{out["cpu"]}` ({out["cores"]} cores); figures in
-        {name}.json. The corpus: tiny Shakespeare's speeches, shuffled anew into 4 files.
+        `python benchmarks/corpus.py` on {out["date"]} (code {out["code"]}), CPU `{out["cpu"]}` ({out["cores"]} cores);
+        figures in {name}.json. The corpus: tiny Shakespeare's speeches, shuffled anew into 4 files.
 
         | | measured | target |
         |---|---|---|
         | preparation peak RSS, learning BPE (4096) and encoding | {learned["peak_rss_mb"]:.0f} MB ({learned["wall_s"]:.0f} s) | ≤ 1 GB |
         | preparation peak RSS, encoding with a tokenizer.json | {max(p["pipeline_rss_mb"] for p in t["pairs"]):.0f} MB | ≤ 1 GB |
         | training peak RSS, 1 GB / 10 MB corpus (same model) | {m["1gb"]:.0f} / {m["10mb"]:.0f} MB = {m["ratio"]:.3f} | within 10% |
-        | preparation throughput / encode_batch's, median of {len(t["pairs"])} pairs | {t["pipeline_mb_s"]:.2f} / {t["encode_batch_mb_s"]:.2f} MB/s = {t["ratio_median"]:.3f} | ≥ 0.9 |
+        | preparation throughput / encode_batch's, median of {len(t["pairs"])} triples | {t["pipeline_mb_s"]:.2f} / {t["encode_batch_mb_s"]:.2f} MB/s = {t["ratio_median"]:.3f} | ≥ 0.9 |
+        | preparation throughput / encode_batch_fast's (no offsets, what it calls) | {t["pipeline_mb_s"]:.2f} / {t["encode_batch_fast_mb_s"]:.2f} MB/s = {t["ratio_to_fast_median"]:.3f} | |
         | second run: files encoded again; prepare | {out["second_run"]["encoded"]}; {out["second_run"]["prepare_s"]:.1f} s | 0 |
         | seconds to the first step, 1 GB / 10 MB corpus | {starts["1gb"]:.1f} / {starts["10mb"]:.1f} s | |
         | steps/s from disk / in memory, median of {len(rows)} pairs | {out["steps_per_s"]["ratio_median"]:.3f} | within 5% |

@@ -110,8 +110,11 @@ class HFTokenizer:
         return np.array(self.tokenizer.encode(text, add_special_tokens=False).ids, dtype=np.int64)
 
     def encode_batch(self, texts: list[str]) -> list:
-        """Encodings (their `.ids`), in parallel; reading the ids is left to the caller's thread."""
-        return self.tokenizer.encode_batch(texts, add_special_tokens=False)
+        """Encodings (their `.ids`), in parallel; reading the ids is left to the caller's thread. Without
+        character offsets where the library can (encode_batch_fast, tokenizers >= 0.20.2): nothing here
+        reads them, and they cost about a sixth of the time."""
+        encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
+        return encode(texts, add_special_tokens=False)
 
     def decode(self, ids) -> str:
         return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
