@@ -273,7 +273,7 @@ def main() -> None:
 
         | | measured | target |
         |---|---|---|
-        | preparation peak RSS, learning BPE (4096) and encoding | {learned["peak_rss_mb"]:.0f} MB ({learned["wall_s"]:.0f} s) | ≤ 1 GB |
+        | preparation peak RSS, learning BPE (4096) and encoding (code {learned["code"]}) | {learned["peak_rss_mb"]:.0f} MB ({learned["wall_s"]:.0f} s) | ≤ 1 GB |
         | preparation peak RSS, encoding with a tokenizer.json | {max(p["pipeline_rss_mb"] for p in t["pairs"]):.0f} MB | ≤ 1 GB |
         | training peak RSS, 1 GB / 10 MB corpus (same model) | {m["1gb"]:.0f} / {m["10mb"]:.0f} MB = {m["ratio"]:.3f} | within 10% |
         | preparation throughput / encode_batch's, median of {len(t["pairs"])} triples | {t["pipeline_mb_s"]:.2f} / {t["encode_batch_mb_s"]:.2f} MB/s = {t["ratio_median"]:.3f} | ≥ 0.9 |

@@ -270,6 +270,8 @@ def test_every_objective_trains_on_one_corpus_cache(objective, tmp_path_factory)
     assert len(val) == 2 and val[-1] < val[0] < 7
     assert len(list((cache / "shards").glob("*.train.bin"))) == 1  # one cache for all three
     assert json.loads((run_dir / "summary.json").read_text())["val/bpb"] > 0
+    shown = {"model=gpt": "sample at step", "model=t5": "span fills at step", "model=bert": "masked-token predictions"}
+    assert shown[objective[0]] in result.stdout + result.stderr  # what each shows at validation
     if objective == ["model=gpt"]:  # the checkpoint carries the tokenizer: sampling needs no cache
         import shutil
         import subprocess
