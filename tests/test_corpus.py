@@ -158,6 +158,11 @@ def test_the_cache_encodes_a_changed_file_again_and_an_unchanged_one_never(tmp_p
     wide = corpus(tmp_path, path=str(folder), tokenizer="bytes", token_dtype="uint32")
     assert len(open(wide.shards[0].train, "rb").read()) == 4 * wide.shards[0].train_tokens
     assert torch.equal(wide.val[torch.arange(len(wide.val))], changed.val[torch.arange(len(changed.val))])
+    # beside the token files, the tokenizer that wrote them
+    from transformer_lab.data.tokenizers import from_json
+
+    (saved,) = (tmp_path / "cache" / "tokenizers").glob("encoded-with-*.json")
+    assert from_json(saved.read_text()).decode(wide.val[torch.arange(20)]) == wide.decode(wide.val[torch.arange(20)])
 
 
 def test_a_file_that_fails_midway_leaves_no_cache_behind(tmp_path):

@@ -24,6 +24,7 @@ import hashlib
 import itertools
 import json
 import logging
+import mmap
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -361,6 +362,9 @@ class Shard:
 def flatten(encoded: list, eot_id: int, dtype: np.dtype) -> np.ndarray:
     """Each document's ids followed by the end-of-text id, as one array. `encoded`: what the tokenizer's
     encode_batch() gave (ids, or HF Encodings, whose ids are read here: in the thread that writes)."""
+    if not encoded or isinstance(encoded[0], np.ndarray):  # char and bytes: arrays already
+        eot = np.array([eot_id], dtype)
+        return np.concatenate([np.empty(0, dtype), *(x for e in encoded for x in (e.astype(dtype, copy=False), eot))])
     flat: list[int] = []
     for e in encoded:
         flat.extend(getattr(e, "ids", e))  # (a list's extend, then one conversion: ~3x np.fromiter's speed)
@@ -447,6 +451,10 @@ def prepare(
     tokenizer_key = _digest(tokenizer.to_json())
     keys = [_digest(s.key, tokenizer_key, dtype.str, split_settings(config)) for s in all_sources]
     missing = [(s, k) for s, k in zip(all_sources, keys) if not (folder / f"{k}.json").is_file()]
+    saved = cache_dir / "tokenizers" / f"encoded-with-{tokenizer_key}.json"  # what the token files mean
+    if missing and rank == 0 and not saved.is_file():
+        with atomic_write(saved, "w") as f:
+            f.write(tokenizer.to_json())
     if missing and rank != 0:
         log.info("data: local rank %d waits for rank 0 to encode %d file(s)", rank, len(missing))
         for _, k in missing:
@@ -478,6 +486,8 @@ class TokenFile:
     def __init__(self, paths: list[str], dtype: np.dtype):
         self.parts = [np.memmap(p, dtype=dtype, mode="r") for p in paths if os.path.getsize(p)]
         self.bounds = np.cumsum([0] + [len(p) for p in self.parts])
+        for part in self.parts:
+            part._mmap.madvise(mmap.MADV_RANDOM)  # no read-ahead around a random window
 
     def __len__(self) -> int:
         return int(self.bounds[-1])
@@ -494,7 +504,9 @@ class TokenFile:
             for k in np.unique(part):
                 here = part == k
                 out[here] = self.parts[k][index[here] - self.bounds[k]]
-        return torch.from_numpy(np.asarray(out).astype(np.int64))
+        for part in self.parts:  # unmap what was read: else each window's pages (and the kernel maps ~64 KB
+            part._mmap.madvise(mmap.MADV_DONTNEED)  # around each) stay in this process's RSS, which then grows
+        return torch.from_numpy(np.asarray(out).astype(np.int64))  # with the corpus (nanoGPT's memmap "leak")
 
 
 class TextCorpusDataModule(DataModule):

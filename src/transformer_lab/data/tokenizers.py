@@ -120,14 +120,15 @@ class HFTokenizer:
         return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
 
     def token_bytes(self) -> list[int]:
-        """Exact for byte-level tokenizers (GPT-2's, ours): each piece is bytes written as characters, so a
-        piece that is part of a character still counts its own bytes; otherwise each id decoded alone."""
-        from tokenizers import pre_tokenizers
+        """Exact for byte-level tokenizers (a ByteLevel decoder: GPT-2's, Llama 3's, ours): each piece is bytes
+        written as characters, so a piece that is part of a character still counts its own bytes; otherwise
+        each id decoded alone."""
+        from tokenizers import decoders
 
         specials = {t.content for t in self.tokenizer.get_added_tokens_decoder().values() if t.special}
         byte_of = {c: b for b, c in enumerate(_bytes_to_unicode())}
         pieces = {i: p for p, i in self.tokenizer.get_vocab(with_added_tokens=True).items()}
-        byte_level = isinstance(self.tokenizer.pre_tokenizer, pre_tokenizers.ByteLevel)
+        byte_level = isinstance(self.tokenizer.decoder, decoders.ByteLevel)  # GPT-2's, Llama 3's, ours
         out = []
         for i in range(self.vocab_size):
             piece = pieces.get(i, "")
