@@ -224,7 +224,9 @@ def test_resolved_config_is_plain_data(tmp_path):
 
 
 CHOICES = [
-    (["model.mlp=geglu"], "gelu, relu, swiglu"),
+    (["model.mlp=geglu"], "gelu, gelu-tanh, relu, swiglu"),
+    (["model=encdec", "model.activation=swish"], "relu, gelu, gelu-tanh, silu"),
+    (["model=encdec", "model.sinusoid_layout=concat"], "interleaved, halves"),
     (["model.norm=batchnorm"], "layernorm, rmsnorm, none"),
     (["model=encdec", "model.pos_encoding=rope"], "sinusoidal, learned"),
     (["model=bert", "data=modular", "model.pooling=max"], "cls, mean"),

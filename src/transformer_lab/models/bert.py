@@ -28,10 +28,10 @@ from transformer_lab.models.flops import attention_flops, linear_flops
 class MaskedLMHead(nn.Module):
     """BERT's: dense + GELU + LayerNorm, then logits from the (tied) token embedding and a bias per token."""
 
-    def __init__(self, C: int, vocab_size: int, bias: bool):
+    def __init__(self, C: int, vocab_size: int, bias: bool, eps: float = 1e-12):
         super().__init__()
         self.dense = nn.Linear(C, C)
-        self.norm = nn.LayerNorm(C, eps=1e-12, bias=bias)
+        self.norm = nn.LayerNorm(C, eps=eps, bias=bias)
         self.bias = nn.Parameter(torch.zeros(vocab_size))
 
     def forward(self, x: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
@@ -49,7 +49,8 @@ class Bert(nn.Module):
         C = config.n_embd
         self.wte = nn.Embedding(config.vocab_size, C, padding_idx=config.pad_id)
         self.wpe = nn.Embedding(config.block_size, C)
-        self.embed_norm = nn.LayerNorm(C, eps=1e-12, bias=config.bias)
+        layer_eps, outer_eps = (config.norm_eps, config.norm_eps) if config.norm_eps else (1e-5, 1e-12)
+        self.embed_norm = nn.LayerNorm(C, eps=outer_eps, bias=config.bias)
         self.drop = nn.Dropout(config.dropout)
         self.encoder = nn.ModuleList(
             EncoderLayer(
@@ -60,14 +61,15 @@ class Bert(nn.Module):
                 config.bias,
                 config.norm_first,
                 activation="gelu",
+                eps=layer_eps,
             )
             for _ in range(config.n_layer)
         )
-        self.final_norm = nn.LayerNorm(C, bias=config.bias) if config.norm_first else nn.Identity()
+        self.final_norm = nn.LayerNorm(C, eps=layer_eps, bias=config.bias) if config.norm_first else nn.Identity()
         classify = config.n_classes is not None
         self.pooler = nn.Linear(C, C) if classify and config.pooling == "cls" else None
         self.head = nn.Linear(C, config.n_classes) if classify else None
-        self.mlm_head = None if classify else MaskedLMHead(C, config.vocab_size, config.bias)
+        self.mlm_head = None if classify else MaskedLMHead(C, config.vocab_size, config.bias, outer_eps)
         self.apply(self._init_weights)
 
     @staticmethod

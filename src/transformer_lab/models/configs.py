@@ -10,10 +10,12 @@ from transformer_lab.errors import ConfigError
 
 Norm = choice("Norm", "layernorm", "rmsnorm", "none")
 PosEncoding = choice("PosEncoding", "learned", "rope")
-Mlp = choice("Mlp", "gelu", "relu", "swiglu")
+Mlp = choice("Mlp", "gelu", "gelu-tanh", "relu", "swiglu")  # gelu-tanh: GPT-2's approximated GELU
 Positions = choice("Positions", "sinusoidal", "learned")
 Pooling = choice("Pooling", "cls", "mean")
 FeedForwardKind = choice("FeedForwardKind", "relu", "gated-gelu")
+Activation = choice("Activation", "relu", "gelu", "gelu-tanh", "silu")  # silu: Marian's "swish"
+SinusoidLayout = choice("SinusoidLayout", "interleaved", "halves")
 
 
 # models/gpt.py
@@ -23,19 +25,27 @@ class GPTConfig:
     block_size: int = 256
     n_layer: int = 6
     n_head: int = 6
+    n_kv_head: int | None = None  # grouped-query attention: heads of keys and values (null: n_head)
     n_embd: int = 384
     dropout: float = 0.0
     bias: bool = False  # biases in Linear and LayerNorm layers
+    qkv_bias: bool | None = None  # biases on the query, key and value projections (null: as bias; Qwen2: true)
     pos_encoding: PosEncoding = PosEncoding.learned
     rope_base: float = 10000.0
     mlp: Mlp = Mlp.gelu
     norm: Norm = Norm.layernorm  # none: as in Nanda et al.'s grokking model
+    norm_eps: float = 1e-5
     mlp_ratio: float = 4.0
+    d_ff: int | None = None  # the MLP's hidden width (null: from mlp_ratio, 2/3 of it for swiglu)
     tie_weights: bool = True  # share the token embedding with the output projection
     init_std: float | None = 0.02  # std of every weight's normal init; None: 1/sqrt(n_embd)
     scale_residual_init: bool = True  # GPT-2: residual projections' std divided by sqrt(2 * n_layer)
 
     def __post_init__(self):
+        if self.n_kv_head is not None and (self.n_kv_head < 1 or self.n_head % self.n_kv_head):
+            raise ConfigError("n_kv_head", f"must divide n_head={self.n_head}, got {self.n_kv_head}")
+        if self.d_ff is not None and self.d_ff < 1:
+            raise ConfigError("d_ff", f"must be positive or null, got {self.d_ff}")
         if self.pos_encoding == "rope" and (self.n_embd // self.n_head) % 2:
             raise ConfigError("n_embd", f"rope needs an even head size, n_embd/n_head = {self.n_embd // self.n_head}")
         if self.init_std is not None and self.init_std <= 0:
@@ -56,7 +66,9 @@ class EncDecConfig:
     dropout: float = 0.1
     bias: bool = True
     norm_first: bool = True  # pre-LN; False is the paper's post-LN
+    activation: Activation = Activation.relu  # of the feed-forward layers (Marian: silu)
     pos_encoding: Positions = Positions.sinusoidal
+    sinusoid_layout: SinusoidLayout = SinusoidLayout.interleaved  # sin/cos on even/odd channels; halves: Marian's
     tie_weights: bool = True  # output projection shares the embedding matrix
     pad_id: int = 0
 
@@ -81,12 +93,15 @@ class BertConfig:
     dropout: float = 0.1
     bias: bool = True
     norm_first: bool = False  # BERT's post-LN; True: pre-LN (with a final LayerNorm)
+    norm_eps: float | None = None  # every LayerNorm's (BERT: 1e-12); null: 1e-5 in the layers, 1e-12 elsewhere
     pooling: Pooling = Pooling.cls  # cls: the first position, through a tanh layer; mean: over real tokens
     pad_id: int = 0
 
     def __post_init__(self):
         if self.d_ff is not None and self.d_ff < 1:
             raise ConfigError("d_ff", f"must be positive or null, got {self.d_ff}")
+        if self.norm_eps is not None and self.norm_eps <= 0:
+            raise ConfigError("norm_eps", f"must be positive or null, got {self.norm_eps}")
 
 
 # models/t5.py
@@ -97,6 +112,7 @@ class T5Config:
     n_decoder_layer: int | None = None  # default: n_layer
     n_head: int = 4
     n_embd: int = 256
+    d_kv: int | None = None  # each head's width (null: n_embd / n_head; T5.1.1-small: 64 with 6 heads of 512)
     d_ff: int = 1024
     dropout: float = 0.1
     feed_forward: FeedForwardKind = FeedForwardKind.relu  # relu: T5; gated-gelu: T5.1.1
@@ -108,6 +124,8 @@ class T5Config:
     def __post_init__(self):
         if self.d_ff < 1:
             raise ConfigError("d_ff", f"must be positive, got {self.d_ff}")
+        if self.d_kv is not None and self.d_kv < 1:
+            raise ConfigError("d_kv", f"must be positive or null, got {self.d_kv}")
         if self.num_buckets < 4 or self.max_distance <= self.num_buckets // 2:
             raise ConfigError(
                 "num_buckets",

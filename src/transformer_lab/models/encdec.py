@@ -21,13 +21,17 @@ from transformer_lab.models.configs import EncDecConfig
 from transformer_lab.models.layers import Attention, EncoderDecoder, FeedForward
 
 
-def sinusoids(length: int, dim: int) -> torch.Tensor:
-    """The paper's fixed positions: sin on even channels, cos on odd, wavelengths 2π … 10000·2π."""
+def sinusoids(length: int, dim: int, layout: str = "interleaved") -> torch.Tensor:
+    """The paper's fixed positions, wavelengths 2π … 10000·2π: sin on even channels and cos on odd
+    (interleaved), or sin on the first half and cos on the second (halves: Marian's, tensor2tensor's)."""
     position = torch.arange(length).float()[:, None]  # (L, 1)
     inv_freq = torch.exp(torch.arange(0, dim, 2).float() * (-math.log(10000.0) / dim))  # (dim/2,)
+    angles = position * inv_freq  # (L, dim/2)
+    if layout == "halves":
+        return torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
     table = torch.zeros(length, dim)
-    table[:, 0::2] = torch.sin(position * inv_freq)
-    table[:, 1::2] = torch.cos(position * inv_freq)
+    table[:, 0::2] = torch.sin(angles)
+    table[:, 1::2] = torch.cos(angles)
     return table
 
 
@@ -43,13 +47,14 @@ class EncoderLayer(nn.Module):
         bias: bool,
         norm_first: bool,
         activation: str = "relu",
+        eps: float = 1e-5,
     ):
         super().__init__()
         self.norm_first = norm_first
         self.self_attn = Attention(n_embd, n_head, bias, dropout)
         self.ff = FeedForward(n_embd, d_ff, activation, bias, dropout)
-        self.norm1 = nn.LayerNorm(n_embd, bias=bias)
-        self.norm2 = nn.LayerNorm(n_embd, bias=bias)
+        self.norm1 = nn.LayerNorm(n_embd, eps=eps, bias=bias)
+        self.norm2 = nn.LayerNorm(n_embd, eps=eps, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, pad: torch.Tensor | None) -> torch.Tensor:
@@ -68,7 +73,7 @@ class DecoderLayer(nn.Module):
         self.norm_first = config.norm_first
         self.self_attn = Attention(C, config.n_head, config.bias, config.dropout)
         self.cross_attn = Attention(C, config.n_head, config.bias, config.dropout)
-        self.ff = FeedForward(C, config.d_ff or 4 * C, "relu", config.bias, config.dropout)
+        self.ff = FeedForward(C, config.d_ff or 4 * C, config.activation, config.bias, config.dropout)
         self.norm1 = nn.LayerNorm(C, bias=config.bias)
         self.norm2 = nn.LayerNorm(C, bias=config.bias)
         self.norm3 = nn.LayerNorm(C, bias=config.bias)
@@ -102,11 +107,11 @@ class EncDec(EncoderDecoder):
         if config.pos_encoding == "learned":
             self.pos = nn.Embedding(config.block_size, C)
         else:
-            self.register_buffer("sinusoids", sinusoids(config.block_size, C), persistent=False)
+            self.register_buffer("sinusoids", sinusoids(config.block_size, C, config.sinusoid_layout), persistent=False)
         self.drop = nn.Dropout(config.dropout)
         d_ff = config.d_ff or 4 * C
         self.encoder = nn.ModuleList(
-            EncoderLayer(C, config.n_head, d_ff, config.dropout, config.bias, config.norm_first)
+            EncoderLayer(C, config.n_head, d_ff, config.dropout, config.bias, config.norm_first, config.activation)
             for _ in range(config.n_layer)
         )
         self.decoder = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_decoder_layer or config.n_layer))

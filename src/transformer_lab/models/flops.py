@@ -15,6 +15,7 @@ def linear_flops(module: nn.Module, tokens: int) -> int:
     return 2 * tokens * sum(m.in_features * m.out_features for m in module.modules() if isinstance(m, nn.Linear))
 
 
-def attention_flops(n_embd: int, queries: int, keys: int) -> int:
-    """Scores q·kᵀ and the weighted sum of values, over all heads: 2 products of queries x keys x n_embd."""
-    return 2 * 2 * queries * keys * n_embd
+def attention_flops(width: int, queries: int, keys: int) -> int:
+    """Scores q·kᵀ and the weighted sum of values, over all heads: 2 products of queries x keys x width
+    (heads x head width: n_embd, unless a model sets the head width apart)."""
+    return 2 * 2 * queries * keys * width

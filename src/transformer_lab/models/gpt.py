@@ -1,8 +1,9 @@
 """A decoder-only transformer (GPT), readable top to bottom.
 
-Pre-LN blocks, causal self-attention through F.scaled_dot_product_attention, a GELU (ReLU, SwiGLU) MLP,
-learned (or rotary) positions, optional biases, weight tying and GPT-2 initialisation with the
-residual projections scaled by 1/sqrt(2 * n_layer). Runs on its own:
+Pre-LN blocks, causal self-attention through F.scaled_dot_product_attention (grouped-query as an
+option), a GELU (tanh-GELU, ReLU, SwiGLU) MLP, learned (or rotary) positions, optional biases, weight
+tying and GPT-2 initialisation with the residual projections scaled by 1/sqrt(2 * n_layer). GPT-2 is
+the learned/layernorm/gelu-tanh/bias settings; a Llama is rope/rmsnorm/swiglu without biases. Runs on its own:
 
     model = GPT(GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128))
     logits = model(idx)                     # (B, T) -> (B, T, vocab_size)
@@ -31,9 +32,12 @@ class Block(nn.Module):
         C, hidden = config.n_embd, int(config.mlp_ratio * config.n_embd)
         if config.mlp == "swiglu":
             hidden = int(2 * hidden / 3)  # 3 matrices of 2/3 the width keep the plain MLP's parameter count
-        self.ln_1 = make_norm(config.norm, C, config.bias)
-        self.attn = Attention(C, config.n_head, config.bias, config.dropout, rotary)
-        self.ln_2 = make_norm(config.norm, C, config.bias)
+        hidden = config.d_ff or hidden
+        self.ln_1 = make_norm(config.norm, C, config.bias, config.norm_eps)
+        self.attn = Attention(
+            C, config.n_head, config.bias, config.dropout, rotary, n_kv_head=config.n_kv_head, qkv_bias=config.qkv_bias
+        )
+        self.ln_2 = make_norm(config.norm, C, config.bias, config.norm_eps)
         self.mlp = FeedForward(C, hidden, config.mlp, config.bias)
         self.drop = nn.Dropout(config.dropout)
 
@@ -56,7 +60,7 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(config.block_size, config.n_embd) if config.pos_encoding == "learned" else None
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config, rotary) for _ in range(config.n_layer))
-        self.ln_f = make_norm(config.norm, config.n_embd, config.bias)
+        self.ln_f = make_norm(config.norm, config.n_embd, config.bias, config.norm_eps)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         if config.tie_weights:
             self.lm_head.weight = self.wte.weight

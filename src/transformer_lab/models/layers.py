@@ -49,7 +49,9 @@ class Attention(nn.Module):
     The projection keeps nn.MultiheadAttention's layout: in_proj rows [q; k; v] (one matmul for
     self-attention, q and [k; v] apart for cross-attention), then out_proj, so weights copy one to one.
     Options: rotary positions (in self-attention), an additive logit bias (T5's relative positions), the
-    logit scale (None: 1/sqrt(head_dim); T5 uses 1).
+    logit scale (None: 1/sqrt(head_dim); T5 uses 1), grouped-query attention (n_kv_head < n_head heads of
+    keys and values, each shared by n_head / n_kv_head query heads; the cache holds only those), a head
+    width other than n_embd / n_head (T5's d_kv), biases on q, k, v but not the output (Qwen2's).
     """
 
     def __init__(
@@ -60,16 +62,23 @@ class Attention(nn.Module):
         dropout: float = 0.0,
         rotary: RotaryEmbedding | None = None,
         scale: float | None = None,
+        n_kv_head: int | None = None,
+        head_dim: int | None = None,
+        qkv_bias: bool | None = None,
     ):
         super().__init__()
-        assert n_embd % n_head == 0, "n_embd must be divisible by n_head"
-        self.n_head, self.dropout, self.rotary, self.scale = n_head, dropout, rotary, scale
-        self.in_proj = nn.Linear(n_embd, 3 * n_embd, bias=bias)
-        self.out_proj = nn.Linear(n_embd, n_embd, bias=bias)
+        assert head_dim or n_embd % n_head == 0, "n_embd must be divisible by n_head"
+        self.n_head, self.n_kv_head = n_head, n_kv_head or n_head
+        assert n_head % self.n_kv_head == 0, "n_head must be a multiple of n_kv_head"
+        self.head_dim = head_dim or n_embd // n_head
+        self.q_size, self.kv_size = n_head * self.head_dim, self.n_kv_head * self.head_dim
+        self.dropout, self.rotary, self.scale = dropout, rotary, scale
+        self.in_proj = nn.Linear(n_embd, self.q_size + 2 * self.kv_size, bias=bias if qkv_bias is None else qkv_bias)
+        self.out_proj = nn.Linear(self.q_size, n_embd, bias=bias)
 
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
-        B, L, C = t.shape
-        return t.view(B, L, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, L, hd)
+        B, L, _ = t.shape
+        return t.view(B, L, -1, self.head_dim).transpose(1, 2)  # (B, heads, L, hd)
 
     def forward(
         self,
@@ -84,22 +93,23 @@ class Attention(nn.Module):
         # causal: each query sees the keys up to its own position; bias: added to the logits, (1|B, nh, T, S).
         # cache: self-attention appends each call's keys and values to it, so a call may bring a chunk of
         # new positions (causal over the cache and among themselves); cross-attention keeps the memory's.
-        B, T, C = x.shape
+        B, T, _ = x.shape
+        Q, KV = self.q_size, self.kv_size
         if memory is None:
-            q, k, v = (self._heads(t) for t in self.in_proj(x).split(C, dim=2))
+            q, k, v = (self._heads(t) for t in self.in_proj(x).split([Q, KV, KV], dim=2))
         else:
             w, b = self.in_proj.weight, self.in_proj.bias
-            q = self._heads(F.linear(x, w[:C], None if b is None else b[:C]))
+            q = self._heads(F.linear(x, w[:Q], None if b is None else b[:Q]))
             if cache is not None and "k" in cache:
                 k, v = cache["k"], cache["v"]  # the memory's keys and values never change
             else:
-                k, v = (self._heads(t) for t in F.linear(memory, w[C:], None if b is None else b[C:]).split(C, dim=2))
+                k, v = (self._heads(t) for t in F.linear(memory, w[Q:], None if b is None else b[Q:]).split(KV, dim=2))
         past = cache["k"].size(2) if cache and memory is None else 0
         if self.rotary is not None and memory is None:
             q, k = self.rotary(q, past), self.rotary(k, past)
         if cache is not None:
             if past:
-                k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)  # (B, nh, past+T, hd)
+                k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)  # (B, nkv, past+T, hd)
             cache["k"], cache["v"] = k, v
         S = k.size(2)
         mask = None if pad is None else ~pad[:, None, None, :]  # (B, 1, 1, S), True = may attend
@@ -118,19 +128,22 @@ class Attention(nn.Module):
             is_causal=causal,
             scale=self.scale,
             dropout_p=self.dropout if self.training else 0.0,
+            enable_gqa=self.n_kv_head != self.n_head,  # each kv head serves n_head / n_kv_head query heads
         )  # (B, nh, T, hd)
-        return self.out_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+        return self.out_proj(y.transpose(1, 2).contiguous().view(B, T, Q))
 
 
 class FeedForward(nn.Module):
     """Position-wise feed-forward: down(dropout(act(up(x)))), or gated, down(dropout(act(gate(x)) * up(x))).
 
-    activation: "relu" | "gelu" (exact) | "swiglu" (SiLU gate, Shazeer 2020) | "gated-gelu" (tanh-GELU
-    gate, T5.1.1)."""
+    activation: "relu" | "gelu" (exact) | "gelu-tanh" (GPT-2's approximation) | "silu" (Marian's swish) |
+    "swiglu" (SiLU gate, Shazeer 2020) | "gated-gelu" (tanh-GELU gate, T5.1.1)."""
 
     ACTIVATIONS = {
         "relu": F.relu,
         "gelu": F.gelu,
+        "gelu-tanh": lambda h: F.gelu(h, approximate="tanh"),
+        "silu": F.silu,
         "swiglu": F.silu,
         "gated-gelu": lambda h: F.gelu(h, approximate="tanh"),
     }
@@ -167,9 +180,11 @@ class EncoderDecoder(nn.Module):
         """Matmul FLOPs of one forward pass over a source of S tokens and a target of T (see models/flops.py):
         cross-attention projects the source into keys and values once per decoder layer."""
         C = self.config.n_embd
-        flops = linear_flops(self.encoder, S) + len(self.encoder) * attention_flops(C, S, S)
+        flops = linear_flops(self.encoder, S)
+        flops += sum(attention_flops(layer.self_attn.q_size, S, S) for layer in self.encoder)
         for layer in self.decoder:
-            flops += linear_flops(layer.self_attn, T) + attention_flops(C, T, T) + linear_flops(layer.ff, T)
-            # queries (C x C) and output on the target, keys and values (2C x C) on the source
-            flops += 2 * C * C * (2 * T + 2 * S) + attention_flops(C, T, S)
+            self_attn, cross = layer.self_attn, layer.cross_attn
+            flops += linear_flops(self_attn, T) + attention_flops(self_attn.q_size, T, T) + linear_flops(layer.ff, T)
+            # queries and output on the target, keys and values on the source
+            flops += 2 * C * (2 * cross.q_size * T + 2 * cross.kv_size * S) + attention_flops(cross.q_size, T, S)
         return flops + linear_flops(self.lm_head, T)

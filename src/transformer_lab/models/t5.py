@@ -61,10 +61,11 @@ class Block(nn.Module):
 
     def __init__(self, config: T5Config, cross: bool):
         super().__init__()
-        C, nh, dropout = config.n_embd, config.n_head, config.dropout
-        self.self_norm, self.self_attn = nn.RMSNorm(C, eps=1e-6), Attention(C, nh, False, dropout, scale=1.0)
+        C, nh, dropout, d_kv = config.n_embd, config.n_head, config.dropout, config.d_kv
+        self.self_norm = nn.RMSNorm(C, eps=1e-6)
+        self.self_attn = Attention(C, nh, False, dropout, scale=1.0, head_dim=d_kv)
         self.cross_norm = nn.RMSNorm(C, eps=1e-6) if cross else None
-        self.cross_attn = Attention(C, nh, False, dropout, scale=1.0) if cross else None
+        self.cross_attn = Attention(C, nh, False, dropout, scale=1.0, head_dim=d_kv) if cross else None
         self.ff_norm, self.ff = (
             nn.RMSNorm(C, eps=1e-6),
             FeedForward(C, config.d_ff, config.feed_forward, False, dropout),
@@ -113,15 +114,15 @@ class T5(EncoderDecoder):
     def _init_weights(self) -> None:
         # Mesh TensorFlow's T5 initialisation: each matrix scaled by its fan-in, queries also by 1/sqrt(d_head)
         # in place of the missing attention scale.
-        C, d_head = self.config.n_embd, self.config.n_embd // self.config.n_head
+        C = self.config.n_embd
         nn.init.normal_(self.embed.weight, std=1.0)
         for module in self.modules():
             if isinstance(module, Attention):
-                w = module.in_proj.weight  # rows [q; k; v]
-                nn.init.normal_(w[:C], std=(C * d_head) ** -0.5)
-                nn.init.normal_(w[C : 2 * C], std=C**-0.5)
-                nn.init.normal_(w[2 * C :], std=C**-0.5)
-                nn.init.normal_(module.out_proj.weight, std=C**-0.5)
+                w, Q, KV = module.in_proj.weight, module.q_size, module.kv_size  # rows [q; k; v]
+                nn.init.normal_(w[:Q], std=(C * module.head_dim) ** -0.5)
+                nn.init.normal_(w[Q : Q + KV], std=C**-0.5)
+                nn.init.normal_(w[Q + KV :], std=C**-0.5)
+                nn.init.normal_(module.out_proj.weight, std=Q**-0.5)
             elif isinstance(module, FeedForward):
                 for linear in (module.up, module.gate):
                     if linear is not None:
