@@ -223,6 +223,19 @@ def data_decided(config_class: type, datamodule: Batching, settings: dict) -> di
     }
 
 
+def check_sizes(model_cfg: dict, datamodule: Batching) -> None:
+    """A size the data decides but the model's config sets (by hand, or init_from=hf:...) must hold the data:
+    a vocabulary or a length at least the data's, the same padding id and classes."""
+    data = {"vocab_size": datamodule.vocab_size, "src_vocab_size": datamodule.source_vocab_size,
+            "block_size": datamodule.sequence_length}  # fmt: skip
+    for key, theirs in data.items():
+        if model_cfg.get(key) is not None and theirs is not None and model_cfg[key] < theirs:
+            raise ConfigError(f"model.{key}", f"is {model_cfg[key]}, the data needs {theirs}")
+    for key, theirs in (("pad_id", datamodule.pad_id), ("n_classes", datamodule.n_classes)):
+        if model_cfg.get(key) is not None and theirs is not None and model_cfg[key] != theirs:
+            raise ConfigError(f"model.{key}", f"is {model_cfg[key]}, the data's is {theirs}")
+
+
 def instantiate(cls: type, model_cfg: dict, from_data: dict) -> torch.nn.Module:
     """The model from its config section (less the keys that only select) and the data's sizes."""
     settings = {k: v for k, v in model_cfg.items() if k not in NOT_SETTINGS and k not in from_data}
@@ -233,6 +246,7 @@ def build_model(cfg: DictConfig, datamodule: Batching) -> tuple[torch.nn.Module,
     """The model, and the sizes the data decided (kept in checkpoints, to rebuild it from one alone)."""
     cls = model_class(cfg)
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True)
+    check_sizes(model_cfg, datamodule)
     from_data = data_decided(cls.config_class, datamodule, model_cfg)
     model = instantiate(cls, model_cfg, from_data)
     if cfg.model.compile:

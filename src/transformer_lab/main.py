@@ -48,6 +48,10 @@ def prepare(config: DictConfig) -> Prepared:
     from transformer_lab.resume import resume_config
 
     cfg, resumed, overrides = resume_config(config)
+    if str(cfg.get("init_from") or "").startswith("hf:"):  # a Transformers checkpoint decides the model's settings
+        from transformer_lab.pretrained import apply
+
+        cfg, overrides = apply(cfg, overrides)
     if cfg is not config or not validated:
         validate(cfg)
     return Prepared(cfg, resumed, overrides, cfg is not config, check_buildable(cfg))

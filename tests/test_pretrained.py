@@ -1,0 +1,223 @@
+"""Transformers checkpoints in and out (pretrained.py, export.py): small random models of every family built
+with Transformers itself, saved with save_pretrained, loaded with init_from=hf:DIR's code: the same logits
+within 1e-5 (float32), the same greedy tokens through our KV cache as their generate(), and back out again."""
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from transformer_lab.errors import ConfigError  # noqa: E402
+from transformer_lab.factory import import_class  # noqa: E402
+from transformer_lab.pretrained import MODELS, load_state, open_checkpoint  # noqa: E402
+
+V = 99
+
+
+def randomised(model):
+    """Every weight drawn anew (norm gains and biases too), so a tensor mapped to the wrong place shows."""
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "embed_positions" in name:  # Marian's sinusoids (fixed)
+                continue
+            p.normal_(1.0 if name.endswith(("LayerNorm.weight", "layernorm.weight", "layer_norm.weight", "norm.weight", "ln_1.weight", "ln_2.weight", "ln_f.weight")) else 0.0, 0.1)  # fmt: skip
+    return model.eval()
+
+
+def saved(model, tmp_path):
+    model.save_pretrained(tmp_path)
+    return f"hf:{tmp_path}"
+
+
+def ours(source: str, **extra):
+    checkpoint = open_checkpoint(source)
+    cls = import_class(MODELS[checkpoint.family.model], "model._target_")
+    model = cls(cls.config_class(**{**checkpoint.settings, "dropout": 0.0, **extra})).eval()
+    report, misfits, _ = load_state(model, source)
+    return model, report, misfits
+
+
+def decoder_configs():
+    common = dict(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                  max_position_embeddings=64)  # fmt: skip
+    return {
+        "gpt2": lambda: transformers.GPT2LMHeadModel(
+            transformers.GPT2Config(
+                vocab_size=V,
+                n_positions=64,
+                n_embd=32,
+                n_layer=2,
+                n_head=4,
+                resid_pdrop=0.0,
+                embd_pdrop=0.0,
+                attn_pdrop=0.0,
+            )  # fmt: skip
+        ),
+        "gpt2-untied-relu": lambda: transformers.GPT2LMHeadModel(
+            transformers.GPT2Config(
+                vocab_size=V,
+                n_positions=64,
+                n_embd=32,
+                n_layer=2,
+                n_head=4,
+                n_inner=40,
+                activation_function="relu",
+                tie_word_embeddings=False,
+            )  # fmt: skip
+        ),
+        "llama-gqa": lambda: transformers.LlamaForCausalLM(
+            transformers.LlamaConfig(**common, num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=500.0)
+        ),
+        "llama-tied": lambda: transformers.LlamaForCausalLM(
+            transformers.LlamaConfig(**common, tie_word_embeddings=True)
+        ),
+        "mistral": lambda: transformers.MistralForCausalLM(
+            transformers.MistralConfig(**common, num_key_value_heads=1, sliding_window=None)
+        ),
+        "qwen2": lambda: transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common, num_key_value_heads=2)),
+    }
+
+
+@pytest.mark.parametrize("family", list(decoder_configs()))
+def test_decoders_give_transformers_logits_and_greedy_tokens(family, tmp_path):
+    theirs = randomised(decoder_configs()[family]())
+    model, report, misfits = ours(saved(theirs, tmp_path))
+    assert misfits == [], report
+    idx = torch.randint(0, V, (3, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = theirs(idx).logits
+    torch.testing.assert_close(model(idx), expected, atol=1e-5, rtol=1e-5)
+    prompt = idx[:, :5]
+    generated = theirs.generate(prompt, max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert torch.equal(model.generate(prompt, 12, temperature=0), generated)  # through our KV cache
+
+
+def test_bert_masked_lm_and_classifier_logits(tmp_path):
+    config = transformers.BertConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=64, max_position_embeddings=40, hidden_dropout_prob=0.0,
+                                     attention_probs_dropout_prob=0.0)  # fmt: skip
+    idx = torch.randint(1, V, (3, 17), generator=torch.Generator().manual_seed(1))
+    idx[0, 12:] = 0  # padding (BERT's pad id)
+    mask = (idx != 0).long()
+    mlm = randomised(transformers.BertForMaskedLM(config))
+    model, report, misfits = ours(saved(mlm, tmp_path / "mlm"))
+    assert misfits == [], report
+    with torch.no_grad():
+        expected = mlm(idx, attention_mask=mask).logits
+    real = mask.bool()
+    torch.testing.assert_close(model(idx)[real], expected[real], atol=1e-5, rtol=1e-5)
+
+    classifier = randomised(
+        transformers.BertForSequenceClassification(config.__class__(**config.to_dict(), num_labels=3))
+    )
+    model, report, misfits = ours(saved(classifier, tmp_path / "cls"), n_classes=3)
+    assert misfits == [], report
+    with torch.no_grad():
+        expected = classifier(idx, attention_mask=mask).logits
+    torch.testing.assert_close(model(idx), expected, atol=1e-5, rtol=1e-5)
+
+    # The masked LM's encoder starts a classifier: the pooler and the head are new, said so.
+    model, report, misfits = ours(f"hf:{tmp_path / 'mlm'}", n_classes=5)
+    assert set(misfits) >= {"head.weight", "head.bias", "pooler.weight", "pooler.bias"}, report
+    assert "left as initialised" in report
+
+
+def greedy(model, src, start: int, steps: int):
+    """Greedy decoding through our key/value cache, one token at a time."""
+    memory, pad = model.encode(src)
+    cache, out = model.new_cache(), torch.full((len(src), 1), start)
+    for _ in range(steps):
+        logits = model.decode(out[:, -1:], memory, pad, cache)[:, -1]
+        logits[:, start] = float("-inf")  # never the start (pad) token, as Transformers' suppress_tokens below
+        out = torch.cat([out, logits.argmax(-1, keepdim=True)], dim=1)
+    return out
+
+
+def seq2seq_configs():
+    t5 = dict(vocab_size=V, d_model=32, d_ff=64, num_layers=2, num_decoder_layers=3, num_heads=4, dropout_rate=0.0)
+    marian = dict(
+        vocab_size=V,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+        pad_token_id=V - 1,
+        decoder_start_token_id=V - 1,
+        eos_token_id=1,
+        dropout=0.0,
+        scale_embedding=True,
+    )  # fmt: skip  (opus-mt models scale; the class default does not)
+    return {
+        "t5": (lambda: transformers.T5ForConditionalGeneration(transformers.T5Config(**t5, d_kv=8)), 0),
+        "t5-v1.1": (
+            lambda: transformers.T5ForConditionalGeneration(
+                transformers.T5Config(**t5, d_kv=16, feed_forward_proj="gated-gelu", tie_word_embeddings=False)
+            ),
+            0,
+        ),
+        "marian": (
+            lambda: transformers.MarianMTModel(transformers.MarianConfig(**marian, activation_function="swish")),
+            V - 1,
+        ),
+        "marian-gelu-unshared": (
+            lambda: transformers.MarianMTModel(
+                transformers.MarianConfig(**marian, activation_function="gelu", share_encoder_decoder_embeddings=False)
+            ),
+            V - 1,
+        ),
+    }
+
+
+@pytest.mark.parametrize("family", list(seq2seq_configs()))
+def test_encoder_decoders_give_transformers_logits_and_greedy_tokens(family, tmp_path):
+    make, pad = seq2seq_configs()[family]
+    theirs = make()
+    randomised(theirs)
+    model, report, misfits = ours(saved(theirs, tmp_path))
+    assert misfits == [], report
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(2, V - 1, (3, 11), generator=g)
+    src[1, 7:] = pad
+    tgt = torch.cat([torch.full((3, 1), pad), torch.randint(2, V - 1, (3, 8), generator=g)], dim=1)
+    mask = (src != pad).long()
+    with torch.no_grad():
+        expected = theirs(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits
+    torch.testing.assert_close(model(src, tgt), expected, atol=1e-5, rtol=1e-5)
+    generated = theirs.generate(
+        input_ids=src,
+        attention_mask=mask,
+        max_new_tokens=10,
+        do_sample=False,
+        num_beams=1,
+        eos_token_id=None,
+        decoder_start_token_id=pad,
+        suppress_tokens=[pad],
+        forced_eos_token_id=None,
+        bad_words_ids=None,
+        use_cache=False,
+    )  # fmt: skip  (their cache assumes as many decoder layers as encoder)
+    assert torch.equal(greedy(model, src, pad, 10), generated)
+
+
+def test_unmappable_configs_are_refused_in_one_line(tmp_path):
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=V, n_positions=16, n_embd=16, n_layer=1,
+                                                                 n_head=2, activation_function="silu"))  # fmt: skip
+    with pytest.raises(ConfigError) as info:
+        open_checkpoint(saved(gpt2, tmp_path / "gpt2"))
+    assert info.value.key == "init_from" and "activation_function='silu'" in str(info.value)
+    scaled = transformers.LlamaConfig(vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                      num_attention_heads=2, rope_scaling={"rope_type": "linear", "factor": 2.0})  # fmt: skip
+    transformers.LlamaForCausalLM(scaled).save_pretrained(tmp_path / "llama")
+    with pytest.raises(ConfigError, match="rope scaling 'linear'"):
+        open_checkpoint(f"hf:{tmp_path / 'llama'}")
+    bart = transformers.BartConfig(vocab_size=V, d_model=16, encoder_layers=1, decoder_layers=1)
+    transformers.BartForConditionalGeneration(bart).save_pretrained(tmp_path / "bart")
+    with pytest.raises(ConfigError, match="model_type 'bart' is not one mapped here"):
+        open_checkpoint(f"hf:{tmp_path / 'bart'}")
+    with pytest.raises(ConfigError, match="no Transformers model directory"):
+        open_checkpoint(f"hf:{tmp_path / 'nothing-here'}")
