@@ -221,3 +221,113 @@ def test_unmappable_configs_are_refused_in_one_line(tmp_path):
         open_checkpoint(f"hf:{tmp_path / 'bart'}")
     with pytest.raises(ConfigError, match="no Transformers model directory"):
         open_checkpoint(f"hf:{tmp_path / 'nothing-here'}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Export: our checkpoint -> a Transformers directory -> from_pretrained
+
+
+def bpe_tokenizer(specials=("<pad>", "</s>", "<unk>")):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer, tokenizer.decoder = pre_tokenizers.ByteLevel(), decoders.ByteLevel()
+    text = ["the quick brown fox jumps over the lazy dog", "a stitch in time saves nine"] * 20
+    tokenizer.train_from_iterator(text, trainers.BpeTrainer(vocab_size=V, special_tokens=list(specials)))
+    return tokenizer
+
+
+def our_checkpoint(model, tmp_path, tokenizer):
+    """A checkpoint as train.py writes one (its model section, weights and tokenizer), without training."""
+    from transformer_lab.data.tokenizers import HFTokenizer
+    from transformer_lab.export import settings_of
+
+    option = next(name for name, target in MODELS.items() if target.endswith(type(model).__qualname__))
+    meta = {
+        "config": {
+            "model": {"_target_": MODELS[option], "name": option, **settings_of(model)},
+            "task": {"batches": {}},
+        },
+        "model_args": {},
+        "tokenizer": HFTokenizer(tokenizer, "</s>").to_json(),
+    }
+    path = tmp_path / "ours.ckpt"
+    torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()}, "transformer_lab": meta}, path)
+    return path
+
+
+EXPORTS = {
+    "gpt2": (lambda: decoder_configs()["gpt2"](), "AutoModelForCausalLM"),
+    "llama-gqa": (lambda: decoder_configs()["llama-gqa"](), "AutoModelForCausalLM"),
+    "qwen2": (lambda: decoder_configs()["qwen2"](), "AutoModelForCausalLM"),
+    "t5": (lambda: seq2seq_configs()["t5"][0](), "AutoModelForSeq2SeqLM"),
+    "marian": (lambda: seq2seq_configs()["marian"][0](), "AutoModelForSeq2SeqLM"),
+}
+
+
+@pytest.mark.parametrize("family", list(EXPORTS))
+def test_export_then_from_pretrained_gives_the_same_logits(family, tmp_path):
+    from transformer_lab.export import export
+
+    make, auto = EXPORTS[family]
+    original = randomised(make())
+    model, _, misfits = ours(saved(original, tmp_path / "in"))
+    assert misfits == []
+    tokenizer = bpe_tokenizer()
+    out = export(our_checkpoint(model, tmp_path, tokenizer), tmp_path / "out")
+    exported = getattr(transformers, auto).from_pretrained(out).eval()
+    assert type(exported) is type(original)
+    src = torch.randint(2, V - 1, (2, 9), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        if auto == "AutoModelForCausalLM":
+            got, want, mine = exported(src).logits, original(src).logits, model(src)
+        else:
+            tgt = src[:, :5]
+            got, want = (
+                exported(input_ids=src, decoder_input_ids=tgt).logits,
+                original(input_ids=src, decoder_input_ids=tgt).logits,
+            )
+            mine = model(src, tgt)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got, mine, atol=1e-5, rtol=1e-5)
+    loaded = transformers.AutoTokenizer.from_pretrained(out)
+    if family == "qwen2":  # Transformers 5 loads a qwen2 directory with Qwen2Tokenizer, whatever it declares,
+        return  # which re-makes the pre-tokenizer as Qwen's: the ids of another BPE differ (closing note)
+    text = "the lazy fox saves time"
+    ids = tokenizer.encode(text).ids
+    assert loaded(text)["input_ids"] == ids and loaded.decode(ids) == tokenizer.decode(ids), type(loaded)
+
+
+def test_bert_export_round_trips_masked_lm_and_classifier(tmp_path):
+    from transformer_lab.export import export
+    from transformer_lab.models.bert import Bert, BertConfig
+
+    torch.manual_seed(0)
+    tokenizer = bpe_tokenizer(("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"))
+    for n_classes, auto in ((None, "AutoModelForMaskedLM"), (4, "AutoModelForSequenceClassification")):
+        model = Bert(BertConfig(vocab_size=V, n_classes=n_classes, block_size=32, n_layer=2, n_head=4, n_embd=32,
+                                dropout=0.0, norm_eps=1e-12)).eval()  # fmt: skip
+        randomised(model)
+        folder = tmp_path / str(n_classes)
+        folder.mkdir()
+        out = export(our_checkpoint(model, folder, tokenizer), folder / "out")
+        exported = getattr(transformers, auto).from_pretrained(out).eval()
+        idx = torch.randint(5, V, (2, 12), generator=torch.Generator().manual_seed(3))
+        idx[1, 8:] = 0
+        with torch.no_grad():
+            got = exported(idx, attention_mask=(idx != 0).long()).logits
+        mine = model(idx)
+        if n_classes is None:
+            got, mine = got[idx != 0], mine[idx != 0]
+        torch.testing.assert_close(got, mine, atol=1e-5, rtol=1e-5)
+
+
+def test_a_model_no_transformers_architecture_expresses_is_refused_by_name(tmp_path):
+    from transformer_lab.errors import UserError
+    from transformer_lab.export import export
+    from transformer_lab.models.gpt import GPT, GPTConfig
+
+    model = GPT(GPTConfig(vocab_size=V, block_size=16, n_layer=1, n_head=2, n_embd=16, norm="rmsnorm"))
+    with pytest.raises(UserError) as info:
+        export(our_checkpoint(model, tmp_path, bpe_tokenizer()), tmp_path / "out")
+    assert "model.norm: GPT-2 has norm=layernorm" in str(info.value) and "pos_encoding" in str(info.value)

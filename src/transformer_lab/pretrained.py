@@ -423,9 +423,6 @@ class Bert(Family):
         theirs = super().to_hf(ours, s)
         wpe = theirs["bert.embeddings.position_embeddings.weight"]
         theirs["bert.embeddings.token_type_embeddings.weight"] = torch.zeros(2, wpe.size(1), dtype=wpe.dtype)
-        if "mlm_head.bias" in ours:
-            theirs["cls.predictions.decoder.weight"] = ours["wte.weight"]  # tied, as BERT's
-            theirs["cls.predictions.decoder.bias"] = ours["mlm_head.bias"]
         return theirs
 
     def hf_config(self, s, tokens):

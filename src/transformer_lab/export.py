@@ -1,0 +1,147 @@
+"""A run's model as a Transformers directory: config.json, model.safetensors, tokenizer.json and
+tokenizer_config.json, which `AutoModelFor...from_pretrained(OUT_DIR)` and `AutoTokenizer.from_pretrained(OUT_DIR)`
+load (pretrained.py has the families and their tables).
+
+    python -m transformer_lab.export outputs/DATE/TIME exported/   # a run directory (its best.ckpt) or a .ckpt
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from enum import Enum
+from pathlib import Path
+
+import torch
+
+from transformer_lab.errors import ConfigError, UserError, exit_on_user_error
+
+log = logging.getLogger(__name__)
+
+
+def settings_of(model: torch.nn.Module) -> dict:
+    return {k: v.value if isinstance(v, Enum) else v for k, v in vars(model.config).items()}
+
+
+def family_for(model: torch.nn.Module, s: dict):
+    """The Transformers family this model's settings are: the first of its candidates that can express them."""
+    from transformer_lab.pretrained import FAMILIES, MODELS, llama_for
+
+    target = f"{type(model).__module__}.{type(model).__qualname__}"
+    candidates = [
+        f for f in FAMILIES.values() if MODELS[f.model] == target and f.model_type not in ("mistral", "qwen2")
+    ]
+    candidates = [llama_for(s) if f.model_type == "llama" else f for f in candidates]
+    if not candidates:
+        raise UserError(f"export: {target} has no Transformers family here (pretrained.py: {', '.join(FAMILIES)})")
+    reasons = []
+    for family in candidates:
+        try:
+            family.hf_config(s, {})
+            return family
+        except ConfigError as e:
+            reasons.append(str(e))
+    raise UserError(f"export: no Transformers architecture has this model's settings ({'; '.join(reasons)})")
+
+
+def char_tokenizer(chars: list[str], end_of_text: str | None):
+    """A character vocabulary as a tokenizers.Tokenizer: one piece per character, joined back as written."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {c: i for i, c in enumerate(chars)}
+    if end_of_text is not None:
+        vocab[end_of_text] = len(chars)
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token=end_of_text or chars[0]))
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex("(?s)."), behavior="isolated")
+    tokenizer.decoder = decoders.Fuse()
+    if end_of_text is not None:
+        tokenizer.add_special_tokens([end_of_text])
+    return tokenizer
+
+
+def tokenizer_of(meta: dict):
+    """The checkpoint's tokenizer as a tokenizers.Tokenizer, and its end-of-text token."""
+    from tokenizers import Tokenizer
+
+    saved = meta.get("tokenizer")
+    if saved is None and meta.get("vocab") and all(isinstance(c, str) and len(c) == 1 for c in meta["vocab"]):
+        return char_tokenizer(meta["vocab"], None), None  # tiny Shakespeare's characters
+    if saved is None:
+        raise UserError("export: this run's data has no tokenizer Transformers can read (its vocabulary is its own)")
+    if meta.get("source_tokenizer"):
+        raise UserError("export: data.shared_vocab=false: two tokenizers, where a Transformers directory has one")
+    saved_json = json.loads(saved)
+    kind = saved_json.get("kind")
+    if kind == "char":
+        return char_tokenizer(saved_json["chars"], saved_json["end_of_text"]), saved_json["end_of_text"]
+    if kind == "huggingface":
+        return Tokenizer.from_str(saved_json["tokenizer"]), saved_json["end_of_text"]
+    if kind is None:  # a translation run's: the tokenizers.Tokenizer itself
+        tokenizer = Tokenizer.from_str(saved)
+        return tokenizer, next((t for t in ("</s>", "<eos>") if tokenizer.token_to_id(t) is not None), None)
+    raise UserError(f"export: data.tokenizer={kind}: no Transformers tokenizer expresses it here")
+
+
+def special_ids(tokenizer, end_of_text: str | None, s: dict) -> tuple[dict, dict]:
+    """The token ids a Transformers config names, and the tokens tokenizer_config.json names."""
+    ids, tokens = {}, {}
+    if end_of_text is not None:
+        ids["eos_token_id"] = ids["bos_token_id"] = tokenizer.token_to_id(end_of_text)
+        tokens["eos_token"] = tokens["bos_token"] = end_of_text
+    for name in ("<s>", "<bos>", "[CLS]"):
+        if tokenizer.token_to_id(name) is not None:
+            ids["bos_token_id"], tokens["bos_token"] = tokenizer.token_to_id(name), name
+            break
+    pad = s.get("pad_id")
+    if pad is not None and pad < tokenizer.get_vocab_size(with_added_tokens=True):
+        tokens["pad_token"] = tokenizer.id_to_token(pad)
+    for name, token in (
+        ("unk_token", "[UNK]"),
+        ("mask_token", "[MASK]"),
+        ("sep_token", "[SEP]"),
+        ("cls_token", "[CLS]"),
+    ):
+        if tokenizer.token_to_id(token) is not None:
+            tokens[name] = token
+    return ids, tokens
+
+
+def export(target: str | Path, out_dir: str | Path) -> Path:
+    from safetensors.torch import save_file
+
+    from transformer_lab.checkpoint import checkpoint_of, load_model
+
+    path = checkpoint_of(target)
+    model, meta = load_model(path)
+    s = settings_of(model)
+    family = family_for(model, s)
+    tokenizer, end_of_text = tokenizer_of(meta)
+    ids, tokens = special_ids(tokenizer, end_of_text, s)
+    config = {"model_type": family.model_type, **family.hf_config(s, ids), "torch_dtype": "float32"}
+    tensors = {k: v.detach().clone().contiguous() for k, v in family.to_hf(model.state_dict(), s).items()}
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    tokenizer.save(str(out / "tokenizer.json"))
+    length = s.get("block_size") or 512
+    tokenizer_config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": length, **tokens}
+    (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
+    log.info("exported %s as %s (%s) to %s", path, config["architectures"][0], family.model_type, out)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m transformer_lab.export", description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", help="a run directory (its checkpoints/best.ckpt, else last.ckpt) or a .ckpt file")
+    parser.add_argument("out_dir", help="the Transformers directory to write")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    with exit_on_user_error():
+        out = export(args.run, args.out_dir)
+    print(f"wrote {out}: AutoModel*.from_pretrained({str(out)!r}), AutoTokenizer.from_pretrained({str(out)!r})")
+
+
+if __name__ == "__main__":
+    main()
