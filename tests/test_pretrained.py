@@ -7,6 +7,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from conftest import ROOT, SHAKESPEARE, needs_shakespeare, run_train  # noqa: E402
 from transformer_lab.errors import ConfigError  # noqa: E402
 from transformer_lab.factory import import_class  # noqa: E402
 from transformer_lab.pretrained import MODELS, load_state, open_checkpoint  # noqa: E402
@@ -331,3 +332,69 @@ def test_a_model_no_transformers_architecture_expresses_is_refused_by_name(tmp_p
     with pytest.raises(UserError) as info:
         export(our_checkpoint(model, tmp_path, bpe_tokenizer()), tmp_path / "out")
     assert "model.norm: GPT-2 has norm=layernorm" in str(info.value) and "pos_encoding" in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Fine-tuning from a Transformers checkpoint in one command (a local stand-in for `init_from=hf:gpt2`)
+
+
+def gpt2_stand_in(folder):
+    """A small GPT-2 directory as the hub's: config.json, model.safetensors and a byte-level tokenizer.json."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    tokenizer.train([str(SHAKESPEARE)], trainer)
+    config = transformers.GPT2Config(
+        vocab_size=tokenizer.get_vocab_size(), n_positions=64, n_embd=32, n_layer=2, n_head=2
+    )
+    transformers.GPT2LMHeadModel(config).save_pretrained(folder)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    return tokenizer
+
+
+@pytest.mark.e2e
+@needs_shakespeare
+def test_fine_tune_a_transformers_gpt2_on_text_sample_and_export_it(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    hub = tmp_path / "gpt2"
+    tokenizer = gpt2_stand_in(hub)
+    run_dir = tmp_path / "run"
+    common = ["model=gpt", "data=text", f"data.path={SHAKESPEARE}", f"data.cache_dir={tmp_path / 'cache'}",
+              "data.block_size=32", "data.batch_size=8", "data.val_fraction=0.1", f"init_from=hf:{hub}"]  # fmt: skip
+    refused = run_train(*common, "model.n_layer=3", f"hydra.run.dir={tmp_path / 'refused'}")
+    assert refused.returncode == 2 and "model.n_layer: hf:" in refused.stderr and "has n_layer=2" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+    result = run_train(*common, "optim.lr=3e-3", "optim.pretrained_lr=1e-3", "trainer.max_steps=40",
+                       "trainer.val_check_interval=20", "trainer.limit_val_batches=4", "logger=csv",
+                       "trainer.enable_progress_bar=false", f"hydra.run.dir={run_dir}")  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = result.stdout + result.stderr
+    assert f"init_from hf:{hub} (gpt2, {hub}): loaded 29 of 29 tensors" in log  # every tensor, nothing left
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    val = [line["val/loss"] for line in lines if "val/loss" in line]
+    assert len(val) == 2 and val[-1] < val[0]
+    cfg = (run_dir / ".hydra" / "config.yaml").read_text()
+    assert "mlp: gelu-tanh" in cfg and "n_layer: 2" in cfg and f"tokenizer: {hub}" in cfg
+
+    sample = subprocess.run([sys.executable, "-m", "transformer_lab.sample", str(run_dir), "prompt=ROMEO:",
+                             "max_new_tokens=10"], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert sample.returncode == 0 and sample.stdout.startswith("ROMEO:"), sample.stderr[-2000:]
+
+    from transformer_lab.checkpoint import checkpoint_of, load_model
+    from transformer_lab.export import export
+
+    out = export(run_dir, tmp_path / "exported")
+    exported = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    model, _ = load_model(checkpoint_of(run_dir))
+    ids = torch.tensor([tokenizer.encode("ROMEO: what light").ids])
+    with torch.no_grad():
+        torch.testing.assert_close(exported(ids).logits, model(ids), atol=1e-5, rtol=1e-5)
+    assert transformers.AutoTokenizer.from_pretrained(out)("ROMEO: what light")["input_ids"] == ids[0].tolist()

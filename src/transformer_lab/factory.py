@@ -246,8 +246,9 @@ def build_model(cfg: DictConfig, datamodule: Batching) -> tuple[torch.nn.Module,
     """The model, and the sizes the data decided (kept in checkpoints, to rebuild it from one alone)."""
     cls = model_class(cfg)
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True)
-    check_sizes(model_cfg, datamodule)
-    from_data = data_decided(cls.config_class, datamodule, model_cfg)
+    sizes = OmegaConf.to_container(cfg.model_sizes) if cfg.get("model_sizes") else {}  # (init_from=hf: sets them)
+    check_sizes({**model_cfg, **sizes}, datamodule)
+    from_data = {**data_decided(cls.config_class, datamodule, {**model_cfg, **sizes}), **sizes}
     model = instantiate(cls, model_cfg, from_data)
     if cfg.model.compile:
         model.compile()  # in place: the state dict keeps its keys, so checkpoints are the same either way

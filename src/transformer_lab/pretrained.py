@@ -9,7 +9,6 @@ a hub name is fetched with huggingface_hub. `transformers` itself is not needed 
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 from dataclasses import dataclass
@@ -677,6 +676,10 @@ def open_checkpoint(source: str) -> Checkpoint:
     return Checkpoint(source, folder, family, family.settings(hf, source))
 
 
+def override_value(value) -> str:
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def apply(cfg, overrides: list[str] | None):
     """The run's config and overrides with its init_from=hf:... checkpoint's model settings (and, for data with
     a `tokenizer` key, the checkpoint's tokenizer): sizes are never retyped, and an override that says
@@ -691,18 +694,23 @@ def apply(cfg, overrides: list[str] | None):
             source,
             f"a {family.model_type} checkpoint loads into model={family.model}; this run has model={cfg.model.name}",
         )
+    from transformer_lab.data.configs import DATA_DECIDED
+
     given = {o.lstrip("+~").split("=", 1)[0] for o in overrides or []}
-    cfg, added = copy.deepcopy(cfg), []
+    added = []  # (in place: Hydra records and runs this config object)
+    sizes = {k: v for k, v in checkpoint.settings.items() if k in DATA_DECIDED and v is not None}
     with open_dict(cfg):
         for key, value in checkpoint.settings.items():
+            if key in DATA_DECIDED:
+                continue
             if f"model.{key}" in given and OmegaConf.to_container(cfg.model, enum_to_str=True)[key] != value:
                 raise ConfigError(
                     f"model.{key}", f"{source} has {key}={value}: leave model.{key} out (init_from sets the model)"
                 )
             cfg.model[key] = value
-            added.append(
-                f"model.{key}={'null' if value is None else str(value).lower() if isinstance(value, bool) else value}"
-            )
+            added.append(f"model.{key}={override_value(value)}")
+        cfg.model_sizes = sizes  # the data's sizes give way to the checkpoint's (factory.build_model checks them)
+        added.append("model_sizes={" + ",".join(f"{k}:{v}" for k, v in sizes.items()) + "}")
         tokenizer = checkpoint.tokenizer
         if tokenizer and "tokenizer" in cfg.data:
             if "data.tokenizer" in given and Path(str(cfg.data.tokenizer)).resolve() != Path(tokenizer).resolve():
