@@ -2,6 +2,8 @@
 with Transformers itself, saved with save_pretrained, loaded with init_from=hf:DIR's code: the same logits
 within 1e-5 (float32), the same greedy tokens through our KV cache as their generate(), and back out again."""
 
+import json
+
 import pytest
 import torch
 
@@ -359,7 +361,6 @@ def gpt2_stand_in(folder):
 @pytest.mark.e2e
 @needs_shakespeare
 def test_fine_tune_a_transformers_gpt2_on_text_sample_and_export_it(tmp_path):
-    import json
     import subprocess
     import sys
 
@@ -398,3 +399,73 @@ def test_fine_tune_a_transformers_gpt2_on_text_sample_and_export_it(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(exported(ids).logits, model(ids), atol=1e-5, rtol=1e-5)
     assert transformers.AutoTokenizer.from_pretrained(out)("ROMEO: what light")["input_ids"] == ids[0].tolist()
+
+
+def t5_stand_in(folder, texts):
+    """A small T5 directory as the hub's: its tokenizer's <pad> 0, </s> 1, <unk> 2 (and a post-processor that
+    appends </s>, as T5's does), the model's vocabulary a little larger than the tokenizer's."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tokenizer = Tokenizer(models.Unigram())
+    tokenizer.pre_tokenizer, tokenizer.decoder = pre_tokenizers.Metaspace(), decoders.Metaspace()
+    tokenizer.train_from_iterator(texts, trainers.UnigramTrainer(vocab_size=400, special_tokens=["<pad>", "</s>", "<unk>"],
+                                                                 unk_token="<unk>"))  # fmt: skip
+    tokenizer.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    tokenizer.save(str(folder / "tokenizer.json"))
+    config = transformers.T5Config(vocab_size=tokenizer.get_vocab_size() + 8, d_model=32, d_kv=16, d_ff=64, num_layers=2,
+                                   num_heads=2, dropout_rate=0.0)  # fmt: skip
+    transformers.T5ForConditionalGeneration(config).save_pretrained(folder)
+    return tokenizer
+
+
+@pytest.mark.e2e
+def test_fine_tune_a_transformers_t5_on_translation_pairs_translate_and_export_it(tmp_path):
+    import gzip
+    import subprocess
+    import sys
+
+    multi30k = ROOT / "data" / "multi30k"
+    if not (multi30k / "train.de.gz").is_file():
+        pytest.skip("no Multi30k in data/ (make data)")
+    read = lambda name: gzip.open(multi30k / name, "rt", encoding="utf-8").read().splitlines()[:3000]  # noqa: E731
+    pairs = list(zip(read("train.de.gz"), read("train.en.gz")))
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text("".join(f"{de}\t{en}\n" for de, en in pairs))
+    hub = tmp_path / "t5"
+    hub.mkdir()
+    tokenizer = t5_stand_in(hub, [text for pair in pairs for text in pair])
+    run_dir = tmp_path / "run"
+    result = run_train("model=t5", "task=seq2seq", "data=translation", f"data.path={tsv}", "data.batch_size=32",
+                       "data.max_length=40", f"init_from=hf:{hub}", "optim.lr=3e-3", "trainer.max_steps=40",
+                       "trainer.val_check_interval=20", "trainer.limit_val_batches=2", "logger=csv",
+                       "task.decode.max_extra_len=5", "trainer.enable_progress_bar=false",
+                       f"hydra.run.dir={run_dir}")  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"init_from hf:{hub} (t5, {hub}): loaded 36 of 36 tensors" in result.stdout + result.stderr
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    val = [line["val/loss"] for line in lines if "val/loss" in line]
+    assert len(val) == 2 and val[-1] < val[0]
+
+    # The batches are T5's: the source ends in </s> (once: the post-processor's is not added), the decoder
+    # starts at <pad>.
+    from transformer_lab.checkpoint import checkpoint_of, load_model
+    from transformer_lab.factory import datamodule_from_checkpoint
+
+    model, meta = load_model(checkpoint_of(run_dir))
+    datamodule = datamodule_from_checkpoint(meta)
+    datamodule.data.setup()
+    src, tgt = datamodule.sequences(*[side[0] for side in datamodule.data.pairs("train")])
+    assert src[-1] == 1 and src[-2] != 1 and tgt[0] == 0 and tgt[-1] == 1
+
+    translated = subprocess.run([sys.executable, "-m", "transformer_lab.translate", str(run_dir), "text=Ein Mann.",
+                                 "max_extra_len=5"], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert translated.returncode == 0, translated.stderr[-2000:]
+
+    from transformer_lab.export import export
+
+    out = export(run_dir, tmp_path / "exported")
+    exported = transformers.AutoModelForSeq2SeqLM.from_pretrained(out).eval()
+    ids = torch.tensor([tokenizer.encode("Ein Mann fährt Fahrrad.").ids])  # with T5's </s>
+    with torch.no_grad():
+        got = exported(input_ids=ids, decoder_input_ids=torch.tensor([[0, 5, 6]])).logits
+    torch.testing.assert_close(got, model(ids, torch.tensor([[0, 5, 6]])), atol=1e-5, rtol=1e-5)

@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
-from transformer_lab.data.translation import BOS, EOS, UNK
 from transformer_lab.inference import batched, input_lines, load, run_command, warn, with_defaults
 from transformer_lab.tasks.decoding import Decoded, continue_prompts, decode
 
@@ -34,7 +33,7 @@ DEFAULTS = {
 MINIMUMS = {"beam_size": 1, "length_penalty": 0, "max_extra_len": 1, "batch_size": 1}
 
 
-def encoder_decoder_outputs(model, inputs: list[list[int]], args: dict) -> Decoded:
+def encoder_decoder_outputs(model, inputs: list[list[int]], args: dict, specials) -> Decoded:
     """Sources `ids <eos>`, padded into one batch."""
     src = torch.nn.utils.rnn.pad_sequence([torch.tensor(ids) for ids in inputs], batch_first=True)
     return decode(
@@ -42,13 +41,13 @@ def encoder_decoder_outputs(model, inputs: list[list[int]], args: dict) -> Decod
         src.to(args["device"]),
         args["beam_size"],
         src.size(1) + args["max_extra_len"],
-        BOS,
-        EOS,
+        specials.bos,
+        specials.eos,
         args["length_penalty"],
     )
 
 
-def prefix_lm_outputs(model, inputs: list[list[int]], args: dict) -> Decoded:
+def prefix_lm_outputs(model, inputs: list[list[int]], args: dict, specials) -> Decoded:
     """Prompts `<bos> ids <sep>`, continued in batches of one prompt length (no padding inside a prompt)."""
     outputs: list[list[int]] = [[] for _ in inputs]
     truncated = 0
@@ -56,7 +55,7 @@ def prefix_lm_outputs(model, inputs: list[list[int]], args: dict) -> Decoded:
         rows = [i for i, ids in enumerate(inputs) if len(ids) == length]
         prompts = torch.tensor([inputs[i] for i in rows], device=args["device"])
         decoded = continue_prompts(
-            model, prompts, length + args["max_extra_len"], EOS, args["beam_size"], args["length_penalty"]
+            model, prompts, length + args["max_extra_len"], specials.eos, args["beam_size"], args["length_penalty"]
         )
         truncated += decoded.truncated
         for i, ids in zip(rows, decoded.outputs):
@@ -73,17 +72,18 @@ def translate(args: dict, lines: Iterable[str], warn: Callable[[str], None] = wa
     model, datamodule = load(args["ckpt"], "translate", args["device"])
     source_tokenizer, outputs_of = datamodule.source_tokenizer, OUTPUTS[type(model).architecture]
     limit = datamodule.max_source_tokens  # source tokens the model read in training
+    unknown = source_tokenizer.token_to_id("<unk>")  # (ours: UNK; a pretrained tokenizer's own)
     cut: list[tuple[int, int]] = []  # (line number, tokens) of the lines cut to the limit
     truncated = 0
     for chunk in batched(lines, args["batch_size"]):
         outputs = [""] * len(chunk)
         todo: dict[int, list[int]] = {}  # position in the chunk -> the model's input
         for i, ((number, line), encoding) in enumerate(
-            zip(chunk, source_tokenizer.encode_batch([text for _, text in chunk]))
+            zip(chunk, source_tokenizer.encode_batch([text for _, text in chunk], add_special_tokens=False))
         ):
             if not line.strip():
                 warn(f"line {number} is empty; its output line is empty")
-            elif not source_tokenizer.decode([t for t in encoding.ids if t != UNK]).strip():
+            elif not source_tokenizer.decode([t for t in encoding.ids if t != unknown]).strip():
                 warn(f"line {number} has no character the model's vocabulary knows; its output line is empty")
             else:
                 if len(encoding.ids) > limit:
@@ -94,7 +94,7 @@ def translate(args: dict, lines: Iterable[str], warn: Callable[[str], None] = wa
         while groups:
             group = groups.pop(0)
             try:
-                decoded = outputs_of(model, [todo[i] for i in group], args)
+                decoded = outputs_of(model, [todo[i] for i in group], args, datamodule.specials)
             except Exception as e:  # noqa: BLE001  (whatever it was, the other lines are still translated)
                 if len(group) > 1:
                     groups = [[i] for i in group] + groups

@@ -16,7 +16,7 @@ import torch
 
 from transformer_lab.batching.base import Batching
 from transformer_lab.data.batches import for_this_rank
-from transformer_lab.data.tokens import BOS, EOS, PAD, SEP
+from transformer_lab.data.tokens import BOS, PAD, SEP
 from transformer_lab.errors import require
 
 
@@ -24,10 +24,12 @@ def pad_batch(sequences: list[torch.Tensor], value: int = PAD) -> torch.Tensor:
     return torch.nn.utils.rnn.pad_sequence(sequences, batch_first=True, padding_value=value)
 
 
-def prefix_lm(src: torch.Tensor, tgt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def prefix_lm(
+    src: torch.Tensor, tgt: torch.Tensor, bos: int = BOS, sep: int = SEP
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One decoder-only sequence `<bos> source <sep> target <eos>` as (inputs, targets); only the target
     part is predicted (-100 elsewhere). The prompt to decode from is inputs[:len(src) + 1]."""
-    sequence = torch.cat([torch.tensor([BOS]), src[:-1], torch.tensor([SEP]), tgt[1:]])  # src ends in <eos>
+    sequence = torch.cat([torch.tensor([bos]), src[:-1], torch.tensor([sep]), tgt[1:]])  # src ends in <eos>
     targets = sequence[1:].clone()
     targets[: len(src)] = -100  # the source and <sep> are given, not predicted
     return sequence[:-1], targets
@@ -130,10 +132,18 @@ class PairBatches(Batching):
 
     form = "pairs"
     command = "translate"
-    pad_values = (PAD, PAD)
+
+    @property
+    def specials(self):
+        return self.data.specials
+
+    @property
+    def pad_values(self) -> tuple[int, int]:
+        return (self.specials.pad, self.specials.pad)
 
     def sequences(self, src: list[int], tgt: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.tensor([*src, EOS]), torch.tensor([BOS, *tgt, EOS])
+        s = self.specials
+        return torch.tensor([*src, s.eos]), torch.tensor([s.bos, *tgt, s.eos])
 
     @property
     def has_test_split(self) -> bool:
@@ -166,7 +176,7 @@ class PairBatches(Batching):
 
     @property
     def pad_id(self) -> int:
-        return PAD
+        return self.specials.pad
 
     def encode(self, text: str) -> list[int]:
         return self.source_input(self.data.encode(text))
@@ -174,7 +184,7 @@ class PairBatches(Batching):
     def source_input(self, ids: list[int]) -> list[int]:
         """A source sentence's ids as the model reads them: cut to max_source_tokens as in training, then
         <eos>."""
-        return [*ids[: self.max_source_tokens], EOS]
+        return [*ids[: self.max_source_tokens], self.specials.eos]
 
     def train_dataloader(self):
         return for_this_rank(self.train_batches, self.trainer)
@@ -192,7 +202,9 @@ class PairBatches(Batching):
 class PrefixLM(PairBatches):
     """For a decoder-only model: `<bos> source <sep> target <eos>`, the loss on the target only."""
 
-    pad_values = (PAD, -100)
+    @property
+    def pad_values(self) -> tuple[int, int]:
+        return (self.specials.pad, -100)
 
     def __init__(self, data, *args, **kwargs):
         super().__init__(data, *args, **kwargs)
@@ -203,7 +215,8 @@ class PrefixLM(PairBatches):
         )
 
     def sequences(self, src, tgt):
-        return prefix_lm(torch.tensor([*src, EOS]), torch.tensor([BOS, *tgt, EOS]))
+        s = self.specials
+        return prefix_lm(torch.tensor([*src, s.eos]), torch.tensor([s.bos, *tgt, s.eos]), s.bos, s.sep)
 
     def prompt_lengths(self, split: str) -> list[int]:
         return [len(src) + 2 for src in self.data.pairs(split)[0]]  # <bos> source <sep>
@@ -214,4 +227,4 @@ class PrefixLM(PairBatches):
 
     def source_input(self, ids: list[int]) -> list[int]:
         """The prompt `<bos> source <sep>`, the source cut to max_source_tokens as in training."""
-        return [BOS, *ids[: self.max_source_tokens], SEP]
+        return [self.specials.bos, *ids[: self.max_source_tokens], self.specials.sep]

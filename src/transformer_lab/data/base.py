@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from transformer_lab.data.configs import DATA_DECIDED  # noqa: F401 (the factory's contract, re-exported)
+from transformer_lab.data.tokens import Specials
 from transformer_lab.files import sha256_file
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ class DataModule:
     provides: tuple[str, ...] = ()  # the forms of its raw splits (FORMS), the one a task should read first
     has_test_split: bool = False  # a test split, evaluated once with the best weights after training
     length_key: str | None = None  # the data.* key that sets `sequence_length` (named in messages)
+    specials = Specials()  # "pairs": the ids of padding, a target's start and end, a prefix-LM's separator
 
     # The dataclass of its settings (the data.* keys; data/configs.py), or None: its constructor's arguments
     # are its settings. A dataclass needs no torch, so its types and checks apply while the command line is

@@ -70,6 +70,9 @@ class TranslationConfig:  # data/translation.py
     split_seed: int = 0
     vocab_size: int = 8000  # BPE vocabulary size, trained on the training split only
     shared_vocab: bool = True  # one vocabulary for both languages (false: one each)
+    tokenizer: str | None = (
+        None  # a pretrained tokenizer.json, a directory holding one or a HF name (null: BPE learned here)
+    )
     max_length: int = 128  # tokens per sentence, longer ones are cut
     batch_size: int = 128  # sentence pairs, grouped by length
     val_batch_size: int | None = None  # default (null): batch_size
@@ -88,6 +91,11 @@ class TranslationConfig:  # data/translation.py
         for key in ("val_fraction", "test_fraction"):
             require(0 < getattr(self, key) < 0.5, f"data.{key}", f"must be in (0, 0.5), got {getattr(self, key)}")
         require(self.vocab_size >= 100, "data.vocab_size", f"must be at least 100, got {self.vocab_size}")
+        require(
+            self.tokenizer is None or self.shared_vocab,
+            "data.shared_vocab",
+            "a pretrained data.tokenizer serves both languages: leave shared_vocab true",
+        )
         require(self.max_length >= 4, "data.max_length", f"must be at least 4, got {self.max_length}")
 
 

@@ -13,6 +13,30 @@ SPECIALS = ["<pad>", "<bos>", "<eos>", "<sep>", "<unk>"]
 PAD, BOS, EOS, SEP, UNK = range(len(SPECIALS))
 
 
+@dataclass(frozen=True)
+class Specials:
+    """The ids a batch of pairs is made with: padding, the decoder's first token, the end, and the
+    separator of a prefix-LM sequence. Ours (a vocabulary trained here) are SPECIALS' first four; a pretrained
+    tokenizer's are its own (T5: <pad> 0 also starts the decoder, </s> 1 ends)."""
+
+    pad: int = PAD
+    bos: int = BOS
+    eos: int = EOS
+    sep: int = SEP
+
+    @classmethod
+    def of(cls, tokenizer) -> Specials:
+        """A pretrained tokenizers.Tokenizer's, by the names such vocabularies give them."""
+        find = lambda *names: next((i for i in map(tokenizer.token_to_id, names) if i is not None), None)  # noqa: E731
+        pad = find("<pad>", "[PAD]", "<|padding|>")
+        eos = find("</s>", "[SEP]", "<|endoftext|>", "<|end_of_text|>", "<eos>")
+        if pad is None or eos is None:
+            missing = " and ".join(n for n, i in (("a padding", pad), ("an end-of-sequence", eos)) if i is None)
+            raise ValueError(f"the tokenizer has no {missing} token")
+        bos = find("<s>", "[CLS]", "<bos>", "<|begin_of_text|>")
+        return cls(pad=pad, bos=pad if bos is None else bos, eos=eos, sep=eos)
+
+
 @dataclass
 class TokenStreams:
     """A text dataset's raw splits (data/base.py, "text"): each split one stream of token ids, and the

@@ -15,7 +15,9 @@ from transformer_lab.atomic import atomic_write
 from transformer_lab.data.base import DataModule, is_runs_file
 from transformer_lab.data.configs import TranslationConfig
 from transformer_lab.data.download import ensure_file
-from transformer_lab.data.tokens import BOS, EOS, PAD, SEP, SPECIALS, UNK, TokenStreams  # noqa: F401 (re-exported)
+from transformer_lab.data.tokenizers import pretrained
+from transformer_lab.data.tokens import BOS, EOS, PAD, SEP, SPECIALS, UNK, Specials, TokenStreams  # noqa: F401 (re-exported)
+from transformer_lab.errors import ConfigError
 from transformer_lab.files import BadFile, read_text, sha256_file
 
 log = logging.getLogger(__name__)
@@ -165,7 +167,9 @@ class TranslationDataModule(DataModule):
         self.text = self.load_pairs()
         cache = self.data_dir / "tokenizers"
         if self.tokenizer is None:  # (else a checkpoint's, from for_checkpoint)
-            if self.config.shared_vocab:
+            if self.config.tokenizer is not None:  # a pretrained model's (init_from=hf: sets it)
+                self.tokenizer = self.source_tokenizer = pretrained(self.config.tokenizer, "</s>").tokenizer
+            elif self.config.shared_vocab:
                 texts = [text for pair in self.text["train"] for text in pair]
                 self.tokenizer = self.source_tokenizer = cached_tokenizer(cache, texts, self.config.vocab_size)
             else:
@@ -188,6 +192,16 @@ class TranslationDataModule(DataModule):
     def vocab_size(self) -> int:
         """The target vocabulary (the only one when shared)."""
         return self.tokenizer.get_vocab_size()
+
+    @property
+    def specials(self) -> Specials:
+        """Ours (SPECIALS), or a pretrained tokenizer's own (loaded by setup() or for_checkpoint())."""
+        if self.config.tokenizer is None:
+            return Specials()
+        try:
+            return Specials.of(self.tokenizer)
+        except ValueError as e:
+            raise ConfigError("data.tokenizer", f"{self.config.tokenizer}: {e}, which translation pairs need") from None
 
     @property
     def source_vocab_size(self) -> int | None:
@@ -216,8 +230,8 @@ class TranslationDataModule(DataModule):
     def encode_pairs(self, pairs: list[tuple[str, str]]) -> tuple[list[list[int]], list[list[int]]]:
         """Sentences longer than max_tokens are cut to it (warn_cut_sentences says so)."""
         limit = self.max_tokens
-        src = self.source_tokenizer.encode_batch([s for s, _ in pairs])
-        tgt = self.tokenizer.encode_batch([t for _, t in pairs])
+        src = self.source_tokenizer.encode_batch([s for s, _ in pairs], add_special_tokens=False)
+        tgt = self.tokenizer.encode_batch([t for _, t in pairs], add_special_tokens=False)
         self.cut_lengths += [len(e.ids) for e in (*src, *tgt) if len(e.ids) > limit]
         return [e.ids[:limit] for e in src], [e.ids[:limit] for e in tgt]
 
@@ -238,10 +252,13 @@ class TranslationDataModule(DataModule):
 
     def encode(self, text: str) -> list[int]:
         """A source sentence's ids."""
-        return self.source_tokenizer.encode(text).ids
+        return self.source_tokenizer.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids) -> str:
-        """Text of token ids, without <pad>/<bos>/<eos>/<sep> (<unk> is the last special and stays)."""
+        """Text of token ids, without <pad>/<bos>/<eos>/<sep> (<unk> is the last special and stays); a
+        pretrained tokenizer's without its special tokens."""
+        if self.config.tokenizer is not None:
+            return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=True)
         return self.tokenizer.decode([int(i) for i in ids if int(i) >= UNK], skip_special_tokens=False)
 
     def references(self, split: str) -> list[str]:
@@ -260,14 +277,16 @@ class TranslationDataModule(DataModule):
 
         def stream(split: str) -> torch.Tensor:
             texts = [text for pair in self.text[split] for text in (pair if self.config.shared_vocab else pair[1:])]
-            return torch.tensor([i for e in self.tokenizer.encode_batch(texts) for i in e.ids])
+            return torch.tensor(
+                [i for e in self.tokenizer.encode_batch(texts, add_special_tokens=False) for i in e.ids]
+            )
 
         return TokenStreams(
             stream("train"),
             stream("val"),
             self.vocab_size,
-            pad_id=PAD,
-            eos_id=EOS,
+            pad_id=self.specials.pad,
+            eos_id=self.specials.eos,
             decode=self.decode,
-            encode=lambda text: self.tokenizer.encode(text).ids,
+            encode=lambda text: self.tokenizer.encode(text, add_special_tokens=False).ids,
         )

@@ -14,6 +14,7 @@ import torch
 from omegaconf import OmegaConf
 
 from transformer_lab.callbacks.history import metrics_written
+from transformer_lab.data.tokens import Specials
 from transformer_lab.errors import NonFiniteLossError
 from transformer_lab.tasks.metrics import Metric, Metrics
 from transformer_lab.tasks.optim import adamw, warmup_cosine
@@ -42,6 +43,7 @@ class Task(L.LightningModule):
         self.example_tables: dict[str, list[list]] = defaultdict(list)
         self.translations_dir: Path | None = None  # where evaluation writes its outputs (a run sets it)
         self.pretrained: set[str] = set()  # the model's tensors init_from loaded (optim.pretrained_lr applies)
+        self.specials = Specials()  # the data's ids of padding, start, end and separator (build() sets them)
 
     @classmethod
     def build(cls, cfg, model: torch.nn.Module, datamodule, checkpoint_meta: dict) -> Task:
@@ -51,13 +53,15 @@ class Task(L.LightningModule):
 
         settings = OmegaConf.to_container(cfg.task, resolve=True)
         named = (settings.get("metrics") or {}).get(datamodule.form) or []
-        return cls(
+        task = cls(
             model,
             OmegaConf.to_container(cfg.optim, resolve=True),
             checkpoint_meta=checkpoint_meta,
             metric=Metrics([import_class(path, "task.metrics", Metric)(settings, datamodule, model) for path in named]),
             **cls.settings(cfg, datamodule),
         )
+        task.specials = getattr(datamodule, "data", datamodule).specials
+        return task
 
     @classmethod
     def settings(cls, cfg, datamodule) -> dict:

@@ -9,7 +9,6 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torchmetrics import MeanMetric
 
-from transformer_lab.data.tokens import EOS, SEP
 from transformer_lab.tasks.base import Task
 from transformer_lab.tasks.configs import LanguageModelConfig
 from transformer_lab.tasks.decoding import Decoded, continue_prompts
@@ -55,10 +54,11 @@ class LanguageModelTask(Task):
         search, within the model's block_size: an output that reaches it first is cut there (counted as
         truncated). (Bleu)"""
         x, d = batch[0], self.decode_cfg
-        prompt_len = int((x[0] == SEP).nonzero()[0]) + 1
+        prompt_len = int((x[0] == self.specials.sep).nonzero()[0]) + 1
         return continue_prompts(
-            self.model, x[:, :prompt_len], prompt_len + d["max_extra_len"], EOS, beam_size, d["length_penalty"]
-        )
+            self.model, x[:, :prompt_len], prompt_len + d["max_extra_len"], self.specials.eos, beam_size,
+            d["length_penalty"],
+        )  # fmt: skip
 
     def on_validation_epoch_end(self):
         self.log_evaluation("val", self.val_loss, ppl=True)

@@ -7,7 +7,6 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torchmetrics import MeanMetric
 
-from transformer_lab.data.tokens import BOS, EOS, PAD
 from transformer_lab.tasks import decoding
 from transformer_lab.tasks.base import Task
 from transformer_lab.tasks.configs import Seq2SeqConfig
@@ -46,13 +45,15 @@ class Seq2SeqTask(Task):
         return self.model(src, tgt_in)
 
     def loss(self, logits, tgt, smoothing: float) -> torch.Tensor:
-        return F.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=PAD, label_smoothing=smoothing)
+        return F.cross_entropy(
+            logits.flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=self.specials.pad, label_smoothing=smoothing
+        )
 
     def training_step(self, batch, batch_idx):
         src, tgt = batch
         logits = self.model(src, tgt[:, :-1])  # teacher forcing: predict tgt[1:] from tgt[:-1]
         self.metric.train_step(self, batch, logits)
-        return self.guarded(self.loss(logits, tgt, self.label_smoothing), (tgt[:, 1:] != PAD).sum())
+        return self.guarded(self.loss(logits, tgt, self.label_smoothing), (tgt[:, 1:] != self.specials.pad).sum())
 
     def answers(self, batch, logits):
         """(inputs, predicted, expected) of the first target token, one answer per row (AnswerAccuracy)."""
@@ -62,13 +63,19 @@ class Seq2SeqTask(Task):
         """The sources' outputs, greedy or by beam search (Bleu)."""
         src, d = batch[0], self.decode_cfg
         return decoding.decode(
-            self.model, src, beam_size, src.size(1) + d["max_extra_len"], BOS, EOS, d["length_penalty"]
+            self.model,
+            src,
+            beam_size,
+            src.size(1) + d["max_extra_len"],
+            self.specials.bos,
+            self.specials.eos,
+            d["length_penalty"],
         )
 
     def validation_step(self, batch, batch_idx):
         src, tgt = batch[0], batch[1]
         logits = self.model(src, tgt[:, :-1])
-        self.eval_loss.update(self.loss(logits, tgt, 0.0), weight=(tgt[:, 1:] != PAD).sum())
+        self.eval_loss.update(self.loss(logits, tgt, 0.0), weight=(tgt[:, 1:] != self.specials.pad).sum())
         self.metric.step(self, batch, logits)
 
     def on_validation_epoch_end(self):
