@@ -469,3 +469,61 @@ def test_fine_tune_a_transformers_t5_on_translation_pairs_translate_and_export_i
     with torch.no_grad():
         got = exported(input_ids=ids, decoder_input_ids=torch.tensor([[0, 5, 6]])).logits
     torch.testing.assert_close(got, model(ids, torch.tensor([[0, 5, 6]])), atol=1e-5, rtol=1e-5)
+
+
+def bert_stand_in(folder, texts):
+    """A small BERT masked LM directory as the hub's, with a WordPiece tokenizer ([PAD] 0, [CLS], [SEP])."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tokenizer.normalizer, tokenizer.pre_tokenizer = normalizers.BertNormalizer(), pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece()
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tokenizer.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=500, special_tokens=specials))
+    tokenizer.save(str(folder / "tokenizer.json"))
+    config = transformers.BertConfig(vocab_size=tokenizer.get_vocab_size(), hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)  # fmt: skip
+    transformers.BertForMaskedLM(config).save_pretrained(folder)
+    return tokenizer
+
+
+@pytest.mark.e2e
+def test_fine_tune_a_transformers_bert_into_a_classifier_classify_and_export_it(tmp_path):
+    import gzip
+    import subprocess
+    import sys
+
+    multi30k = ROOT / "data" / "multi30k"
+    if not (multi30k / "train.de.gz").is_file():
+        pytest.skip("no Multi30k in data/ (make data)")
+    read = lambda name: gzip.open(multi30k / name, "rt", encoding="utf-8").read().splitlines()[:1500]  # noqa: E731
+    rows = [(text, "de") for text in read("train.de.gz")] + [(text, "en") for text in read("train.en.gz")]
+    tsv = tmp_path / "languages.tsv"
+    tsv.write_text("".join(f"{text}\t{label}\n" for text, label in rows))
+    hub = tmp_path / "bert"
+    hub.mkdir()
+    tokenizer = bert_stand_in(hub, [text for text, _ in rows])
+    run_dir = tmp_path / "run"
+    result = run_train("model=bert", "data=labelled", f"data.path={tsv}", "data.max_length=48", f"init_from=hf:{hub}",
+                       "optim.lr=1e-3", "trainer.max_steps=60", "trainer.val_check_interval=30", "logger=csv",
+                       "trainer.enable_progress_bar=false", f"hydra.run.dir={run_dir}")  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = result.stdout + result.stderr
+    assert "loaded 28 of 32 tensors; left as initialised (4): head.bias, head.weight, pooler.bias, pooler.weight" in log
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["val/acc"] > 0.7, summary  # German or English (chance: 0.5): the pretrained body, a new head
+
+    classified = subprocess.run([sys.executable, "-m", "transformer_lab.classify", str(run_dir),
+                                 "text=Ein Mann fährt Fahrrad."], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert classified.returncode == 0, classified.stderr[-2000:]
+    assert classified.stdout.split("\t")[1] in ("de", "en")
+
+    from transformer_lab.checkpoint import checkpoint_of, load_model
+    from transformer_lab.export import export
+
+    out = export(run_dir, tmp_path / "exported")
+    exported = transformers.AutoModelForSequenceClassification.from_pretrained(out).eval()
+    model, _ = load_model(checkpoint_of(run_dir))
+    ids = torch.tensor([tokenizer.encode("Zwei Hunde spielen im Schnee.").ids])  # [CLS] ... [SEP], as trained
+    with torch.no_grad():
+        torch.testing.assert_close(exported(ids).logits, model(ids), atol=1e-5, rtol=1e-5)

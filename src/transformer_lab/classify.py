@@ -41,7 +41,7 @@ def classify(args: dict, lines: Iterable[str], warn: Callable[[str], None] = war
             with torch.no_grad():
                 probabilities, classes = model(inputs).float().softmax(-1).topk(top, dim=-1)
             for i, p, c in zip(todo, probabilities.tolist(), classes.tolist()):
-                outputs[i] = (outputs[i][0], list(zip(c, p)))
+                outputs[i] = (outputs[i][0], list(zip(map(datamodule.answer_text, c), p)))
         yield from outputs
 
 

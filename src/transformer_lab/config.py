@@ -17,7 +17,14 @@ from typing import Any, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-from transformer_lab.data.configs import DATA_DECIDED, ModularConfig, ShakespeareConfig, TextConfig, TranslationConfig
+from transformer_lab.data.configs import (
+    DATA_DECIDED,
+    LabelledConfig,
+    ModularConfig,
+    ShakespeareConfig,
+    TextConfig,
+    TranslationConfig,
+)
 from transformer_lab.errors import ConfigError, exit_on_user_error, require
 from transformer_lab.models.configs import BertConfig, EncDecConfig, GPTConfig, T5Config
 from transformer_lab.tasks.configs import TASKS
@@ -36,6 +43,7 @@ DATA = {
     "modular": ("transformer_lab.data.modular.ModularDataModule", ModularConfig),
     "translation": ("transformer_lab.data.translation.TranslationDataModule", TranslationConfig),
     "text": ("transformer_lab.data.corpus.TextCorpusDataModule", TextConfig),
+    "labelled": ("transformer_lab.data.labelled.LabelledTextDataModule", LabelledConfig),
 }
 # A class (`_target_`) -> the dataclass of its settings, to check them before any heavy import (validate.py).
 SETTINGS = {target: config_class for target, config_class in (*MODELS.values(), *DATA.values(), *TASKS.values())}

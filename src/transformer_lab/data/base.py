@@ -5,7 +5,8 @@ A dataset of your own subclasses `DataModule`, declares the forms it `provides` 
 
 - "text": `token_streams()`, each split one stream of token ids (tiny Shakespeare's characters);
 - "pairs": `pairs(split)`, sentence pairs as ids, with `sources(split)` / `references(split)` as text;
-- "equations": `equations()`, every equation as ids and its answer, split into training and validation.
+- "equations": `equations()`, every equation as ids and its answer, split into training and validation;
+- "labelled": `labelled(split)`, texts as ids with a class each, the classes named by `labels`.
 
 It does not make batches: the task does (its YAML's `batches` names a transform for each form it reads,
 batching/), so one dataset serves every objective that reads a form it provides.
@@ -26,7 +27,7 @@ from transformer_lab.files import sha256_file
 
 log = logging.getLogger(__name__)
 
-FORMS = ("text", "pairs", "equations")
+FORMS = ("text", "pairs", "equations", "labelled")
 
 
 @dataclass

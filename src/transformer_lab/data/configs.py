@@ -60,6 +60,29 @@ class ShakespeareConfig:  # data/shakespeare.py
 
 
 @dataclass
+class LabelledConfig:  # data/labelled.py
+    path: str | None = None  # a file of `text<TAB>label` lines
+    data_dir: str = "data"  # where a learned tokenizer is cached
+    val_fraction: float = 0.1  # the share held out for validation, drawn with split_seed
+    split_seed: int = 0
+    tokenizer: str | None = (
+        None  # a pretrained tokenizer.json, a directory holding one or a HF name (null: BPE learned here)
+    )
+    vocab_size: int = 4000  # the learned BPE's
+    max_length: int = 128  # tokens per text with its two specials ([CLS] ... [SEP]); longer texts are cut
+    batch_size: int = 32
+    val_batch_size: int | None = None  # default (null): batch_size
+    seed: int = 1337
+
+    def __post_init__(self):
+        self.val_batch_size = self.val_batch_size or self.batch_size
+        require(self.path is not None, "data.path", "give a file of text<TAB>label lines")
+        require(0 < self.val_fraction < 0.5, "data.val_fraction", f"must be in (0, 0.5), got {self.val_fraction}")
+        require(self.vocab_size >= 100, "data.vocab_size", f"must be at least 100, got {self.vocab_size}")
+        require(self.max_length >= 4, "data.max_length", f"must be at least 4, got {self.max_length}")
+
+
+@dataclass
 class TranslationConfig:  # data/translation.py
     data_dir: str = "data"
     source: str = "de"  # Multi30k languages: de, en, fr
