@@ -25,7 +25,7 @@ CASES = [
     (
         "unknown-option",
         ["data=imagenet"],
-        "data=imagenet: no such option; data has: modular, shakespeare, text, translation",
+        "data=imagenet: no such option; data has: labelled, modular, shakespeare, text, translation",
     ),
     ("seed-type", ["seed=abc"], "seed: must be an integer, got 'abc'"),
     ("forbidden-output", ["hydra.run.dir=/proc/forbidden"], "cannot create the run directory in /proc"),
@@ -107,9 +107,9 @@ CASES = [
     (
         "bert-text-default-task",
         ["model=bert", "data=shakespeare"],
-        "task: task=classify does not train on data=shakespeare (it reads equations; the data gives text); "
+        "task: task=classify does not train on data=shakespeare (it reads equations, labelled; the data gives text); "
         "model=bert data=shakespeare trains with task=mlm; "
-        "combinations that work: model=bert data=modular, model=bert data=shakespeare task=mlm, "
+        "combinations that work: model=bert data=labelled, model=bert data=modular, model=bert data=shakespeare task=mlm, "
         "model=bert data=text task=mlm, model=bert data=translation task=mlm, ",
     ),
     ("mlm-probabilities", ["model=bert", "task=mlm", "task.mask_token_prob=0.95"], "task.random_token_prob: "),
@@ -122,6 +122,27 @@ CASES = [
         "malformed-tsv",
         ["model=encdec", "data=translation", "data.path={ws}/bad.tsv"],
         "bad.tsv:2: expected 2 tab-separated fields, found 1",
+    ),
+    ("labelled-no-path", ["model=bert", "data=labelled"], "data.path: give a file of text<TAB>label lines"),
+    (
+        "labelled-one-label",
+        ["model=bert", "data=labelled", "data.path={ws}/one_label.tsv"],
+        "one_label.tsv: holds 2 labelled text(s) of fewer than two labels: nothing to classify",
+    ),
+    (
+        "labelled-malformed",
+        ["model=bert", "data=labelled", "data.path={ws}/bad.tsv"],
+        "bad.tsv:2: expected text<TAB>label, found 1 tab-separated fields",
+    ),
+    (
+        "translation-tokenizer-two-vocabularies",
+        ["model=encdec", "data=translation", "data.tokenizer=x.json", "data.shared_vocab=false"],
+        "data.shared_vocab: a pretrained data.tokenizer serves both languages: leave shared_vocab true",
+    ),
+    (
+        "init-from-hf-missing",
+        ["init_from=hf:{ws}/no-such-model"],
+        "init_from: hf:{ws}/no-such-model: no Transformers model directory at {ws}/no-such-model",
     ),
     (
         "empty-tsv",
@@ -223,6 +244,7 @@ def workspace(tmp_path_factory):
     (ws / "a-file").write_text("not a folder\n")
     (ws / "bad.tsv").write_text("ein Hund\ta dog\nzwei Hunde two dogs\n")
     (ws / "empty.tsv").write_text("")
+    (ws / "one_label.tsv").write_text("a good play\tpositive\na fine play\tpositive\n")
     (ws / "header.tsv").write_text("source\ttarget\n")
     (ws / "pairs.tsv.gz").write_bytes(gzip.compress(b"ein Hund\ta dog\n" * 50))
     (ws / "latin1.tsv").write_bytes("ein Hund\ta dog\nzwei H\u00fcnde\ttwo dogs\n".encode("latin-1"))

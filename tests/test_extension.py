@@ -321,7 +321,7 @@ def test_a_pair_that_cannot_work_lists_those_that_can(user_files, user_process, 
     assert result.returncode == 2 and "Traceback" not in result.stderr
     message = result.stderr.strip().splitlines()[-1]
     assert message.startswith(
-        "error: task: task=classify does not train on data=textfile (it reads equations; the data gives text); "
+        "error: task: task=classify does not train on data=textfile (it reads equations, labelled; the data gives text); "
         "model=bert data=textfile trains with task=mlm; combinations that work:"
     )  # the user's text trains every objective that reads text: BERT's is masked LM
     for pair in (

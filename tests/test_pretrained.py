@@ -401,6 +401,16 @@ def test_fine_tune_a_transformers_gpt2_on_text_sample_and_export_it(tmp_path):
     assert transformers.AutoTokenizer.from_pretrained(out)("ROMEO: what light")["input_ids"] == ids[0].tolist()
 
 
+def multi30k_lines(n: int):
+    """Multi30k's first n training sentences of a language file (train.de.gz, ...), from data/."""
+    import gzip
+
+    multi30k = ROOT / "data" / "multi30k"
+    if not (multi30k / "train.de.gz").is_file():
+        pytest.skip("no Multi30k in data/ (make data)")
+    return lambda name: gzip.open(multi30k / name, "rt", encoding="utf-8").read().splitlines()[:n]
+
+
 def t5_stand_in(folder, texts):
     """A small T5 directory as the hub's: its tokenizer's <pad> 0, </s> 1, <unk> 2 (and a post-processor that
     appends </s>, as T5's does), the model's vocabulary a little larger than the tokenizer's."""
@@ -420,14 +430,10 @@ def t5_stand_in(folder, texts):
 
 @pytest.mark.e2e
 def test_fine_tune_a_transformers_t5_on_translation_pairs_translate_and_export_it(tmp_path):
-    import gzip
     import subprocess
     import sys
 
-    multi30k = ROOT / "data" / "multi30k"
-    if not (multi30k / "train.de.gz").is_file():
-        pytest.skip("no Multi30k in data/ (make data)")
-    read = lambda name: gzip.open(multi30k / name, "rt", encoding="utf-8").read().splitlines()[:3000]  # noqa: E731
+    read = multi30k_lines(3000)
     pairs = list(zip(read("train.de.gz"), read("train.en.gz")))
     tsv = tmp_path / "pairs.tsv"
     tsv.write_text("".join(f"{de}\t{en}\n" for de, en in pairs))
@@ -489,14 +495,10 @@ def bert_stand_in(folder, texts):
 
 @pytest.mark.e2e
 def test_fine_tune_a_transformers_bert_into_a_classifier_classify_and_export_it(tmp_path):
-    import gzip
     import subprocess
     import sys
 
-    multi30k = ROOT / "data" / "multi30k"
-    if not (multi30k / "train.de.gz").is_file():
-        pytest.skip("no Multi30k in data/ (make data)")
-    read = lambda name: gzip.open(multi30k / name, "rt", encoding="utf-8").read().splitlines()[:1500]  # noqa: E731
+    read = multi30k_lines(1500)
     rows = [(text, "de") for text in read("train.de.gz")] + [(text, "en") for text in read("train.en.gz")]
     tsv = tmp_path / "languages.tsv"
     tsv.write_text("".join(f"{text}\t{label}\n" for text, label in rows))

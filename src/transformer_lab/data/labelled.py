@@ -15,7 +15,6 @@ from transformer_lab.data.configs import LabelledConfig
 from transformer_lab.data.tokenizers import pretrained
 from transformer_lab.data.tokens import UNK, Specials
 from transformer_lab.data.translation import cached_tokenizer
-from transformer_lab.errors import ConfigError
 from transformer_lab.files import BadFile, read_text, sha256_file
 
 log = logging.getLogger(__name__)
@@ -93,12 +92,7 @@ class LabelledTextDataModule(DataModule):
 
     @property
     def specials(self) -> Specials:
-        if self.config.tokenizer is None:
-            return Specials()
-        try:
-            return Specials.of(self.tokenizer)
-        except ValueError as e:
-            raise ConfigError("data.tokenizer", f"{self.config.tokenizer}: {e}, which classified texts need") from None
+        return Specials.of_data(self.tokenizer, self.config.tokenizer, "classified texts")
 
     @property
     def vocab_size(self) -> int:

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
+from transformer_lab.errors import ConfigError
+
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<sep>", "<unk>"]
 PAD, BOS, EOS, SEP, UNK = range(len(SPECIALS))
 
@@ -35,6 +37,17 @@ class Specials:
             raise ValueError(f"the tokenizer has no {missing} token")
         bos = find("<s>", "[CLS]", "<bos>", "<|begin_of_text|>")
         return cls(pad=pad, bos=pad if bos is None else bos, eos=eos, sep=eos)
+
+    @classmethod
+    def of_data(cls, tokenizer, spec: str | None, need: str) -> Specials:
+        """A data module's: ours where it learned its vocabulary (spec None), else its pretrained tokenizer's;
+        a ConfigError naming data.tokenizer where that has no padding or end token (`need`: what for)."""
+        if spec is None:
+            return cls()
+        try:
+            return cls.of(tokenizer)
+        except ValueError as e:
+            raise ConfigError("data.tokenizer", f"{spec}: {e}, which {need} need") from None
 
 
 @dataclass

@@ -17,7 +17,6 @@ from transformer_lab.data.configs import TranslationConfig
 from transformer_lab.data.download import ensure_file
 from transformer_lab.data.tokenizers import pretrained
 from transformer_lab.data.tokens import BOS, EOS, PAD, SEP, SPECIALS, UNK, Specials, TokenStreams  # noqa: F401 (re-exported)
-from transformer_lab.errors import ConfigError
 from transformer_lab.files import BadFile, read_text, sha256_file
 
 log = logging.getLogger(__name__)
@@ -196,12 +195,7 @@ class TranslationDataModule(DataModule):
     @property
     def specials(self) -> Specials:
         """Ours (SPECIALS), or a pretrained tokenizer's own (loaded by setup() or for_checkpoint())."""
-        if self.config.tokenizer is None:
-            return Specials()
-        try:
-            return Specials.of(self.tokenizer)
-        except ValueError as e:
-            raise ConfigError("data.tokenizer", f"{self.config.tokenizer}: {e}, which translation pairs need") from None
+        return Specials.of_data(self.tokenizer, self.config.tokenizer, "translation pairs")
 
     @property
     def source_vocab_size(self) -> int | None:
