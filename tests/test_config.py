@@ -19,7 +19,7 @@ from transformer_lab.validate import validate
 SUPPORTED = {
     "gpt": ("shakespeare", "modular", "translation", "text"),
     "encdec": ("translation", "modular"),
-    "bert": ("modular",),
+    "bert": ("modular", "labelled"),
     "t5": ("shakespeare", "translation", "text"),
 }
 # What a model takes from the data, as a data module gives it after setup().
@@ -31,7 +31,7 @@ def options(group: str) -> list[str]:
 
 
 def test_groups_offer_the_documented_options():
-    assert options("data") == ["modular", "shakespeare", "text", "translation"]
+    assert options("data") == ["labelled", "modular", "shakespeare", "text", "translation"]
     assert options("model") == ["bert", "encdec", "gpt", "t5"]
     assert set(options("hardware")) >= {"auto", "cpu", "gpu"}
     assert options("logger") == ["csv", "none", "tensorboard", "wandb"]
@@ -41,7 +41,8 @@ def test_groups_offer_the_documented_options():
 @pytest.mark.parametrize("data", options("data"))
 @pytest.mark.parametrize("model", options("model"))
 def test_data_and_model_compose_and_instantiate(data, model, tmp_path):
-    corpus = ["data.path=corpus.txt"] if data == "text" else []  # a corpus of one's own, which it must name
+    own = {"text": ["data.path=corpus.txt"], "labelled": ["data.path=labels.tsv"]}
+    corpus = own.get(data, [])  # a corpus of one's own, which it must name
     cfg = compose_cfg(
         [f"data={data}", f"model={model}", "model.n_layer=1", "model.n_embd=32", "model.n_head=2", *corpus], tmp_path
     )
@@ -76,6 +77,10 @@ TASKS_OF = {
     ("encdec", "text"): {"spans"},
     ("bert", "text"): {"mlm"},
     ("t5", "text"): {"spans"},
+    ("gpt", "labelled"): set(),
+    ("encdec", "labelled"): set(),
+    ("bert", "labelled"): {"classify"},
+    ("t5", "labelled"): set(),
 }
 
 

@@ -519,6 +519,9 @@ def test_fine_tune_a_transformers_bert_into_a_classifier_classify_and_export_it(
                                  "text=Ein Mann fährt Fahrrad."], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     assert classified.returncode == 0, classified.stderr[-2000:]
     assert classified.stdout.split("\t")[1] in ("de", "en")
+    evaluated = subprocess.run([sys.executable, "-m", "transformer_lab.evaluate", str(run_dir)], capture_output=True,
+                               text=True, cwd=ROOT)  # fmt: skip
+    assert evaluated.returncode == 0 and "val/acc" in evaluated.stdout, evaluated.stderr[-2000:]
 
     from transformer_lab.checkpoint import checkpoint_of, load_model
     from transformer_lab.export import export

@@ -21,8 +21,11 @@ DEFAULTS = {"ckpt": None, "text": None, "top": 1, "batch_size": 256, "device": "
 MINIMUMS = {"top": 1, "batch_size": 1}
 
 
-def classify(args: dict, lines: Iterable[str], warn: Callable[[str], None] = warn) -> Iterator[tuple[str, list]]:
-    """(line, [(class, probability), ...] best first) per line of `lines`, in order."""
+def classify(
+    args: dict, lines: Iterable[str], warn: Callable[[str], None] = warn, names: bool = False
+) -> Iterator[tuple[str, list]]:
+    """(line, [(class, probability), ...] best first) per line of `lines`, in order; a class is its index,
+    or with `names` its text (an equation's answer, a label)."""
     args = with_defaults(args, DEFAULTS, MINIMUMS)
     model, datamodule = load(args["ckpt"], "classify", args["device"])
     encode, top = encoder(datamodule), min(args["top"], model.config.n_classes)
@@ -41,13 +44,13 @@ def classify(args: dict, lines: Iterable[str], warn: Callable[[str], None] = war
             with torch.no_grad():
                 probabilities, classes = model(inputs).float().softmax(-1).topk(top, dim=-1)
             for i, p, c in zip(todo, probabilities.tolist(), classes.tolist()):
-                outputs[i] = (outputs[i][0], list(zip(map(datamodule.answer_text, c), p)))
+                outputs[i] = (outputs[i][0], list(zip(map(datamodule.answer_text, c) if names else c, p)))
         yield from outputs
 
 
 def main(argv: list[str] | None = None) -> None:
     def lines(args: dict):
-        for line, ranked in classify(args, input_lines(args.pop("text"))):
+        for line, ranked in classify(args, input_lines(args.pop("text")), names=True):
             yield "\t".join([line, *(f"{c}\t{p:.3f}" for c, p in ranked)])
 
     run_command(argv, __doc__, DEFAULTS, lines)

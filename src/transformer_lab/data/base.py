@@ -6,7 +6,8 @@ A dataset of your own subclasses `DataModule`, declares the forms it `provides` 
 - "text": `token_streams()`, each split one stream of token ids (tiny Shakespeare's characters);
 - "pairs": `pairs(split)`, sentence pairs as ids, with `sources(split)` / `references(split)` as text;
 - "equations": `equations()`, every equation as ids and its answer, split into training and validation;
-- "labelled": `labelled(split)`, texts as ids with a class each, the classes named by `labels`.
+- "labelled": `labelled(split)`, texts as ids with a class each, the classes named by `labels` (`n_classes`
+  of them).
 
 It does not make batches: the task does (its YAML's `batches` names a transform for each form it reads,
 batching/), so one dataset serves every objective that reads a form it provides.
