@@ -75,6 +75,11 @@ class Batching(L.LightningDataModule):
     def data_files(self) -> dict[str, str]:
         return self.data.data_files()
 
+    @property
+    def specials(self):
+        """The data's ids of padding, start, end and separator (data/tokens.py Specials)."""
+        return self.data.specials
+
     def decode(self, ids) -> str:
         """Text of a model's ids (special tokens left out)."""
         return self.data.decode(ids)

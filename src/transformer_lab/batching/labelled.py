@@ -18,7 +18,7 @@ class LabelledBatches(Batching):
 
     def rows(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
         ids, labels = self.data.labelled(split)
-        s = self.data.specials
+        s = self.specials
         return pad_batch([torch.tensor([s.bos, *row, s.eos]) for row in ids], s.pad), torch.tensor(labels)
 
     def make(self) -> None:
@@ -30,10 +30,10 @@ class LabelledBatches(Batching):
 
     @property
     def pad_id(self) -> int:
-        return self.data.specials.pad
+        return self.specials.pad
 
     def encode(self, text: str) -> list[int]:
-        s = self.data.specials
+        s = self.specials
         return [s.bos, *self.data.encode(text), s.eos]
 
     def answer_text(self, answer: int) -> str:

@@ -134,10 +134,6 @@ class PairBatches(Batching):
     command = "translate"
 
     @property
-    def specials(self):
-        return self.data.specials
-
-    @property
     def pad_values(self) -> tuple[int, int]:
         return (self.specials.pad, self.specials.pad)
 

@@ -60,7 +60,7 @@ class Task(L.LightningModule):
             metric=Metrics([import_class(path, "task.metrics", Metric)(settings, datamodule, model) for path in named]),
             **cls.settings(cfg, datamodule),
         )
-        task.specials = getattr(datamodule, "data", datamodule).specials
+        task.specials = datamodule.specials
         return task
 
     @classmethod
