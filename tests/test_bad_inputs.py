@@ -139,6 +139,12 @@ CASES = [
         ["model=encdec", "data=translation", "data.tokenizer=x.json", "data.shared_vocab=false"],
         "data.shared_vocab: a pretrained data.tokenizer serves both languages: leave shared_vocab true",
     ),
+    ("model-sizes", ["model_sizes=5"], "model_sizes: null or integer sizes of vocab_size"),
+    (
+        "init-from-hf-incomplete-config",
+        ["init_from=hf:{ws}/hf_incomplete"],
+        "init_from: hf:{ws}/hf_incomplete: its config.json has no n_embd (a gpt2 config needs it)",
+    ),
     (
         "init-from-hf-missing",
         ["init_from=hf:{ws}/no-such-model"],
@@ -244,6 +250,8 @@ def workspace(tmp_path_factory):
     (ws / "a-file").write_text("not a folder\n")
     (ws / "bad.tsv").write_text("ein Hund\ta dog\nzwei Hunde two dogs\n")
     (ws / "empty.tsv").write_text("")
+    (ws / "hf_incomplete").mkdir()
+    (ws / "hf_incomplete" / "config.json").write_text('{"model_type": "gpt2"}')
     (ws / "one_label.tsv").write_text("a good play\tpositive\na fine play\tpositive\n")
     (ws / "header.tsv").write_text("source\ttarget\n")
     (ws / "pairs.tsv.gz").write_bytes(gzip.compress(b"ein Hund\ta dog\n" * 50))

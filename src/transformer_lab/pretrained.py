@@ -671,9 +671,15 @@ class Checkpoint:
 
 def open_checkpoint(source: str) -> Checkpoint:
     folder = local_dir(source)
-    hf = read_config(folder)
+    try:
+        hf = read_config(folder)
+    except ValueError as e:
+        raise refuse(source, f"{folder / 'config.json'} is not JSON ({e})") from None
     family = family_of(hf, source)
-    return Checkpoint(source, folder, family, family.settings(hf, source))
+    try:
+        return Checkpoint(source, folder, family, family.settings(hf, source))
+    except KeyError as e:
+        raise refuse(source, f"its config.json has no {e.args[0]} (a {family.model_type} config needs it)") from None
 
 
 def override_value(value) -> str:

@@ -125,6 +125,16 @@ def validate(cfg: DictConfig) -> None:
         "overwrite",
         "deletes what a run directory holds, ckpt_path resumes from it: give one of them",
     )
+    sizes = cfg.get("model_sizes")
+    _require(
+        sizes is None
+        or (
+            isinstance(sizes, DictConfig)
+            and all(k in DATA_DECIDED and isinstance(v, int) and not isinstance(v, bool) for k, v in sizes.items())
+        ),
+        "model_sizes",
+        f"null or integer sizes of {', '.join(DATA_DECIDED)}, e.g. {{vocab_size:50257,block_size:1024}}; got {sizes!r}",
+    )
     _require(
         cfg.get("init_from") is None or cfg.ckpt_path is None,
         "init_from",
