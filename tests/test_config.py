@@ -129,7 +129,7 @@ def test_loggers_instantiate(logger, tmp_path):
 def test_callbacks_instantiate(callbacks, tmp_path):
     cfg = compose_cfg([f"callbacks={callbacks}"], tmp_path)
     instances = [hydra.utils.instantiate(c) for c in (cfg.callbacks or {}).values()]
-    assert len(instances) == {"default": 6, "none": 0, "grokfast": 1}[callbacks]
+    assert len(instances) == {"default": 6, "none": 0, "grokfast": 1, "ema": 1}[callbacks]
 
 
 @pytest.mark.parametrize("max_epochs, shown", [(-1, "Epoch 0"), (3, "Epoch 0/2")])

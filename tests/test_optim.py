@@ -1,7 +1,9 @@
 import pytest
+import torch
 
 from transformer_lab.models.gpt import GPT, GPTConfig
-from transformer_lab.tasks.optim import adamw, warmup_cosine
+from transformer_lab.models.t5 import T5, T5Config
+from transformer_lab.tasks.optim import adafactor, adamw, warmup_cosine
 
 
 def test_warmup_then_cosine_to_min_lr():
@@ -24,3 +26,23 @@ def test_adamw_decays_matrices_only_and_counts_tied_weights_once():
     counted = sum(p.numel() for g in optimizer.param_groups for p in g["params"])
     assert counted == sum(p.numel() for p in model.parameters())  # parameters() yields a tied weight once
     assert any(p is model.wte.weight for p in decay["params"])
+
+
+def test_adafactor_keeps_the_groups_and_steps_each_tensor_in_proportion_to_its_size():
+    # T5's initialisation gives its embedding an RMS of 1 and its feed-forward's output weights 1/sqrt(d_ff) =
+    # 1/16 here: one AdamW learning rate moves the first 16x slower in proportion; Adafactor's relative steps do not.
+    torch.manual_seed(0)
+    model = T5(T5Config(vocab_size=50, n_layer=1, n_head=4, n_embd=64))
+    optimizer = adafactor(model, lr=1e-2, weight_decay=0.0)
+    decay, no_decay = optimizer.param_groups
+    assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() == 1 for p in no_decay["params"])
+    embed, down = model.embed.weight, model.encoder[0].ff.down.weight
+    before = embed.detach().clone(), down.detach().clone()
+    src, tgt = torch.randint(3, 50, (4, 7)), torch.randint(3, 50, (4, 6))
+    model(src, tgt).logsumexp(-1).mean().backward()
+    optimizer.step()
+    rms = lambda t: t.pow(2).mean().sqrt().item()  # noqa: E731
+    moved = [rms(after.detach() - b) / rms(b) for after, b in zip((embed, down), before)]
+    assert rms(before[0]) / rms(before[1]) > 10  # the sizes the initialisation gave them
+    assert 0.5 < moved[0] / moved[1] < 2, moved  # ... yet both move by about the same fraction of it
+    assert all(0 < m <= 1.1e-2 for m in moved), moved  # at most lr of their own size

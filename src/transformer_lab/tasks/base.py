@@ -17,7 +17,7 @@ from transformer_lab.callbacks.history import metrics_written
 from transformer_lab.data.tokens import Specials
 from transformer_lab.errors import NonFiniteLossError
 from transformer_lab.tasks.metrics import Metric, Metrics
-from transformer_lab.tasks.optim import adamw, warmup_cosine
+from transformer_lab.tasks.optim import adafactor, adamw, warmup_cosine
 
 log = logging.getLogger(__name__)
 
@@ -145,16 +145,12 @@ class Task(L.LightningModule):
             # False: torch then takes its multi-tensor (foreach) kernels on a GPU; an explicit False means
             # a loop over the parameters, which made the optimizer half of a multi30k step on an H100.
             fused = None
-        optimizer = adamw(
-            self.model,
-            o["lr"],
-            o["weight_decay"],
-            tuple(o["betas"]),
-            o["eps"],
-            fused,
-            pretrained=self.pretrained,
-            pretrained_lr=o.get("pretrained_lr"),
-        )
+        groups = {"pretrained": self.pretrained, "pretrained_lr": o.get("pretrained_lr")}
+        optimizers = {
+            "adamw": lambda: adamw(self.model, o["lr"], o["weight_decay"], tuple(o["betas"]), o["eps"], fused, **groups),
+            "adafactor": lambda: adafactor(self.model, o["lr"], o["weight_decay"], **groups),
+        }
+        optimizer = optimizers[str(o["name"])]()
         decay_steps = o["decay_steps"] or max(self.trainer.max_steps, 1)
         schedule = partial(
             warmup_cosine, lr=o["lr"], min_lr=o["min_lr"], warmup_steps=o["warmup_steps"], decay_steps=decay_steps

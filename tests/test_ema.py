@@ -1,0 +1,52 @@
+"""callbacks=[default,ema]: Lightning's EMAWeightAveraging through train.py, validated and resumed exactly."""
+
+import json
+
+import pytest
+import torch
+
+from conftest import TINY
+
+RUN = [
+    "data=modular",
+    "data.p=11",
+    "data.train_fraction=0.9",
+    "data.batch_size=16",
+    *TINY,
+    "model.dropout=0.1",
+    "callbacks=[default,ema]",
+    "callbacks.ema.decay=0.9",
+    "callbacks.last_checkpoint.every_n_train_steps=10",
+    "trainer.val_check_interval=10",
+    "optim.decay_steps=40",
+    "logger=none",
+]
+
+
+def state(path):
+    return torch.load(path, weights_only=True)
+
+
+@pytest.mark.e2e
+def test_ema_validates_the_average_and_resumes_exactly(tmp_path, train_process):
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    assert train_process.run(*RUN, "trainer.max_steps=40", f"hydra.run.dir={whole}").returncode == 0
+    first = train_process.run(*RUN, "trainer.max_steps=20", f"hydra.run.dir={split}")
+    assert first.returncode == 0, first.stderr[-3000:]
+    resumed = train_process.run(*RUN, "trainer.max_steps=40", "ckpt_path=last", f"hydra.run.dir={split}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+    a, b = state(whole / "checkpoints" / "last.ckpt"), state(split / "checkpoints" / "last.ckpt")
+    # the checkpoint's weights are the average; the trained ones are kept beside them
+    assert a["state_dict"].keys() == a["current_model_state"].keys()
+    assert any(not torch.equal(a["state_dict"][k], a["current_model_state"][k]) for k in a["state_dict"])
+    for key in ("state_dict", "current_model_state"):  # both continue exactly across the resume
+        assert all(torch.equal(a[key][k], b[key][k]) for k in a[key]), key
+    ours, theirs = json.loads((whole / "summary.json").read_text()), json.loads((split / "summary.json").read_text())
+    assert ours["val/loss"] == theirs["val/loss"]
+    # What was validated (and tested, from best.ckpt) is the average: best.ckpt's weights, evaluated again, give
+    # the logged best validation loss.
+    from transformer_lab.evaluate import evaluate
+
+    metrics = evaluate(str(whole), "val", ["trainer.limit_val_batches=2"], out=str(tmp_path / "eval.json"))
+    assert metrics["metrics"]["val/loss"] == pytest.approx(ours["val/loss_best"], abs=1e-6)
