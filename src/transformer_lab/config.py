@@ -17,6 +17,7 @@ from typing import Any, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
+from transformer_lab.choices import choice
 from transformer_lab.data.configs import (
     DATA_DECIDED,
     LabelledConfig,
@@ -25,7 +26,6 @@ from transformer_lab.data.configs import (
     TextConfig,
     TranslationConfig,
 )
-from transformer_lab.choices import choice
 from transformer_lab.errors import ConfigError, exit_on_user_error, require
 from transformer_lab.models.configs import BertConfig, EncDecConfig, GPTConfig, T5Config
 from transformer_lab.tasks.configs import TASKS
@@ -146,7 +146,9 @@ Optimizer = choice("Optimizer", "adamw", "adafactor")  # optim.name: built in ta
 
 @dataclass
 class OptimConfig:
-    name: Optimizer = Optimizer.adamw  # adamw | adafactor (relative steps, T5's optimizer: lr is relative, e.g. 1e-2; betas, eps, fused unused)
+    name: Optimizer = (
+        Optimizer.adamw
+    )  # adamw | adafactor (relative steps, T5's optimizer: lr is relative, e.g. 1e-2; betas, eps, fused unused)
     lr: float = 1e-3  # peak learning rate, reached after warmup
     min_lr: float = 1e-4  # where the cosine decay ends
     warmup_steps: int = 100

@@ -147,7 +147,9 @@ class Task(L.LightningModule):
             fused = None
         groups = {"pretrained": self.pretrained, "pretrained_lr": o.get("pretrained_lr")}
         optimizers = {
-            "adamw": lambda: adamw(self.model, o["lr"], o["weight_decay"], tuple(o["betas"]), o["eps"], fused, **groups),
+            "adamw": lambda: adamw(
+                self.model, o["lr"], o["weight_decay"], tuple(o["betas"]), o["eps"], fused, **groups
+            ),
             "adafactor": lambda: adafactor(self.model, o["lr"], o["weight_decay"], **groups),
         }
         optimizer = optimizers[str(o["name"])]()
