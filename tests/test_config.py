@@ -169,6 +169,27 @@ def test_hardware_options_combine_as_a_list(tmp_path):
         validate(cfg)
 
 
+@pytest.mark.parametrize("flags, precision", [("fma avx2", "32-true"), ("avx2 amx_bf16 amx_tile", "bf16-mixed")])
+def test_cpu_bf16_uses_bf16_only_where_the_cpu_has_the_units(flags, precision, tmp_path, monkeypatch, capsys):
+    import transformer_lab.config as config
+
+    real_read_text = config.Path.read_text
+    monkeypatch.setattr(
+        config.Path,
+        "read_text",
+        lambda self, *a, **k: f"flags\t: {flags}\n" if str(self) == "/proc/cpuinfo" else real_read_text(self, *a, **k),
+    )
+    cfg = compose_cfg(["hardware=cpu_bf16"], tmp_path)
+    assert (cfg.trainer.accelerator, cfg.trainer.precision) == ("cpu", precision)
+    validate(cfg)
+    # asking for bf16 outright on a CPU without the units runs, with one warning line saying what it costs
+    validate(compose_cfg(["hardware=[cpu,bf16]"], tmp_path))
+    warned = (
+        "warning: bf16 autocast (trainer.precision=bf16-mixed) on a CPU without bf16 units" in capsys.readouterr().err
+    )
+    assert warned == (precision == "32-true")
+
+
 def test_model_compile_compiles_in_place(tmp_path):
     cfg = compose_cfg(
         ["data=modular", "model.compile=true", "model.n_layer=1", "model.n_embd=32", "model.n_head=2"], tmp_path

@@ -50,3 +50,23 @@ def test_ema_validates_the_average_and_resumes_exactly(tmp_path, train_process):
 
     metrics = evaluate(str(whole), "val", ["trainer.limit_val_batches=2"], out=str(tmp_path / "eval.json"))
     assert metrics["metrics"]["val/loss"] == pytest.approx(ours["val/loss_best"], abs=1e-6)
+
+
+@pytest.mark.e2e
+def test_ema_leaves_training_alone_and_evaluate_reads_either_weights(tmp_path, train_process):
+    from transformer_lab.errors import UserError
+    from transformer_lab.evaluate import evaluate
+
+    ema, plain = tmp_path / "ema", tmp_path / "plain"
+    assert train_process.run(*RUN, "trainer.max_steps=40", f"hydra.run.dir={ema}").returncode == 0
+    without = [o for o in RUN if not o.startswith("callbacks")] + ["callbacks.last_checkpoint.every_n_train_steps=10"]
+    assert train_process.run(*without, "trainer.max_steps=40", f"hydra.run.dir={plain}").returncode == 0
+    last = ema / "checkpoints" / "last.ckpt"
+    check = ["trainer.limit_val_batches=2"]
+    trained = evaluate(str(last), "val", check, out=str(tmp_path / "t.json"), weights="trained")["metrics"]["val/loss"]
+    average = evaluate(str(last), "val", check, out=str(tmp_path / "a.json"))["metrics"]["val/loss"]
+    # the average does not steer training: the trained weights are those of the same run without it
+    assert trained == pytest.approx(json.loads((plain / "summary.json").read_text())["val/loss"], abs=1e-6)
+    assert average != pytest.approx(trained, abs=1e-4)
+    with pytest.raises(UserError, match="weights=trained: .* keeps no trained weights apart"):
+        evaluate(str(plain / "checkpoints" / "last.ckpt"), "val", check, weights="trained")

@@ -196,7 +196,23 @@ def tasks_per_node(devices) -> int:
         )
 
 
+def cpu_has_bf16_units() -> bool:
+    """Whether this CPU computes in bfloat16 natively (AMX or AVX512-BF16 on x86, from /proc/cpuinfo's flags). Without
+    them torch emulates it: bf16 autocast made a training step 20x slower than float32 on a 2-core AVX2 EPYC."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:  # not Linux: no way to tell here, so no
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
+def cpu_precision() -> str:
+    """hardware=cpu_bf16's precision: bf16 autocast where the CPU has bf16 units, float32 where it has not."""
+    return "bf16-mixed" if cpu_has_bf16_units() else "32-true"
+
+
 def register() -> None:
+    OmegaConf.register_new_resolver("cpu_precision", cpu_precision, replace=True)
     OmegaConf.register_new_resolver("config_subdir", config_subdir, replace=True)
     OmegaConf.register_new_resolver("tasks_per_node", tasks_per_node, replace=True)
     cs = ConfigStore.instance()

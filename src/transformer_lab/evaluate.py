@@ -1,6 +1,6 @@
 """Evaluate a trained model on its run's data, without training: loss and perplexity, accuracy, BLEU.
 
-    python -m transformer_lab.evaluate RUN_DIR_OR_CKPT [split=val|test] [out=FILE] [overrides ...]
+    python -m transformer_lab.evaluate RUN_DIR_OR_CKPT [split=val|test] [out=FILE] [weights=trained] [overrides ...]
 
     python -m transformer_lab.evaluate outputs/DATE/TIME split=test task.decode.beam_size=8
     python -m transformer_lab.evaluate outputs/DATE/TIME/checkpoints/last.ckpt trainer.limit_val_batches=50
@@ -12,7 +12,8 @@ checkpoint's run's (its overrides, as resume uses them) with these overrides on 
 data is read with the checkpoint's vocabulary, so `data.path=FILE` evaluates on a file of yours (a text
 file for a model trained on text, a TSV of pairs for translation), all of it whatever the split. The
 metrics are printed and written to eval.json beside the checkpoint (or `out=FILE`); nothing else in the
-run directory changes.
+run directory changes. A run with callbacks=[default,ema] saves the average of the weights, evaluated by
+default, and the trained weights beside it: `weights=trained` evaluates those (what the average bought).
 """
 
 from __future__ import annotations
@@ -28,10 +29,15 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 USAGE = __doc__.split("\n\n")[1]
 
 
-def evaluate(target: str, split: str = "val", overrides: list[str] = (), out: str | None = None) -> dict:
-    """The metrics of the checkpoint `target` (a run directory or a .ckpt file) on `split`."""
+def evaluate(
+    target: str, split: str = "val", overrides: list[str] = (), out: str | None = None, weights: str = "saved"
+) -> dict:
+    """The metrics of the checkpoint `target` (a run directory or a .ckpt file) on `split`; `weights="trained"`:
+    of the trained weights an EMA checkpoint keeps beside the average (its `current_model_state`)."""
     if split not in ("val", "test"):
         raise UserError(f"split must be val or test, got {split!r}")
+    if weights not in ("saved", "trained"):
+        raise UserError(f"weights must be trained (or left out: the checkpoint's own), got {weights!r}")
     if out is not None and (out == "" or Path(out).is_dir()):
         raise UserError(f"out={out}: give a file name (eval.json's contents go there)")
     import lightning as L
@@ -50,6 +56,9 @@ def evaluate(target: str, split: str = "val", overrides: list[str] = (), out: st
     meta = checkpoint["transformer_lab"]
     shapes = {key: tuple(value.shape) for key, value in checkpoint["state_dict"].items()}
     step = checkpoint.get("global_step")
+    trained = checkpoint.get("current_model_state") if weights == "trained" else None
+    if weights == "trained" and trained is None:
+        raise UserError(f"weights=trained: {path} keeps no trained weights apart (only runs with callbacks ema do)")
     del checkpoint
     defaults = [
         "logger=none",
@@ -85,11 +94,15 @@ def evaluate(target: str, split: str = "val", overrides: list[str] = (), out: st
     warnings.filterwarnings("ignore", message=r".*callbacks used to create the checkpoint")
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
     run = trainer.validate if split == "val" else trainer.test
-    (metrics,) = run(task, datamodule=datamodule, ckpt_path=str(path), weights_only=True, verbose=False)
+    if trained is not None:
+        task.load_state_dict(trained)
+    ckpt_path = None if trained is not None else str(path)
+    (metrics,) = run(task, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True, verbose=False)
     result = {
         "checkpoint": str(path),
         "step": step,
         "split": split,
+        "weights": weights,
         "overrides": list(overrides),
         "metrics": {name: float(value) for name, value in sorted(metrics.items()) if name != "step"},
     }
@@ -108,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
         print(__doc__.strip())
         return
     with exit_on_user_error():
-        target, options = argv[0], {"split": "val", "out": None}
+        target, options = argv[0], {"split": "val", "out": None, "weights": "saved"}
         overrides = []
         for item in argv[1:]:
             key, sep, value = item.partition("=")
@@ -118,7 +131,7 @@ def main(argv: list[str] | None = None) -> None:
                 options[key] = value
             else:
                 overrides.append(item)
-        result = evaluate(target, options["split"], overrides, options["out"])
+        result = evaluate(target, options["split"], overrides, options["out"], options["weights"])
         width = max(len(name) for name in result["metrics"])
         print(f"{result['checkpoint']} (step {result['step']}), split={result['split']}:")
         for name, value in result["metrics"].items():

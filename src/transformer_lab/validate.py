@@ -9,12 +9,13 @@ here (check_settings); a user's own model or data module, once the factory impor
 
 from __future__ import annotations
 
+import sys
 import typing
 
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.choices import Choice
-from transformer_lab.config import SETTINGS, OptimConfig, TrainerConfig
+from transformer_lab.config import SETTINGS, OptimConfig, TrainerConfig, cpu_has_bf16_units
 from transformer_lab.data.configs import DATA_DECIDED
 from transformer_lab.errors import ConfigError, no_such_key
 from transformer_lab.errors import require as _require
@@ -175,6 +176,15 @@ def validate(cfg: DictConfig) -> None:
         f"bf16 (trainer.precision={precision}) is not supported by this GPU "
         f"({on_gpu and _torch().cuda.get_device_name()}); use hardware=fp16",
     )
+
+    if precision.startswith("bf16") and trainer.accelerator == "cpu" and not cpu_has_bf16_units():
+        print(
+            f"warning: bf16 autocast (trainer.precision={precision}) on a CPU without bf16 units (no AMX or "
+            "AVX512-BF16 flag) is emulated, many times slower than float32: hardware=cpu_bf16 uses bf16 only "
+            "where the units are",
+            file=sys.stderr,
+            flush=True,
+        )
 
     peak = OmegaConf.select(cfg, "callbacks.throughput.peak_flops")
     _require(
