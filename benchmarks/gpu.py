@@ -190,6 +190,9 @@ def table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+MACHINE = "**Machine.** The GPU named in each row; the CPU plays no part in these figures.\n\n"
+
+
 def markdown(records: list[dict]) -> str:
     commands = "\n".join(f"    {r['command']}" for r in records)
     seen = lambda key: ", ".join(sorted({str(r.get(key)) for r in records}))  # noqa: E731
@@ -289,7 +292,7 @@ def record(out: Path, new: list[dict], names: list[str], presets: bool) -> int:
     records.update({r["name"]: r for r in new})
     ordered = [records[n] for n in names if n in records]
     results_path.write_text(json.dumps({"runs": ordered}, indent=2) + "\n")
-    (out / "gpu.md").write_text("# GPU benchmark\n\n" + markdown(ordered))
+    (out / "gpu.md").write_text("# GPU benchmark\n\n" + MACHINE + markdown(ordered))
     if presets:
         write_preset_sections(ordered)
     print(f"\n{table(ordered)}\n\nwrote {results_path} and {out / 'gpu.md'}")
