@@ -54,6 +54,12 @@ CASES = [
     ("temperature", ["task.sample.temperature=-1"], "task.sample.temperature: must be >= 0"),
     ("top-k", ["task.sample.top_k=0"], "task.sample.top_k: must be >= 1 or null"),
     ("gpu", ["hardware=gpu"], "asks for a CUDA GPU but torch sees none"),
+    (
+        "callback-settings-alone",
+        ["experiment=multi30k_de_en_cpu", "callbacks=default", *PAIRS],
+        "callbacks.ema: sets decay of a callback the callbacks group did not add (no _target_): add its config, "
+        "e.g. callbacks=[default,ema]",
+    ),
     ("ckpt-missing", [*MODULAR, "ckpt_path={ws}/nowhere.ckpt"], "ckpt_path: no checkpoint file at"),
     (
         "init-and-resume",

@@ -186,6 +186,14 @@ def validate(cfg: DictConfig) -> None:
             flush=True,
         )
 
+    for name, callback in (cfg.get("callbacks") or {}).items():  # settings left by an experiment or a `+` override
+        _require(
+            callback is None or "_target_" in callback,
+            f"callbacks.{name}",
+            f"sets {', '.join(callback or {}) or 'nothing'} of a callback the callbacks group did not add "
+            f"(no _target_): add its config, e.g. callbacks=[default,{name}], or set callbacks.{name}=null",
+        )
+
     peak = OmegaConf.select(cfg, "callbacks.throughput.peak_flops")
     _require(
         peak is None or (isinstance(peak, (int, float)) and peak > 0),
