@@ -70,3 +70,35 @@ def test_ema_leaves_training_alone_and_evaluate_reads_either_weights(tmp_path, t
     assert average != pytest.approx(trained, abs=1e-4)
     with pytest.raises(UserError, match="weights=trained: .* keeps no trained weights apart"):
         evaluate(str(plain / "checkpoints" / "last.ckpt"), "val", check, weights="trained")
+
+
+@pytest.mark.e2e
+def test_the_test_after_training_scores_the_average(tmp_path, train_process):
+    """train.py tests best.ckpt after fit: its saved weights, the average, not the trained weights the
+    checkpoint keeps beside them for resuming (which Lightning's callback would load back)."""
+    from test_translation import write_pairs
+    from transformer_lab.evaluate import evaluate
+
+    pairs, run = write_pairs(tmp_path / "pairs.tsv", n=300), tmp_path / "run"
+    translation = ["model=encdec", "data=translation", f"data.path={pairs}", "data.vocab_size=100"]
+    result = train_process.run(
+        *translation,
+        f"paths.data_dir={tmp_path / 'data'}",
+        *TINY,
+        "data.batch_size=32",
+        "callbacks=[default,ema]",
+        "callbacks.ema.decay=0.9",
+        "trainer.max_steps=30",
+        "trainer.val_check_interval=30",
+        "optim.lr=3e-3",
+        "task.decode.beam_size=1",
+        "logger=none",
+        f"hydra.run.dir={run}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    tested = json.loads((run / "summary.json").read_text())["test/loss"]
+    best = run / "checkpoints" / "best.ckpt"
+    average = evaluate(str(best), "test", out=str(tmp_path / "a.json"))["metrics"]["test/loss"]
+    trained = evaluate(str(best), "test", out=str(tmp_path / "t.json"), weights="trained")["metrics"]["test/loss"]
+    assert trained != pytest.approx(average, abs=1e-3)
+    assert tested == pytest.approx(average, abs=1e-5)

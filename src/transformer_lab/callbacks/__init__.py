@@ -1,6 +1,7 @@
-"""Lightning callbacks: throughput, the summary.json writer, metric history, graceful interrupts, Grokfast,
-the progress bar, last.ckpt at the end, the loggers' runs in checkpoints."""
+"""Lightning callbacks: throughput, the summary.json writer, metric history, graceful interrupts, Grokfast, the
+weights' moving average, the progress bar, last.ckpt at the end, the loggers' runs in checkpoints."""
 
+from transformer_lab.callbacks.ema import EMAWeightAveraging
 from transformer_lab.callbacks.grokfast import GrokfastEMA
 from transformer_lab.callbacks.history import History, StepAxis
 from transformer_lab.callbacks.interrupt import GracefulInterrupt
@@ -12,6 +13,7 @@ from transformer_lab.callbacks.summary import Summary
 from transformer_lab.callbacks.throughput import Throughput
 
 __all__ = [
+    "EMAWeightAveraging",
     "GracefulInterrupt",
     "GrokfastEMA",
     "History",
