@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def timed(command: list[str], log: Path) -> float:
     start = time.perf_counter()
     with open(log, "w") as f:
-        subprocess.run(command, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, check=True)
+        if subprocess.run(command, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT).returncode != 0:
+            sys.exit(f"error: {' '.join(command[1:])} failed: {log.read_text().strip().splitlines()[-1]} (log: {log})")
     return time.perf_counter() - start
 
 
