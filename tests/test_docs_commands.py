@@ -118,7 +118,7 @@ def test_the_docs_show_inference_commands():
 @pytest.mark.parametrize(("doc", "command", "option"), inference_options())
 def test_inference_commands_in_the_docs_take_their_options(doc, command, option, tmp_path):
     """Each option shown is one the command has: an inference command's own (its DEFAULTS), compare's flags,
-    or for evaluate `split`, `out`, a config group or a config key of some task (evaluate's overrides)."""
+    or for evaluate `split`, `out`, `weights`, a config group or a config key of some task (evaluate's overrides)."""
     import importlib
 
     if command == "compare":
@@ -136,7 +136,8 @@ def test_inference_commands_in_the_docs_take_their_options(doc, command, option,
 
         from conftest import compose_cfg
 
-        if option not in ("split", "out") and not (ROOT / "conf" / option).is_dir():  # (a group: hardware=gpu)
+        own = ("split", "out", "weights")
+        if option not in own and not (ROOT / "conf" / option).is_dir():  # (a group: hardware=gpu)
             configs = [compose_cfg([f"task={task}"], tmp_path) for task in ("lm", "seq2seq")]
             assert any(OmegaConf.select(cfg, option, default=KeyError) is not KeyError for cfg in configs), (
                 f"{doc}: evaluate ... {option}= is no config key"
