@@ -55,10 +55,16 @@ CASES = [
     ("top-k", ["task.sample.top_k=0"], "task.sample.top_k: must be >= 1 or null"),
     ("gpu", ["hardware=gpu"], "asks for a CUDA GPU but torch sees none"),
     (
+        "callback-option-settings-alone",
+        ["callbacks=default", "+callbacks.ema.decay=0.99"],
+        "callbacks.ema: sets decay of a callback the chosen callbacks do not add (no _target_): add it, e.g. "
+        "callbacks=[default,ema], or set callbacks.ema=null",
+    ),
+    (
         "callback-settings-alone",
-        ["experiment=multi30k_de_en_cpu", "callbacks=default", *PAIRS],
-        "callbacks.ema: sets decay of a callback the callbacks group did not add (no _target_): add its config, "
-        "e.g. callbacks=[default,ema]",
+        ["experiment=shakespeare_char_cpu", "callbacks=none"],
+        "callbacks.last_checkpoint: sets every_n_train_steps of a callback the chosen callbacks do not add (no "
+        "_target_): keep callbacks=default, or set callbacks.last_checkpoint=null",
     ),
     ("ckpt-missing", [*MODULAR, "ckpt_path={ws}/nowhere.ckpt"], "ckpt_path: no checkpoint file at"),
     (

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import typing
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -20,7 +21,10 @@ from transformer_lab.data.configs import DATA_DECIDED
 from transformer_lab.errors import ConfigError, no_such_key
 from transformer_lab.errors import require as _require
 
-MAX_SEED = 2**32 - 1  # numpy's limit, and so Lightning's seed_everything's
+MAX_SEED = 2**32 - 1
+CALLBACKS = (
+    Path(__file__).resolve().parents[2] / "conf" / "callbacks"
+)  # numpy's limit, and so Lightning's seed_everything's
 
 # Keys of a model or data section that select and describe, not settings of its dataclass.
 NOT_SETTINGS = ("_target_", "name", "compile")
@@ -187,11 +191,13 @@ def validate(cfg: DictConfig) -> None:
         )
 
     for name, callback in (cfg.get("callbacks") or {}).items():  # settings left by an experiment or a `+` override
+        option = (CALLBACKS / f"{name}.yaml").is_file()  # ema, grokfast: an option to add; else part of default
         _require(
             callback is None or "_target_" in callback,
             f"callbacks.{name}",
-            f"sets {', '.join(callback or {}) or 'nothing'} of a callback the callbacks group did not add "
-            f"(no _target_): add its config, e.g. callbacks=[default,{name}], or set callbacks.{name}=null",
+            f"sets {', '.join(callback or {}) or 'nothing'} of a callback the chosen callbacks do not add (no "
+            f"_target_): {f'add it, e.g. callbacks=[default,{name}]' if option else 'keep callbacks=default'}, "
+            f"or set callbacks.{name}=null",
         )
 
     peak = OmegaConf.select(cfg, "callbacks.throughput.peak_flops")
