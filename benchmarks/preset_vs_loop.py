@@ -5,10 +5,11 @@ recipe as a bare PyTorch loop (benchmarks/plain_loop.py) and as the barest Light
     python benchmarks/preset_vs_loop.py [--rounds 5] [--out outputs/preset_vs_loop] [--iters 2000] [--no-lightning]
         [PRESET_OVERRIDES ...]
 
-Round i runs the three back to back, in an order rotated by one each round, so a machine that drifts within
+Round i runs the three (two with --no-lightning) back to back, in an order rotated by one each round, so a machine that drifts within
 the sitting weighs on all three. Each process is timed from its start to its exit. Prints every round's
 times and ratios to the bare loop, their medians, and the final val losses, which must agree (the same
-model, batches and optimizer: the same digits). The runs' output is kept under --out.
+model, batches and optimizer: the same digits; to ~4 decimals under an override such as hardware=cpu_bf16).
+The runs' output is kept under --out.
 """
 
 from __future__ import annotations

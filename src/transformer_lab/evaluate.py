@@ -23,9 +23,9 @@ import sys
 import warnings
 from pathlib import Path
 
+from transformer_lab.config import CONF
 from transformer_lab.errors import UserError, exit_on_user_error
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 USAGE = __doc__.split("\n\n")[1]
 
 

@@ -11,20 +11,16 @@ from __future__ import annotations
 
 import sys
 import typing
-from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.choices import Choice
-from transformer_lab.config import SETTINGS, OptimConfig, TrainerConfig, cpu_has_bf16_units
+from transformer_lab.config import CONF, SETTINGS, OptimConfig, TrainerConfig, cpu_has_bf16_units
 from transformer_lab.data.configs import DATA_DECIDED
 from transformer_lab.errors import ConfigError, no_such_key
 from transformer_lab.errors import require as _require
 
-MAX_SEED = 2**32 - 1
-CALLBACKS = (
-    Path(__file__).resolve().parents[2] / "conf" / "callbacks"
-)  # numpy's limit, and so Lightning's seed_everything's
+MAX_SEED = 2**32 - 1  # numpy's limit, and so Lightning's seed_everything's
 
 # Keys of a model or data section that select and describe, not settings of its dataclass.
 NOT_SETTINGS = ("_target_", "name", "compile")
@@ -191,7 +187,9 @@ def validate(cfg: DictConfig) -> None:
         )
 
     for name, callback in (cfg.get("callbacks") or {}).items():  # settings left by an experiment or a `+` override
-        option = (CALLBACKS / f"{name}.yaml").is_file()  # ema, grokfast: an option to add; else part of default
+        option = (
+            CONF / "callbacks" / f"{name}.yaml"
+        ).is_file()  # ema, grokfast: an option to add; else part of default
         _require(
             callback is None or "_target_" in callback,
             f"callbacks.{name}",
