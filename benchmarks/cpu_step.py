@@ -4,22 +4,26 @@ change: the measurements behind experiments/shakespeare_char_cpu.md, "≤ 0.85x 
     python benchmarks/cpu_step.py [--steps 300] [--skip-bf16]
 
 1. The CPU: model name and whether it has AVX-512, AVX512-BF16 or AMX (from /proc/cpuinfo).
-2. Where a step goes: torch.profiler's self time by op over 30 steps, grouped (matmul, attention, GELU, ...).
+2. Where a step goes: torch.profiler's self time by op over 30 steps, grouped (matmul, attention, GELU, ...), in
+   float32, bf16 autocast, and bf16 with the math attention kernel.
 3. Per-step time eager, whole model compiled and each block compiled (model.compile / block.compile), in the order
    eager, whole, blocks, eager, whole, blocks (the second of each finds inductor's cache warm), with the time of
    the first two steps (compilation).
-4. float32 against bfloat16 autocast for a forward and backward, three interleaved pairs.
+4. float32 against bfloat16 autocast (attention on torch's kernel, flash, and on the math kernel: what
+   `attention_kernel=math` picks) for a forward, backward and AdamW step, three interleaved rounds.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from transformer_lab.models.gpt import GPT, GPTConfig
 from transformer_lab.tasks.optim import adamw
@@ -54,8 +58,9 @@ def setup(mode: str):
     optimizer = adamw(model, 1e-3, 0.1, (0.9, 0.99), 1e-8, fused=True)
     x, y = torch.randint(65, (12, 64)), torch.randint(65, (12, 64))
 
-    def step(bf16: bool = False) -> None:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+    def step(bf16: bool = False, math: bool = False) -> None:
+        kernel = sdpa_kernel(SDPBackend.MATH) if math else contextlib.nullcontext()  # (torch picks: flash)
+        with kernel, torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -72,21 +77,29 @@ def main() -> None:
     args = parser.parse_args()
     print(f"CPU: {cpu()}; torch {torch.__version__}")
 
-    step = setup("eager")
-    for _ in range(20):
-        step()
-    with torch.profiler.profile() as prof:
-        for _ in range(30):
-            step()
-    shares, total = {}, 0.0
-    for event in prof.key_averages():
-        if event.key.startswith("aten::"):
-            group = next((g for k, g in GROUPS.items() if k in event.key.lower()), "other aten ops")
-            shares[group] = shares.get(group, 0.0) + event.self_cpu_time_total
-            total += event.self_cpu_time_total
-    print(f"\nwhere a step goes ({total / 30 / 1000:.1f} ms of aten time a step under the profiler):")
-    for group, t in sorted(shares.items(), key=lambda kv: -kv[1]):
-        print(f"  {group:<16} {100 * t / total:5.1f}%")
+    kinds = {"float32": (False, False)}
+    if not args.skip_bf16:
+        kinds.update({"bf16": (True, False), "bf16, math attention": (True, True)})
+    profiles = {}
+    for kind, (bf16, math) in kinds.items():
+        step = setup("eager")
+        for _ in range(20):
+            step(bf16, math)
+        with torch.profiler.profile() as prof:
+            for _ in range(30):
+                step(bf16, math)
+        profiles[kind] = {}
+        for event in prof.key_averages():
+            if event.key.startswith("aten::"):
+                group = next((g for k, g in GROUPS.items() if k in event.key.lower()), "other aten ops")
+                profiles[kind][group] = profiles[kind].get(group, 0.0) + event.self_cpu_time_total / 30 / 1000
+    print(
+        "\nwhere a step goes, ms of aten self time a step under the profiler (the math kernel's matmuls count as matmul):"
+    )
+    print(f"  {'':<16}" + "".join(f"{kind:>22}" for kind in kinds))
+    for group in sorted(profiles["float32"], key=lambda g: -profiles["float32"][g]):
+        print(f"  {group:<16}" + "".join(f"{profiles[kind].get(group, 0.0):22.2f}" for kind in kinds))
+    print(f"  {'total':<16}" + "".join(f"{sum(profiles[kind].values()):22.2f}" for kind in kinds))
 
     print(f"\nper-step time over {args.steps} steps (first two steps: compilation, if any):")
     times = {}
@@ -104,18 +117,21 @@ def main() -> None:
     print("  medians: " + ", ".join(f"{m} {statistics.median(t):.1f} ms" for m, t in times.items()))
 
     if not args.skip_bf16:
-        step, pairs = setup("eager"), []
-        step(), step(True)
+        step, rounds = setup("eager"), []
+        for bf16, math in kinds.values():
+            step(bf16, math)
         for _ in range(3):
-            pair = []
-            for bf16 in (False, True):
+            times = []
+            for bf16, math in kinds.values():
                 start = time.perf_counter()
-                for _ in range(10):
-                    step(bf16)
-                pair.append((time.perf_counter() - start) / 10 * 1000)
-            pairs.append(pair)
-        print("\nfloat32 / bf16 autocast, ms a step: " + ", ".join(f"{a:.1f} / {b:.1f}" for a, b in pairs))
-        print(f"  bf16 / float32, median: {statistics.median(b / a for a, b in pairs):.2f}")
+                for _ in range(20):
+                    step(bf16, math)
+                times.append((time.perf_counter() - start) / 20 * 1000)
+            rounds.append(times)
+        print(f"\n{' / '.join(kinds)}, ms a step: " + ", ".join(" / ".join(f"{t:.1f}" for t in r) for r in rounds))
+        for i, kind in enumerate(kinds):
+            if i:
+                print(f"  {kind} / float32, median: {statistics.median(r[i] / r[0] for r in rounds):.2f}")
 
 
 if __name__ == "__main__":

@@ -188,6 +188,13 @@ def test_cpu_bf16_uses_bf16_only_where_the_cpu_has_the_units(flags, precision, t
         "warning: bf16 autocast (trainer.precision=bf16-mixed) on a CPU without bf16 units" in capsys.readouterr().err
     )
     assert warned == (precision == "32-true")
+    # the CPU preset takes bf16 where the units are, and with it the math attention kernel; float32 keeps torch's
+    preset = compose_cfg(["experiment=shakespeare_char_cpu"], tmp_path)
+    assert (preset.trainer.precision, preset.attention_kernel) == (
+        precision,
+        {"32-true": "auto"}.get(precision, "math"),
+    )
+    assert compose_cfg(["experiment=shakespeare_char_cpu", "hardware=cpu"], tmp_path).attention_kernel == "auto"
 
 
 def test_model_compile_compiles_in_place(tmp_path):
@@ -231,6 +238,7 @@ BAD_VALUES = [
     (["optim.min_lr=1"], "optim.min_lr", "[0, optim.lr"),
     (["trainer.max_steps=-1"], "trainer.max_steps", "must be set"),
     (["callbacks.throughput.peak_flops=-5"], "callbacks.throughput.peak_flops", "positive number of FLOP/s"),
+    (["attention_kernel=fast"], "attention_kernel", "must be one of auto, math, flash, efficient, cudnn, got 'fast'"),
 ]
 
 

@@ -364,3 +364,24 @@ def test_debug_overfit_drives_the_loss_near_zero_and_fast_writes_no_files(tmp_pa
 def logged_jsonl(run_dir, name):
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [line[name] for line in lines if name in line]
+
+
+@pytest.mark.e2e
+def test_attention_kernel_is_the_kernel_every_attention_runs_on(tmp_path, train_process):
+    # On the CPU torch picks flash: auto and flash give the same digits, math (bf16 scores, not float32) others; a
+    # kernel the CPU has not (efficient: CUDA's) is refused before the run, in one line.
+    losses = {}
+    for kernel in ("auto", "flash", "math", "efficient"):
+        run = tmp_path / kernel
+        overrides = ["data=modular", "data.p=11", *TINY, "hardware=[cpu,bf16]", "trainer.max_steps=10", "logger=none"]
+        result = train_process.run(*overrides, f"attention_kernel={kernel}", f"hydra.run.dir={run}")
+        if kernel == "efficient":
+            assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
+                "error: attention_kernel: efficient is a CUDA kernel and this run is on the CPU, which has math and "
+                "flash: use one of them or auto"
+            ), result.stderr[-3000:]
+            break
+        assert result.returncode == 0, result.stderr[-3000:]
+        losses[kernel] = json.loads((run / "summary.json").read_text())["val/loss"]
+    assert losses["auto"] == losses["flash"] != losses["math"]
+    assert losses["math"] == pytest.approx(losses["flash"], abs=1e-4)

@@ -213,8 +213,19 @@ def cpu_precision() -> str:
     return "bf16-mixed" if cpu_has_bf16_units() else "32-true"
 
 
+def if_bf16(precision, with_bf16, without):
+    """`${if_bf16:${trainer.precision},A,B}`: A when the run computes in bf16, else B (a setting tuned for bf16:
+    shakespeare_char_cpu's attention kernel)."""
+    return with_bf16 if str(precision).startswith("bf16") else without
+
+
+# attention_kernel's choices: torch.nn.attention.SDPBackend's, by name (train.py maps them; auto: torch picks)
+ATTENTION_KERNELS = ("auto", "math", "flash", "efficient", "cudnn")
+
+
 def register() -> None:
     OmegaConf.register_new_resolver("cpu_precision", cpu_precision, replace=True)
+    OmegaConf.register_new_resolver("if_bf16", if_bf16, replace=True)
     OmegaConf.register_new_resolver("config_subdir", config_subdir, replace=True)
     OmegaConf.register_new_resolver("tasks_per_node", tasks_per_node, replace=True)
     cs = ConfigStore.instance()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import resource
@@ -14,6 +15,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelSummary, ProgressBar
 from omegaconf import DictConfig, OmegaConf
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from transformer_lab.callbacks import GracefulInterrupt, History, LoggerVersions, StepAxis, Summary, Throughput
 from transformer_lab.checkpoint import AtomicCheckpointIO, check_same_data, check_state_fits, init_weights
@@ -28,6 +30,12 @@ from transformer_lab.resume import logger_versions, record_config
 from transformer_lab.trainer_args import trainer_arguments
 
 log = logging.getLogger(__name__)
+KERNELS = {
+    "math": SDPBackend.MATH,
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+}  # attention_kernel's choices but auto (config.ATTENTION_KERNELS)
 
 
 class _Quiet(logging.Filter):
@@ -125,11 +133,14 @@ def run(cfg: DictConfig, start_time: float | None = None, prepared: Prepared | N
             )
 
     status = "failed"
+    kernel = cfg.get("attention_kernel", "auto")
+    attention = contextlib.nullcontext() if kernel == "auto" else sdpa_kernel(KERNELS[kernel])
     try:
-        trainer.fit(task, datamodule=datamodule, ckpt_path=resumed.path if resumed else None, weights_only=True)
-        if datamodule.has_test_split:  # evaluated once, with the best weights
-            best = next((c.best_model_path for c in trainer.checkpoint_callbacks if c.best_model_path), None)
-            trainer.test(task, datamodule=datamodule, ckpt_path=best, weights_only=True)
+        with attention:
+            trainer.fit(task, datamodule=datamodule, ckpt_path=resumed.path if resumed else None, weights_only=True)
+            if datamodule.has_test_split:  # evaluated once, with the best weights
+                best = next((c.best_model_path for c in trainer.checkpoint_callbacks if c.best_model_path), None)
+                trainer.test(task, datamodule=datamodule, ckpt_path=best, weights_only=True)
         status = "completed"
     except SystemExit:  # SIGTERM (and Ctrl-C, made one by GracefulInterrupt) stop Lightning this way
         status = "interrupted"

@@ -15,7 +15,7 @@ import typing
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.choices import Choice
-from transformer_lab.config import CONF, SETTINGS, OptimConfig, TrainerConfig, cpu_has_bf16_units
+from transformer_lab.config import ATTENTION_KERNELS, CONF, SETTINGS, OptimConfig, TrainerConfig, cpu_has_bf16_units
 from transformer_lab.data.configs import DATA_DECIDED
 from transformer_lab.errors import ConfigError, no_such_key
 from transformer_lab.errors import require as _require
@@ -136,6 +136,12 @@ def validate(cfg: DictConfig) -> None:
         "model_sizes",
         f"null or integer sizes of {', '.join(DATA_DECIDED)}, e.g. {{vocab_size:50257,block_size:1024}}; got {sizes!r}",
     )
+    kernel = cfg.get("attention_kernel", "auto")
+    _require(
+        kernel in ATTENTION_KERNELS,
+        "attention_kernel",
+        f"must be one of {', '.join(ATTENTION_KERNELS)}, got {kernel!r}",
+    )
     _require(
         cfg.get("init_from") is None or cfg.ckpt_path is None,
         "init_from",
@@ -161,8 +167,17 @@ def validate(cfg: DictConfig) -> None:
         )
 
     precision = str(trainer.precision)
-    on_gpu = precision.startswith(("16", "bf16")) and (
-        trainer.accelerator in ("gpu", "cuda") or (trainer.accelerator == "auto" and _torch().cuda.is_available())
+
+    def gpu() -> bool:  # (imports torch only when a setting needs to know)
+        return trainer.accelerator in ("gpu", "cuda") or (
+            trainer.accelerator == "auto" and _torch().cuda.is_available()
+        )
+
+    on_gpu = precision.startswith(("16", "bf16")) and gpu()
+    _require(
+        kernel not in ("efficient", "cudnn") or gpu(),
+        "attention_kernel",
+        f"{kernel} is a CUDA kernel and this run is on the CPU, which has math and flash: use one of them or auto",
     )
     _require(
         not precision.startswith("16") or on_gpu,
