@@ -16,8 +16,8 @@ log = logging.getLogger(__name__)
 
 
 def presets_for(data: str, model: str, on_cpu: bool) -> list[str]:
-    """The experiment presets (conf/experiment/) whose defaults select this data and model, and the CPU
-    hardware exactly when the run is on a CPU."""
+    """The experiment presets (conf/experiment/) whose defaults select this data and model, and a CPU
+    hardware option (cpu, cpu_bf16) exactly when the run is on a CPU."""
     if not HydraConfig.initialized():
         return []
     found = []
@@ -30,9 +30,11 @@ def presets_for(data: str, model: str, on_cpu: bool) -> list[str]:
             for entry in OmegaConf.load(path).get("defaults") or []:
                 if OmegaConf.is_dict(entry):
                     selects.update({k.removeprefix("override ").lstrip("/"): v for k, v in entry.items()})
-            if (selects.get("data"), selects.get("model")) == (data, model) and (
-                selects.get("hardware") == "cpu"
-            ) == on_cpu:
+            hardware = selects.get("hardware") or []  # an option or a list of them: cpu, cpu_bf16, [cpu,bf16]
+            cpu = any(
+                str(option).startswith("cpu") for option in ([hardware] if isinstance(hardware, str) else hardware)
+            )
+            if (selects.get("data"), selects.get("model")) == (data, model) and cpu == on_cpu:
                 found.append(f"experiment={path.stem}")
     return found
 
