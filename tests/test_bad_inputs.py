@@ -28,6 +28,12 @@ CASES = [
         "data=imagenet: no such option; data has: labelled, modular, shakespeare, text, translation",
     ),
     ("seed-type", ["seed=abc"], "seed: must be an integer, got 'abc'"),
+    (
+        "attention-kernel-cannot-serve",
+        [*MODULAR, "model.dropout=0.1", "attention_kernel=flash", "trainer.max_steps=2"],
+        "error: attention_kernel: flash cannot serve this run's attention (torch: No available kernel.  Aborting "
+        "execution. The CPU's flash takes no attention dropout, model.dropout > 0): use auto or math\n",
+    ),
     ("forbidden-output", ["hydra.run.dir=/proc/forbidden"], "cannot create the run directory in /proc"),
     ("heads", ["model.n_embd=100", "model.n_head=3"], "model.n_embd: 100 is not divisible by model.n_head=3"),
     (

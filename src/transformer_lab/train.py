@@ -19,7 +19,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from transformer_lab.callbacks import GracefulInterrupt, History, LoggerVersions, StepAxis, Summary, Throughput
 from transformer_lab.checkpoint import AtomicCheckpointIO, check_same_data, check_state_fits, init_weights
-from transformer_lab.errors import UserError
+from transformer_lab.errors import ConfigError, UserError
 from transformer_lab.errors import require as _require
 from transformer_lab.factory import build
 from transformer_lab.files import read_json
@@ -142,6 +142,14 @@ def run(cfg: DictConfig, start_time: float | None = None, prepared: Prepared | N
                 best = next((c.best_model_path for c in trainer.checkpoint_callbacks if c.best_model_path), None)
                 trainer.test(task, datamodule=datamodule, ckpt_path=best, weights_only=True)
         status = "completed"
+    except RuntimeError as e:  # torch's refusal of a kernel that cannot serve a call (e.g. flash, attention dropout)
+        if kernel == "auto" or not str(e).startswith(("No available kernel", "No viable backend")):
+            raise
+        raise ConfigError(
+            "attention_kernel",
+            f"{kernel} cannot serve this run's attention (torch: {str(e).splitlines()[0].strip()} The CPU's flash "
+            "takes no attention dropout, model.dropout > 0): use auto or math",
+        ) from None
     except SystemExit:  # SIGTERM (and Ctrl-C, made one by GracefulInterrupt) stop Lightning this way
         status = "interrupted"
         raise SystemExit(130 if interrupt.by_ctrl_c else 143) from None
