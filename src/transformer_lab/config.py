@@ -219,8 +219,13 @@ def if_bf16(precision, with_bf16, without):
     return with_bf16 if str(precision).startswith("bf16") else without
 
 
-# attention_kernel's choices: torch.nn.attention.SDPBackend's, by name (train.py maps them; auto: torch picks)
-ATTENTION_KERNELS = ("auto", "math", "flash", "efficient", "cudnn")
+# attention_kernel's choices but auto (torch picks), and the torch.nn.attention.SDPBackend member each names
+ATTENTION_KERNELS = {
+    "math": "MATH",
+    "flash": "FLASH_ATTENTION",
+    "efficient": "EFFICIENT_ATTENTION",
+    "cudnn": "CUDNN_ATTENTION",
+}
 
 
 def register() -> None:

@@ -19,6 +19,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from transformer_lab.callbacks import GracefulInterrupt, History, LoggerVersions, StepAxis, Summary, Throughput
 from transformer_lab.checkpoint import AtomicCheckpointIO, check_same_data, check_state_fits, init_weights
+from transformer_lab.config import ATTENTION_KERNELS
 from transformer_lab.errors import ConfigError, UserError
 from transformer_lab.errors import require as _require
 from transformer_lab.factory import build
@@ -30,12 +31,6 @@ from transformer_lab.resume import logger_versions, record_config
 from transformer_lab.trainer_args import trainer_arguments
 
 log = logging.getLogger(__name__)
-KERNELS = {
-    "math": SDPBackend.MATH,
-    "flash": SDPBackend.FLASH_ATTENTION,
-    "efficient": SDPBackend.EFFICIENT_ATTENTION,
-    "cudnn": SDPBackend.CUDNN_ATTENTION,
-}  # attention_kernel's choices but auto (config.ATTENTION_KERNELS)
 
 
 class _Quiet(logging.Filter):
@@ -134,7 +129,9 @@ def run(cfg: DictConfig, start_time: float | None = None, prepared: Prepared | N
 
     status = "failed"
     kernel = cfg.get("attention_kernel", "auto")
-    attention = contextlib.nullcontext() if kernel == "auto" else sdpa_kernel(KERNELS[kernel])
+    attention = (
+        contextlib.nullcontext() if kernel == "auto" else sdpa_kernel(getattr(SDPBackend, ATTENTION_KERNELS[kernel]))
+    )
     try:
         with attention:
             trainer.fit(task, datamodule=datamodule, ckpt_path=resumed.path if resumed else None, weights_only=True)

@@ -138,9 +138,9 @@ def validate(cfg: DictConfig) -> None:
     )
     kernel = cfg.get("attention_kernel", "auto")
     _require(
-        kernel in ATTENTION_KERNELS,
+        kernel == "auto" or kernel in ATTENTION_KERNELS,
         "attention_kernel",
-        f"must be one of {', '.join(ATTENTION_KERNELS)}, got {kernel!r}",
+        f"must be one of auto, {', '.join(ATTENTION_KERNELS)}, got {kernel!r}",
     )
     _require(
         cfg.get("init_from") is None or cfg.ckpt_path is None,
@@ -202,9 +202,8 @@ def validate(cfg: DictConfig) -> None:
         )
 
     for name, callback in (cfg.get("callbacks") or {}).items():  # settings left by an experiment or a `+` override
-        option = (
-            CONF / "callbacks" / f"{name}.yaml"
-        ).is_file()  # ema, grokfast: an option to add; else part of default
+        # ema, grokfast: an option to add; else part of callbacks=default
+        option = (CONF / "callbacks" / f"{name}.yaml").is_file()
         _require(
             callback is None or "_target_" in callback,
             f"callbacks.{name}",
