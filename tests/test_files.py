@@ -12,7 +12,7 @@ import pytest
 from transformer_lab.atomic import _HOST, atomic_write, remove_stale_temporaries
 from transformer_lab.errors import UserError
 from transformer_lab.files import read_json, read_jsonl, read_text
-from transformer_lab.rundir import LOCK, claim, lock, release
+from transformer_lab.rundir import LOCK, OVERWRITTEN, claim, discard_overwritten, lock, release, restore_overwritten
 
 
 @pytest.mark.parametrize(
@@ -126,6 +126,40 @@ def test_a_directory_holding_a_run_is_refused_unless_resumed_or_overwritten(tmp_
     release()
     with pytest.raises(UserError, match="overwrite=true"):  # resuming another run's checkpoint into it: refused
         claim(run, "hydra.run.dir", tmp_path / "elsewhere" / "last.ckpt", overwrite=False)
+    (run / "corpus.txt").write_text("a user's own file beside the run\n")
     claim(run, "hydra.run.dir", None, overwrite=True)
-    assert [p.name for p in run.iterdir()] == [LOCK]
+    # what the run wrote is set aside until the new run trains; the user's file stays where it was
+    assert sorted(p.name for p in run.iterdir()) == [LOCK, OVERWRITTEN, "corpus.txt"]
+    assert sorted(p.name for p in (run / OVERWRITTEN).iterdir()) == ["checkpoints", "metrics.jsonl"] + (
+        ["summary.json"] if summary else []
+    )
+    release()
+
+
+def test_an_overwrite_that_fails_before_training_puts_the_earlier_run_back(tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "best.ckpt").write_bytes(b"weights")
+    (run / "summary.json").write_text('{"status": "completed", "global_step": 30}')
+    (run / ".hydra").mkdir()
+    (run / ".hydra" / "config.yaml").write_text("old: record\n")
+    (run / "notes.md").write_text("mine\n")
+    before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    claim(run, "hydra.run.dir", None, overwrite=True)
+    (run / ".hydra").mkdir()  # what the new run wrote before it failed
+    (run / ".hydra" / "config.yaml").write_text("new: record\n")
+    (run / "summary.json").write_text('{"status": "failed"}')
+    restore_overwritten(run)
+    after = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != LOCK}
+    assert after == before
+    release()
+    # a run killed between the claim and its first step: the next claim puts the earlier run back first
+    claim(run, "hydra.run.dir", None, overwrite=True)
+    release()
+    with pytest.raises(UserError, match="holds a completed run"):
+        claim(run, "hydra.run.dir", None, overwrite=False)
+    assert {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != LOCK} == before
+    claim(run, "hydra.run.dir", None, overwrite=True)
+    discard_overwritten(run)  # the new run started training
+    assert sorted(p.name for p in run.iterdir()) == [LOCK, "notes.md"]
     release()

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -332,8 +333,21 @@ def test_a_run_directory_belongs_to_one_run(tmp_path, train_process):
     assert no_op.returncode == 0 and "nothing to do" in no_op.stderr, no_op.stderr[-2000:]
     assert snapshot(run) == finished  # summary.json, metrics.jsonl, checkpoints, .hydra, train.log: all as they were
 
+    # overwrite=true whose data is found bad only once it is read (after the directory is claimed): the
+    # completed run is left as it was, and so is a file of the user's beside it
+    (run / "corpus.txt").write_bytes("caf\u00e9 au lait\n".encode("latin-1") * 50)
+    finished = snapshot(run)
+    refused = train_process.run(
+        *TINY, "logger=none", "data=text", "data.tokenizer=char", f"data.path={run / 'corpus.txt'}",
+        f"data.cache_dir={tmp_path / 'cache'}", "overwrite=true", f"hydra.run.dir={run}",
+    )  # fmt: skip
+    assert refused.returncode == 2 and "corpus.txt: is not UTF-8 text" in refused.stderr, refused.stderr[-2000:]
+    assert snapshot(run) == finished
+
     afresh = train_process.run(*short, "trainer.max_steps=10", "overwrite=true", f"hydra.run.dir={run}")
     assert afresh.returncode == 0 and summary(run)["global_step"] == 10, afresh.stderr[-2000:]
+    assert (run / "corpus.txt").read_bytes() == finished[Path("corpus.txt")]  # the user's file stays
+    assert not (run / ".overwritten").exists()
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]  # no -v1
     assert len(list((run / ".hydra").glob("*/config.yaml"))) == 0  # one run's record
 

@@ -116,6 +116,15 @@ def remove_if_unused(run_dir: Path | None) -> None:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
+def put_back_overwritten(run_dir: Path) -> None:
+    """A run that replaced an earlier one (overwrite=true) and failed before it trained: the earlier run's
+    files go back (rundir.py). Only the process that claimed the directory does it."""
+    from transformer_lab.rundir import first_process, restore_overwritten
+
+    if first_process():
+        restore_overwritten(run_dir)
+
+
 def output_dir_problem(argv: list[str]) -> str | None:
     """Why the run directory cannot be created, checked before Hydra tries (its failure is a traceback)."""
     dirs = [
@@ -283,7 +292,11 @@ def main(cfg: DictConfig, start_time: float | None = None) -> float | None:
                 if claim_run_dir(prepared, job_dir, "hydra.sweep.dir", keep=(record, "train.log")):
                     summary = read_json(job_dir / "summary.json")  # (its result, as it was)
                 else:
-                    summary = run(cfg, None, prepared)
+                    try:
+                        summary = run(cfg, None, prepared)
+                    except BaseException:
+                        put_back_overwritten(job_dir)
+                        raise
                 value = objective_value(cfg, summary) if summary else None
             except (UserError, TrialFailed) as e:
                 log.error("error: %s", e)
@@ -299,8 +312,10 @@ def main(cfg: DictConfig, start_time: float | None = None) -> float | None:
 
             prepared, CheckFirst.prepared = CheckFirst.prepared, None  # (this run's, once)
             summary = run(cfg, start_time, prepared)
-    except SystemExit:
-        remove_if_unused(CheckFirst.new_run_dir)
+    except BaseException as e:
+        put_back_overwritten(Path(cfg.paths.output_dir))
+        if isinstance(e, SystemExit):
+            remove_if_unused(CheckFirst.new_run_dir)
         raise
     finally:
         release()

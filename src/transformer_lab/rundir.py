@@ -1,6 +1,11 @@
 """A run directory belongs to one run: one writer at a time (a lock the kernel drops with its process, so a
 kill -9 cannot leave it stuck), and a directory holding another run's files is refused unless the command
-resumes that run (`ckpt_path=last`) or asks to start afresh there (`overwrite=true`)."""
+resumes that run (`ckpt_path=last`) or asks to start afresh there (`overwrite=true`).
+
+`overwrite=true` removes only what a run writes (RUN_WRITES), and not at once: those entries are moved into
+OVERWRITTEN inside the directory when it is claimed, and removed once the new run starts training (its data
+read, its model built: callbacks/overwrite.py). A run that fails or is stopped before then puts them back
+(`restore_overwritten`), and so does the next claim of a directory where a killed run left them."""
 
 from __future__ import annotations
 
@@ -14,6 +19,10 @@ from transformer_lab.errors import UserError
 
 LOCK = ".lock"  # holds the writer's pid; an advisory flock on it is the claim
 RUN_FILES = ("summary.json", "metrics.jsonl", "checkpoints")  # what makes a directory a run's
+# Every entry a run writes into its directory (Hydra's record and log, ours, the loggers' folders); anything
+# else there is the user's, and overwrite=true leaves it.
+RUN_WRITES = (*RUN_FILES, ".hydra", "train.log", "translations", "csv", "tensorboard", "wandb", "lightning_logs")
+OVERWRITTEN = ".overwritten"  # an earlier run's entries while the run replacing it has not started training
 _held: dict[Path, int] = {}  # run directory -> the open lock file of this process's claim
 
 
@@ -83,6 +92,7 @@ def claim(run_dir: Path, key: str, resumes: Path | None, overwrite: bool, keep: 
         return
     run_dir = Path(run_dir).absolute()
     lock(run_dir, key)
+    restore_overwritten(run_dir)  # (a run killed before it trained, after claiming with overwrite=true)
     remove_stale_temporaries(run_dir / "checkpoints")  # of a writer killed mid-write
     held = earlier_run(run_dir)
     if held is None:
@@ -90,9 +100,7 @@ def claim(run_dir: Path, key: str, resumes: Path | None, overwrite: bool, keep: 
     if resumes is not None and Path(resumes).absolute().is_relative_to(run_dir):
         return  # resuming the run this directory holds
     if overwrite:
-        for path in run_dir.iterdir():
-            if path.name not in (LOCK, *keep):
-                shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        set_aside(run_dir, keep)
         return
     release(run_dir)
     if "completed" in held:
@@ -102,6 +110,41 @@ def claim(run_dir: Path, key: str, resumes: Path | None, overwrite: bool, keep: 
     else:
         advice = "nothing there can be resumed"
     raise UserError(
-        f"{key}={run_dir} {held}; {advice}, start afresh there with overwrite=true (deleting it), "
+        f"{key}={run_dir} {held}; {advice}, start afresh there with overwrite=true (deleting what the "
+        "run wrote once the new run starts training), "
         f"or choose another {key}"
     )
+
+
+def set_aside(run_dir: Path, keep: tuple[str, ...] = ()) -> None:
+    """Moves what a run wrote into `run_dir/OVERWRITTEN` (but `keep`: what Hydra already wrote for this run)."""
+    aside = run_dir / OVERWRITTEN
+    aside.mkdir()
+    for name in RUN_WRITES:
+        if name not in keep and (run_dir / name).exists():
+            os.replace(run_dir / name, aside / name)
+
+
+def restore_overwritten(run_dir: Path) -> None:
+    """Puts back what `set_aside` moved, replacing what the run that failed to start wrote under those names."""
+    aside = Path(run_dir) / OVERWRITTEN
+    if not aside.is_dir():
+        return
+    for entry in aside.iterdir():
+        _remove(run_dir / entry.name)
+        os.replace(entry, run_dir / entry.name)
+    aside.rmdir()
+
+
+def discard_overwritten(run_dir: Path) -> None:
+    """The run replacing an earlier one has started training: the earlier one's files go."""
+    aside = Path(run_dir) / OVERWRITTEN
+    if aside.is_dir():
+        shutil.rmtree(aside)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()

@@ -17,7 +17,7 @@ from lightning.pytorch.callbacks import ModelSummary, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from transformer_lab.callbacks import GracefulInterrupt, History, LoggerVersions, StepAxis, Summary, Throughput
+from transformer_lab.callbacks import DiscardOverwritten, GracefulInterrupt, History, LoggerVersions, StepAxis, Summary, Throughput
 from transformer_lab.checkpoint import AtomicCheckpointIO, check_same_data, check_state_fits, init_weights
 from transformer_lab.config import ATTENTION_KERNELS
 from transformer_lab.errors import ConfigError, UserError
@@ -105,7 +105,7 @@ def run(cfg: DictConfig, start_time: float | None = None, prepared: Prepared | N
     summary = Summary()
     interrupt = GracefulInterrupt(output_dir / "checkpoints" / "last.ckpt")
     callbacks = [hydra.utils.instantiate(c) for c in (cfg.callbacks or {}).values() if c is not None]  # null: dropped
-    callbacks += [summary, History(output_dir / "metrics.jsonl"), StepAxis(), interrupt]
+    callbacks += [summary, History(output_dir / "metrics.jsonl"), StepAxis(), interrupt, DiscardOverwritten(output_dir)]
     if not cfg.trainer.enable_progress_bar:  # Lightning refuses a progress bar callback then
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     if not cfg.trainer.enable_model_summary:  # and a model summary
