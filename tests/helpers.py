@@ -56,3 +56,10 @@ class SignalIn(L.Callback):
     def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
         if self.stage == "test" and batch_idx == 0:
             os.kill(os.getpid(), self.signum)
+
+
+class FailAtTrainStart(L.Callback):
+    """Raises where training starts (after a checkpoint is restored, before any step): a crashed resume."""
+
+    def on_train_start(self, trainer, pl_module):
+        raise RuntimeError("a crash before the first step")

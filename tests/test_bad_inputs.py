@@ -78,6 +78,12 @@ CASES = [
         [*MODULAR, "init_from={ws}/prior", "ckpt_path={ws}/prior/checkpoints/last.ckpt"],
         "init_from: starts a new run from a checkpoint's weights, ckpt_path resumes a run: give one of them",
     ),
+    (
+        "resume-other-optimizer",
+        [*MODULAR, "ckpt_path={ws}/prior/checkpoints/last.ckpt", "optim.name=adafactor", "trainer.max_steps=6"],
+        "error: optim.name: {ws}/prior/checkpoints/last.ckpt holds adamw's optimizer state, which adafactor cannot "
+        "take up: resume with optim.name=adamw, or start a new run from its weights with init_from=",
+    ),
     ("init-missing", [*MODULAR, "init_from={ws}/nowhere"], "init_from: no run directory or checkpoint file at"),
     ("ckpt-last-missing", [*MODULAR, "ckpt_path=last"], "ckpt_path: `last` means"),
     ("ckpt-corrupt", [*MODULAR, "ckpt_path={ws}/corrupt.ckpt"], "is not a readable checkpoint (truncated or corrupt"),

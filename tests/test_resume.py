@@ -332,6 +332,13 @@ def test_a_run_directory_belongs_to_one_run(tmp_path, train_process):
     no_op = train_process.run("ckpt_path=last", f"hydra.run.dir={run}")
     assert no_op.returncode == 0 and "nothing to do" in no_op.stderr, no_op.stderr[-2000:]
     assert snapshot(run) == finished  # summary.json, metrics.jsonl, checkpoints, .hydra, train.log: all as they were
+    crashed = train_process.run(
+        "ckpt_path=last", "trainer.max_steps=40", "+callbacks.fail._target_=helpers.FailAtTrainStart",
+        f"hydra.run.dir={run}",
+    )  # fmt: skip
+    assert crashed.returncode != 0 and "a crash before the first step" in crashed.stderr, crashed.stderr[-2000:]
+    for name in ("summary.json", "metrics.jsonl", "checkpoints/last.ckpt", "checkpoints/best.ckpt"):
+        assert (run / name).read_bytes() == finished[Path(name)], name  # the completed run's, as they were
 
     # overwrite=true whose data is found bad only once it is read (after the directory is claimed): the
     # completed run is left as it was, and so is a file of the user's beside it

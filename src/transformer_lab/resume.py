@@ -129,6 +129,13 @@ def resume_config(cfg: DictConfig) -> tuple[DictConfig, Resumed | None, list[str
         overrides = merge_overrides(stored, overrides)
         cfg = _recompose(overrides)
     check_compatible(resumed.config, cfg, resumed.path)
+    saved_optimizer = (resumed.config.get("optim") or {}).get("name")
+    if saved_optimizer is not None and saved_optimizer != cfg.optim.name:
+        raise ConfigError(
+            "optim.name",
+            f"{path} holds {saved_optimizer}'s optimizer state, which {cfg.optim.name} cannot take up: resume with "
+            f"optim.name={saved_optimizer}, or start a new run from its weights with init_from={path}",
+        )
     return cfg, resumed, overrides
 
 

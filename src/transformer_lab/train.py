@@ -152,7 +152,10 @@ def run(cfg: DictConfig, start_time: float | None = None, prepared: Prepared | N
         raise SystemExit(130 if interrupt.by_ctrl_c else 143) from None
     finally:
         result = {}
-        if trainer.is_global_zero:
+        # A resume that failed before its first step leaves the run's summary.json as it was (a completed
+        # run stays completed); a new run's failure, or a resume's after it trained, is recorded.
+        untouched = status == "failed" and resumed is not None and trainer.global_step <= resumed.step
+        if trainer.is_global_zero and not untouched:
             result = summary.write(
                 output_dir / "summary.json",
                 earlier_summary(output_dir) if resumed else None,
