@@ -57,6 +57,57 @@ def test_each_document_is_whole_in_one_split_and_the_split_is_seeded(tmp_path, t
     assert documents(other, other.val) != val
 
 
+def test_the_cache_is_checked_against_its_records_and_names_its_files_relative_to_itself(tmp_path, caplog):
+    import os
+    import shutil
+
+    first = corpus(tmp_path, tokenizer="char")
+    whole = first.train[torch.arange(len(first.train))]
+    shard, records = first.shards[0], list((tmp_path / "cache" / "shards").glob("*.json"))
+    assert [json.loads(r.read_text())["train"] for r in records] == [os.path.basename(shard.train)]  # a name alone
+    with open(shard.train, "r+b") as f:  # a token file cut short (a full disk, a copy interrupted)
+        f.truncate(os.path.getsize(shard.train) // 2)
+    again = corpus(tmp_path, tokenizer="char")
+    assert "are incomplete (" in caplog.text and "bytes, its record says" in caplog.text
+    assert torch.equal(again.train[torch.arange(len(again.train))], whole)  # encoded again, all of it
+    os.unlink(again.shards[0].val)  # a token file gone: encoded again too
+    assert len(corpus(tmp_path, tokenizer="char").val) == len(first.val)
+
+    moved = tmp_path / "moved"  # the cache moved elsewhere: it reads its own files, the original's are gone
+    shutil.move(tmp_path / "cache", moved / "cache")
+    (moved / "docs.txt").write_text((tmp_path / "docs.txt").read_text())
+    caplog.clear()
+    read = corpus(moved, path=str(tmp_path / "docs.txt"), tokenizer="char")
+    assert "encoding it again" not in caplog.text and read.shards[0].train.startswith(str(moved / "cache"))
+    assert torch.equal(read.train[torch.arange(len(read.train))], whole)
+    record = next((moved / "cache" / "shards").glob("*.json"))  # a record as written before: absolute paths
+    saved = json.loads(record.read_text())
+    record.write_text(
+        json.dumps({**saved, "train": f"/elsewhere/{saved['train']}", "val": f"/elsewhere/{saved['val']}"})
+    )
+    assert corpus(moved, path=str(tmp_path / "docs.txt"), tokenizer="char").shards[0].train.startswith(str(moved))
+
+
+def test_a_cache_that_cannot_be_written_is_one_line_naming_it(tmp_path):
+    import os
+
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache").chmod(0o555)
+    if os.access(tmp_path / "cache", os.W_OK):  # (root writes anywhere): the same refusal for a full disk
+        import errno
+        from unittest import mock
+
+        full = OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "cache" / "shards"))
+        with mock.patch("transformer_lab.data.corpus.encode_source", side_effect=full):
+            with pytest.raises(DataUnavailableError) as error:
+                corpus(tmp_path, tokenizer="bytes")
+        assert str(error.value).startswith("data.cache_dir: cannot write the corpus cache (No space left on device: ")
+        assert "free space there or another data.cache_dir" in str(error.value)
+        return
+    with pytest.raises(DataUnavailableError, match=r"^data.cache_dir: cannot write the corpus cache \(Permission"):
+        corpus(tmp_path, tokenizer="bytes")
+
+
 def test_txt_jsonl_parquet_and_a_huggingface_dataset_read_the_same_documents(tmp_path):
     pq = pytest.importorskip("pyarrow.parquet")
     import pyarrow as pa
@@ -327,3 +378,10 @@ def test_span_and_masking_batches_give_each_id_its_texts_bytes_for_bits_per_byte
             text = "aé€" if offset else "señor"
             ids = [i + offset for i in data.encode(text)]
             assert sum(got[i] for i in ids) == len(text.encode("utf-8"))
+
+
+def test_a_corpus_saved_with_windows_line_ends_reads_as_the_same_documents(tmp_path):
+    (tmp_path / "crlf.txt").write_bytes("\n\n".join(DOCS).replace("\n", "\r\n").encode())
+    data = corpus(tmp_path, path=str(tmp_path / "crlf.txt"), tokenizer="char")
+    assert sorted(documents(data, data.train) + documents(data, data.val)) == sorted(DOCS)
+    assert "\r" not in data.tokenizer.chars

@@ -245,3 +245,69 @@ def test_a_dataset_without_encode_is_named_when_text_must_be_read():
 
     with pytest.raises(UserError, match=r"^NoEncode has no encode\(\): text cannot be turned into"):
         encoder(TextWindows(NoEncode(), batch_size=2))("ROMEO:")
+
+
+def _trained_then_evaluated_on(cls, trained_file, other_file, **settings):
+    """The data module of a run trained on `trained_file`, then one for evaluating its checkpoint on
+    `other_file` (what evaluate builds): set up, with the checkpoint's vocabulary."""
+    run = cls(path=str(trained_file), **settings)
+    run.setup()
+    meta = {
+        "config": {"data": {"path": str(trained_file)}},
+        **run.checkpoint_meta(),
+        "data_files": run.data_files(),
+    }
+    evaluated = cls(path=str(other_file), **settings)
+    evaluated.take_checkpoint(meta)
+    evaluated.setup()
+    return run, evaluated, meta
+
+
+def test_every_dataset_evaluates_all_of_a_file_it_did_not_train_on(tmp_path):
+    """data/base.py's rule: `evaluate RUN data.path=FILE` scores every row, document or character of FILE
+    (not the share a run would hold out), for each kind of dataset; the run's own file keeps its split."""
+    from transformer_lab.data.corpus import TextCorpusDataModule
+    from transformer_lab.data.labelled import LabelledTextDataModule
+    from transformer_lab.data.translation import TranslationDataModule
+
+    words = ["good", "fine", "bad", "poor", "great", "awful"]
+    labelled = lambda n: "".join(
+        f"a {words[i % 6]} play number {i}\t{'pos' if i % 6 in (0, 1, 4) else 'neg'}\n" for i in range(n)
+    )  # noqa: E731
+    (tmp_path / "train.tsv").write_text(labelled(300))
+    (tmp_path / "eval.tsv").write_text(labelled(200))
+    run, evaluated, meta = _trained_then_evaluated_on(
+        LabelledTextDataModule, tmp_path / "train.tsv", tmp_path / "eval.tsv", data_dir=str(tmp_path), vocab_size=100
+    )
+    assert len(evaluated.labelled("val")[1]) == 200 and len(run.labelled("val")[1]) == 30
+    again = LabelledTextDataModule(path=str(tmp_path / "train.tsv"), data_dir=str(tmp_path), vocab_size=100)
+    again.take_checkpoint(meta)  # the run's own file, unchanged: its validation share, as in training
+    again.setup()
+    assert len(again.labelled("val")[1]) == 30 and not again.whole_file
+
+    pairs = lambda n: "".join(f"ein Hund {i}\ta dog {i}\r\n" for i in range(n))  # noqa: E731  (Windows line ends)
+    (tmp_path / "train_pairs.tsv").write_text(pairs(200))
+    (tmp_path / "eval_pairs.tsv").write_text(pairs(37))
+    _, evaluated, _ = _trained_then_evaluated_on(
+        TranslationDataModule, tmp_path / "train_pairs.tsv", tmp_path / "eval_pairs.tsv", data_dir=str(tmp_path),
+        vocab_size=100,
+    )  # fmt: skip
+    assert len(evaluated.references("val")) == len(evaluated.references("test")) == 37
+    assert evaluated.references("test")[:2] == ["a dog 0", "a dog 1"]  # no "\r" left in a reference
+
+    docs = "\n\n".join(f"Document {i}: the cat sat on the mat" for i in range(300))
+    (tmp_path / "train.txt").write_text(docs)
+    (tmp_path / "eval.txt").write_text("\n\n".join(f"Document {i}: the mat sat on the cat" for i in range(5)))
+    settings = dict(cache_dir=str(tmp_path / "cache"), tokenizer="char", block_size=8)
+    _, evaluated, _ = _trained_then_evaluated_on(TextCorpusDataModule, tmp_path / "train.txt", tmp_path / "eval.txt",
+                                                 **settings)  # fmt: skip
+    file_tokens = len(evaluated.encode((tmp_path / "eval.txt").read_text().replace("\n\n", ""))) + 5  # + end-of-texts
+    assert len(evaluated.val) == file_tokens and len(evaluated.train) == 0  # 5 documents: too few to split at 1%
+
+
+@needs_shakespeare
+def test_shakespeare_evaluates_all_of_another_text(tmp_path):
+    other = tmp_path / "sonnet.txt"
+    other.write_text("Shall I compare thee to a summer's day?\n" * 3)
+    run, evaluated, _ = _trained_then_evaluated_on(ShakespeareDataModule, SHAKESPEARE, other, block_size=16)
+    assert len(evaluated.val_tokens) == len(other.read_text()) and len(evaluated.train_tokens) == 0

@@ -532,3 +532,92 @@ def test_fine_tune_a_transformers_bert_into_a_classifier_classify_and_export_it(
     ids = torch.tensor([tokenizer.encode("Zwei Hunde spielen im Schnee.").ids])  # [CLS] ... [SEP], as trained
     with torch.no_grad():
         torch.testing.assert_close(exported(ids).logits, model(ids), atol=1e-5, rtol=1e-5)
+
+
+def test_a_gpt_without_biases_exports_as_gpt2_with_zero_biases(tmp_path):
+    from transformer_lab.export import export
+    from transformer_lab.models.gpt import GPT, GPTConfig
+
+    model = randomised(GPT(GPTConfig(vocab_size=V, block_size=16, n_layer=2, n_head=2, n_embd=16, bias=False)))
+    exported = transformers.AutoModelForCausalLM.from_pretrained(
+        export(our_checkpoint(model, tmp_path, bpe_tokenizer()), tmp_path / "out")
+    ).eval()
+    assert type(exported).__name__ == "GPT2LMHeadModel"
+    assert not exported.transformer.h[0].attn.c_attn.bias.any()
+    idx = torch.randint(0, V, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(exported(idx).logits, model(idx), atol=1e-5, rtol=1e-5)
+
+
+def test_export_checks_its_directory_first_and_replaces_it_whole_only_when_asked(tmp_path):
+    from transformer_lab.errors import UserError
+    from transformer_lab.export import export
+    from transformer_lab.models.gpt import GPT, GPTConfig
+
+    model = GPT(GPTConfig(vocab_size=V, block_size=16, n_layer=1, n_head=2, n_embd=16))
+    ckpt = our_checkpoint(model, tmp_path, bpe_tokenizer())
+    (tmp_path / "a-file").write_text("mine\n")
+    with pytest.raises(UserError, match=r"^export: .*a-file is a file, not a directory: give a directory"):
+        export(ckpt, tmp_path / "a-file")
+    with pytest.raises(UserError, match=r"^export: cannot create .*a-file/out: .*a-file is a file$"):
+        export(ckpt, tmp_path / "a-file" / "out")
+    base = tmp_path / "base"  # the model a run was fine-tuned from: other files than an export writes
+    base.mkdir()
+    for name, data in (("pytorch_model.bin", b"their weights"), ("vocab.json", b"{}"), ("config.json", b"{}")):
+        (base / name).write_bytes(data)
+    with pytest.raises(UserError, match=r"is not empty \(config.json, pytorch_model.bin, vocab.json\): choose"):
+        export(ckpt, base)
+    assert sorted(p.name for p in base.iterdir()) == ["config.json", "pytorch_model.bin", "vocab.json"]
+    assert (base / "config.json").read_bytes() == b"{}"
+    readonly = tmp_path / "readonly"
+    readonly.mkdir()
+    readonly.chmod(0o555)
+    if not __import__("os").access(readonly, __import__("os").W_OK):  # (root writes anywhere)
+        with pytest.raises(UserError, match="cannot write into"):
+            export(ckpt, readonly / "out")
+    export(ckpt, base, overwrite=True)  # asked: the directory is the export's alone
+    assert sorted(p.name for p in base.iterdir()) == [
+        "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"
+    ]  # fmt: skip
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    export(ckpt, empty)  # an empty directory is new enough
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging left behind
+
+
+def test_a_checkpoint_cut_short_or_without_a_tokenizer_is_refused_before_the_run(tmp_path):
+    from conftest import compose_cfg
+    from transformer_lab.errors import UserError
+    from transformer_lab.pretrained import apply, read_tensors
+
+    hub, named = tmp_path / "gpt2", tmp_path / "tokenizer.json"
+    bpe_tokenizer().save(str(named))
+    rows = bpe_tokenizer().get_vocab_size()  # the embedding's rows: the named tokenizer's ids
+    transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=rows, n_positions=32, n_embd=16, n_layer=1,
+                                                         n_head=2)).save_pretrained(hub)  # fmt: skip
+    text = ["data=text", "data.path=x.txt", f"init_from=hf:{hub}"]
+    for overrides, message in (
+        (text, "has no tokenizer.json, and data.tokenizer=bpe would read text with a tokenizer made here"),
+        ([*text, "data.tokenizer=char"], "and data.tokenizer=char would read text"),
+        (["data=shakespeare", f"init_from=hf:{hub}"], "data=shakespeare reads text with a vocabulary of its own"),
+        (["model=bert", "data=labelled", "data.path=x.tsv", f"init_from=hf:{hub}"], "loads into model=gpt"),
+    ):
+        with pytest.raises(UserError, match=message):
+            apply(compose_cfg(overrides), list(overrides))
+    cfg, _ = apply(compose_cfg([*text, f"data.tokenizer={named}"]), [*text, f"data.tokenizer={named}"])
+    assert cfg.data.tokenizer == str(named)
+    small = tmp_path / "small.json"
+    from tokenizers import Tokenizer, models
+
+    Tokenizer(models.WordLevel({"a": 0, "b": 1, "<unk>": 2}, unk_token="<unk>")).save(str(small))
+    with pytest.raises(ConfigError, match=rf"^data.tokenizer: .*small.json has 4 ids, hf:.*'s embedding {rows} rows"):
+        apply(compose_cfg([*text, f"data.tokenizer={small}"]), [*text, f"data.tokenizer={small}"])
+
+    weights = hub / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])  # a download cut short
+    for cut in (lambda: read_tensors(hub), lambda: apply(compose_cfg([*text, f"data.tokenizer={named}"]), [])):
+        with pytest.raises(UserError, match=r"model.safetensors is [\d,]+ bytes, its header says [\d,]+: truncated"):
+            cut()
+    weights.write_bytes(b"\x05")
+    with pytest.raises(UserError, match="is not a readable safetensors file"):
+        read_tensors(hub)

@@ -3,6 +3,12 @@ tokenizer_config.json, which `AutoModelFor...from_pretrained(OUT_DIR)` and `Auto
 load (pretrained.py has the families and their tables).
 
     python -m transformer_lab.export outputs/DATE/TIME exported/   # a run directory (its best.ckpt) or a .ckpt
+    python -m transformer_lab.export outputs/DATE/TIME exported/ --overwrite   # replace what exported/ holds
+
+Everything is checked before anything is written, and the files are written into a temporary directory
+beside OUT_DIR that is renamed into place: OUT_DIR is new (or an empty directory), or, with --overwrite, the
+directory it was is replaced whole (a model directory's other files would otherwise sit beside the new ones).
+A classifier's config.json names its classes (`id2label`, `label2id`) as its data named them.
 """
 
 from __future__ import annotations
@@ -10,6 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import shutil
+import tempfile
 from enum import Enum
 from pathlib import Path
 
@@ -107,10 +116,40 @@ def special_ids(tokenizer, end_of_text: str | None, s: dict) -> tuple[dict, dict
     return ids, tokens
 
 
-def export(target: str | Path, out_dir: str | Path) -> Path:
-    from safetensors.torch import save_file
+def class_names(meta: dict, n_classes: int) -> list[str]:
+    """A classifier's classes as its data named them: its labels (data=labelled), else their numbers (a class of
+    data=modular is its answer)."""
+    labels = meta.get("labels")
+    return [str(label) for label in labels] if labels else [str(i) for i in range(n_classes)]
 
+
+def check_out_dir(out: Path, overwrite: bool) -> None:
+    """OUT_DIR may be written: a new path, an empty directory, or, with --overwrite, a directory to replace."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"export: {out} is a file, not a directory: give a directory to write the model into")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        held = ", ".join(sorted(p.name for p in out.iterdir())[:4])
+        raise UserError(
+            f"export: {out} is not empty ({held}{', ...' if len(list(out.iterdir())) > 4 else ''}): choose a new "
+            "directory, or add --overwrite to replace it whole"
+        )
+    parent = out.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UserError(f"export: cannot create {out}: {parent} is a file")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"export: cannot write into {parent} (permission denied)")
+
+
+def export(target: str | Path, out_dir: str | Path, overwrite: bool = False) -> Path:
     from transformer_lab.checkpoint import checkpoint_of, load_model
+    from transformer_lab.pretrained import require_pretrained
+
+    out = Path(out_dir)
+    check_out_dir(out, overwrite)
+    require_pretrained("export")
+    from safetensors.torch import save_file
 
     path = checkpoint_of(target)
     model, meta = load_model(path)
@@ -119,27 +158,61 @@ def export(target: str | Path, out_dir: str | Path) -> Path:
     tokenizer, end_of_text = tokenizer_of(meta)
     ids, tokens = special_ids(tokenizer, end_of_text, s)
     config = {"model_type": family.model_type, **family.hf_config(s, ids), "torch_dtype": "float32"}
+    if config.get("num_labels"):
+        names = class_names(meta, config["num_labels"])
+        config["id2label"] = dict(enumerate(names))
+        config["label2id"] = {name: i for i, name in enumerate(names)}
     tensors = {k: v.detach().clone().contiguous() for k, v in family.to_hf(model.state_dict(), s).items()}
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    tokenizer.save(str(out / "tokenizer.json"))
     length = s.get("block_size") or 512
     tokenizer_config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": length, **tokens}
-    (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
+
+    out.absolute().parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.absolute().parent))
+    try:
+        save_file(tensors, str(staging / "model.safetensors"), metadata={"format": "pt"})
+        (staging / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        tokenizer.save(str(staging / "tokenizer.json"))
+        (staging / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
+        os.chmod(staging, 0o777 & ~current_umask())  # (mkdtemp's 0700 -> a directory like mkdir's)
+        replace_dir(staging, out)
+    except OSError as e:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise UserError(f"export: cannot write {out} ({e.strerror}); nothing there was changed") from None
     log.info("exported %s as %s (%s) to %s", path, config["architectures"][0], family.model_type, out)
     return out
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def replace_dir(new: Path, out: Path) -> None:
+    """`new` renamed to `out`; an `out` that exists (empty, or to overwrite) is moved aside first and removed
+    after, so `out` is at every moment either the old directory or the new one."""
+    if not out.exists():
+        os.replace(new, out)
+        return
+    old = new.with_name(new.name.replace(".tmp", ".old"))
+    os.replace(out, old)
+    try:
+        os.replace(new, out)
+    except OSError:
+        os.replace(old, out)
+        raise
+    shutil.rmtree(old)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m transformer_lab.export", description=__doc__.split("\n\n")[0])
     parser.add_argument("run", help="a run directory (its checkpoints/best.ckpt, else last.ckpt) or a .ckpt file")
-    parser.add_argument("out_dir", help="the Transformers directory to write")
+    parser.add_argument("out_dir", help="the Transformers directory to write (new, or empty)")
+    parser.add_argument("--overwrite", action="store_true", help="replace OUT_DIR whole where it holds files")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     with exit_on_user_error():
-        out = export(args.run, args.out_dir)
+        out = export(args.run, args.out_dir, args.overwrite)
     print(f"wrote {out}: AutoModel*.from_pretrained({str(out)!r}), AutoTokenizer.from_pretrained({str(out)!r})")
 
 

@@ -72,8 +72,9 @@ def decode_text(data: bytes, path: str | Path, key: str | None = None) -> str:
 
 
 def read_text(path: str | Path, key: str | None = None) -> str:
-    """A UTF-8 text file's contents."""
-    return decode_text(read_bytes(path, key), path, key)
+    """A UTF-8 text file's contents, its Windows line ends (CR LF) read as LF: a file saved on Windows reads as
+    the same text, its lines (pairs, labels, references) without a trailing CR."""
+    return decode_text(read_bytes(path, key), path, key).replace("\r\n", "\n")
 
 
 def sha256_file(path: str | Path) -> str:

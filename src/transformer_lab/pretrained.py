@@ -59,23 +59,67 @@ def local_dir(source: str) -> Path:
         raise refuse(source, f"not a directory, and the hub has no model {spec!r} here ({first})") from None
 
 
+def require_pretrained(what: str) -> None:
+    """init_from=hf: and export read and write safetensors, which the [pretrained] extra installs."""
+    import importlib.util
+
+    if importlib.util.find_spec("safetensors") is None:
+        raise UserError(f"{what} needs safetensors: pip install 'transformer_lab[pretrained]'")
+
+
+def check_safetensors(path: Path, source: str) -> None:
+    """A .safetensors file is whole: its header parses and its tensors' data ends where the file does (a
+    download or copy cut short is refused here, in one line, before any run starts)."""
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            length = int.from_bytes(f.read(8), "little")
+            if size < 8 or length > size - 8:
+                raise ValueError("its header is cut short")
+            header = json.loads(f.read(length))
+        end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+    except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError) as e:
+        raise refuse(source, f"{path} is not a readable safetensors file ({e})") from None
+    if 8 + length + end != size:
+        raise refuse(
+            source,
+            f"{path} is {size:,} bytes, its header says {8 + length + end:,}: truncated or corrupt, fetch it again",
+        )
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The checkpoint's weight files: model.safetensors, its shards (an index), or pytorch_model.bin."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            return [folder / shard for shard in sorted(set(json.loads(index.read_text())["weight_map"].values()))]
+        except (ValueError, KeyError, AttributeError) as e:
+            raise UserError(f"init_from: {index} is not a safetensors index ({e})") from None
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if (folder / name).is_file():
+            return [folder / name]
+    raise UserError(f"init_from: {folder} has no model.safetensors (nor shards, nor pytorch_model.bin)")
+
+
 def read_config(folder: Path) -> dict:
     return json.loads((folder / "config.json").read_text())
 
 
 def read_tensors(folder: Path) -> dict[str, torch.Tensor]:
-    """Every tensor of the checkpoint: model.safetensors, its shards (an index), or pytorch_model.bin."""
+    """Every tensor of the checkpoint (weight_files), each file checked whole first."""
     from safetensors.torch import load_file
 
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return {k: v for shard in shards for k, v in load_file(folder / shard).items()}
-    if (folder / "model.safetensors").is_file():
-        return load_file(folder / "model.safetensors")
-    if (folder / "pytorch_model.bin").is_file():
-        return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    raise UserError(f"init_from: {folder} has no model.safetensors (nor shards, nor pytorch_model.bin)")
+    tensors = {}
+    for path in weight_files(folder):
+        if path.suffix == ".safetensors":
+            check_safetensors(path, f"hf:{folder}")
+            tensors.update(load_file(path))
+        else:
+            try:
+                tensors.update(torch.load(path, map_location="cpu", weights_only=True))
+            except (RuntimeError, EOFError, OSError, ValueError) as e:
+                raise UserError(f"init_from: {path} is not a readable checkpoint ({str(e).splitlines()[0]})") from None
+    return tensors
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -226,14 +270,23 @@ class GPT2(Family):
             theirs = {f"transformer.{k}": v for k, v in theirs.items()}
         return super().to_ours(theirs, s)
 
+    def to_hf(self, ours, s):
+        """A model without biases (model.bias=false) is GPT-2 with zero biases, which computes the same."""
+        theirs = super().to_hf(ours, s)
+        for e in self.table(s):
+            if e.ours.endswith(".bias") and e.ours not in ours:
+                weight = ours[e.ours.removesuffix(".bias") + ".weight"]
+                theirs[e.theirs[0]] = torch.zeros(weight.shape[0], dtype=weight.dtype)
+        return theirs
+
     def hf_config(self, s, tokens):
-        for key, wanted in (("pos_encoding", "learned"), ("norm", "layernorm"), ("bias", True)):
+        for key, wanted in (("pos_encoding", "learned"), ("norm", "layernorm")):
             if s[key] != wanted:
                 raise refuse_export(key, f"GPT-2 has {key}={wanted}, this model {s[key]}")
         if s["mlp"] not in ("gelu", "gelu-tanh", "relu"):
             raise refuse_export("mlp", f"GPT-2's MLP is not gated, this model's is {s['mlp']}")
-        if s.get("n_kv_head") not in (None, s["n_head"]) or s.get("qkv_bias") is False:
-            raise refuse_export("n_kv_head", "GPT-2 has neither grouped-query attention nor qkv_bias apart")
+        if s.get("n_kv_head") not in (None, s["n_head"]):
+            raise refuse_export("n_kv_head", "GPT-2 has no grouped-query attention")
         return dict(
             architectures=["GPT2LMHeadModel"],
             vocab_size=s["vocab_size"],
@@ -686,6 +739,42 @@ def override_value(value) -> str:
     return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def check_tokenizer(cfg, checkpoint: Checkpoint) -> None:
+    """The checkpoint's embedding rows mean its own tokenizer's pieces: a run reads its text with that tokenizer
+    (the checkpoint's tokenizer.json, or one the user names where it has none), never with one learned here
+    (ids would then mean other pieces). A named tokenizer must fit the embedding: no more ids than its rows,
+    and no fewer than 99% of them (checkpoints pad their embeddings to a round number, by < 1%)."""
+    from transformer_lab.data.configs import LEARNED_KINDS
+
+    source = checkpoint.source
+    if "tokenizer" not in cfg.data:
+        raise refuse(
+            source,
+            f"data={cfg.data.name} reads text with a vocabulary of its own (no data.tokenizer), under which the "
+            "checkpoint's embeddings would mean other pieces: fine-tune on data=text, labelled or translation, "
+            "which read text with the checkpoint's tokenizer",
+        )
+    if checkpoint.tokenizer is not None:
+        return
+    named = cfg.data.tokenizer
+    if named is None or named in LEARNED_KINDS:
+        raise refuse(
+            source,
+            f"{checkpoint.folder} has no tokenizer.json, and data.tokenizer={named} would read text with a "
+            "tokenizer made here, under which the checkpoint's embeddings mean other pieces: name the checkpoint's "
+            "own tokenizer with data.tokenizer=FILE_OR_NAME (a tokenizer.json or a Hugging Face name)",
+        )
+    from transformer_lab.data.tokenizers import pretrained
+
+    size, rows = pretrained(named, "</s>").tokenizer.get_vocab_size(), checkpoint.settings.get("vocab_size")
+    if rows is not None and not 0.99 * rows <= size <= rows:
+        raise ConfigError(
+            "data.tokenizer",
+            f"{named} has {size:,} ids, {source}'s embedding {rows:,} rows: not the checkpoint's tokenizer "
+            "(its ids would mean other pieces, or fall outside the embedding)",
+        )
+
+
 def apply(cfg, overrides: list[str] | None):
     """The run's config and overrides with its init_from=hf:... checkpoint's model settings (and, for data with
     a `tokenizer` key, the checkpoint's tokenizer): sizes are never retyped, and an override that says
@@ -694,6 +783,12 @@ def apply(cfg, overrides: list[str] | None):
 
     source = cfg.init_from
     checkpoint = open_checkpoint(source)
+    files = weight_files(checkpoint.folder)
+    if any(f.suffix == ".safetensors" for f in files):
+        require_pretrained(f"init_from={source}")
+    for path in files:  # whole, before the run starts (read_tensors reads them once it has)
+        if path.suffix == ".safetensors":
+            check_safetensors(path, source)
     family = checkpoint.family
     if cfg.model.get("_target_") != MODELS[family.model]:
         raise refuse(
@@ -718,6 +813,7 @@ def apply(cfg, overrides: list[str] | None):
         cfg.model_sizes = sizes  # the data's sizes give way to the checkpoint's (factory.build_model checks them)
         added.append("model_sizes={" + ",".join(f"{k}:{v}" for k, v in sizes.items()) + "}")
         tokenizer = checkpoint.tokenizer
+        check_tokenizer(cfg, checkpoint)
         if tokenizer and "tokenizer" in cfg.data:
             if "data.tokenizer" in given and Path(str(cfg.data.tokenizer)).resolve() != Path(tokenizer).resolve():
                 raise ConfigError(

@@ -17,7 +17,15 @@ from lightning.pytorch.callbacks import ModelSummary, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from transformer_lab.callbacks import DiscardOverwritten, GracefulInterrupt, History, LoggerVersions, StepAxis, Summary, Throughput
+from transformer_lab.callbacks import (
+    DiscardOverwritten,
+    GracefulInterrupt,
+    History,
+    LoggerVersions,
+    StepAxis,
+    Summary,
+    Throughput,
+)
 from transformer_lab.checkpoint import AtomicCheckpointIO, check_same_data, check_state_fits, init_weights
 from transformer_lab.config import ATTENTION_KERNELS
 from transformer_lab.errors import ConfigError, UserError

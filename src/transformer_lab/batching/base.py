@@ -67,7 +67,7 @@ class Batching(L.LightningDataModule):
         """Build what the batches come from, once the data is set up."""
 
     def for_checkpoint(self, meta: dict) -> None:
-        self.data.for_checkpoint(meta)
+        self.data.take_checkpoint(meta)
 
     def checkpoint_meta(self) -> dict[str, Any]:
         return self.data.checkpoint_meta()

@@ -81,12 +81,24 @@ class DataModule:
         """Raw ids of text, for the inference commands; a ValueError says what cannot be encoded."""
         raise NotImplementedError
 
+    # Evaluating a trained model on a file of the user's (a `data.path` other than the file its run trained
+    # on, or that file changed since) makes every row, document or character of it evaluation data: setup()
+    # then holds nothing out for training and puts all of it in the validation split (and the test split,
+    # where the data has one). take_checkpoint() decides it, for every dataset alike.
+    whole_file: bool = False
+
+    def take_checkpoint(self, meta: dict) -> None:
+        """What the commands call before setup() to evaluate or use a trained model: the whole-file rule
+        above, then the dataset's own for_checkpoint()."""
+        path = getattr(getattr(self, "config", None), "path", None)
+        self.whole_file = path is not None and not is_runs_file(path, meta)
+        self.for_checkpoint(meta)
+
     def for_checkpoint(self, meta: dict) -> None:
         """Called before setup() to evaluate or use a trained model: take the vocabulary its checkpoint
         carries (`meta`, with what checkpoint_meta() wrote) instead of learning one from the files, so every
-        id means what it meant in training; a data file (`data.path`) other than the run's is all evaluation
-        data. Without setup(), encode() and decode() work from the checkpoint alone. Nothing to do for data
-        whose vocabulary its settings fix."""
+        id means what it meant in training (`whole_file` is already decided). Without setup(), encode() and
+        decode() work from the checkpoint alone. Nothing to do for data whose vocabulary its settings fix."""
 
     def checkpoint_meta(self) -> dict[str, Any]:
         """What a checkpoint must carry to turn ids back into text (a vocabulary, a tokenizer)."""
@@ -142,7 +154,7 @@ class DataModule:
         raise NotImplementedError
 
 
-def is_runs_file(path: str | None, meta: dict) -> bool:
+def is_runs_file(path, meta: dict) -> bool:
     """Whether `path` (a data.path given to evaluate a checkpoint) is the file its run trained on, as it was
     then; a file changed since is another file (all of it is evaluation data), and a warning says so."""
     if path is None or path != meta["config"]["data"].get("path"):

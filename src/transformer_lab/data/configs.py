@@ -59,6 +59,9 @@ class ShakespeareConfig:  # data/shakespeare.py
         require(0 < self.val_fraction < 1, "data.val_fraction", f"must be in (0, 1), got {self.val_fraction}")
 
 
+LEARNED_KINDS = ("char", "bytes", "bpe")  # data=text's tokenizers made here; elsewhere data.tokenizer is pretrained
+
+
 @dataclass
 class LabelledConfig:  # data/labelled.py
     path: str | None = None  # a file of `text<TAB>label` lines
@@ -77,6 +80,12 @@ class LabelledConfig:  # data/labelled.py
     def __post_init__(self):
         self.val_batch_size = self.val_batch_size or self.batch_size
         require(self.path is not None, "data.path", "give a file of text<TAB>label lines")
+        require(
+            self.tokenizer not in LEARNED_KINDS,
+            "data.tokenizer",
+            f"{self.tokenizer} is a kind data=text learns; data=labelled learns a BPE when data.tokenizer is left out "
+            "(null), or reads a pretrained one: a tokenizer.json, a directory holding one, or a Hugging Face name",
+        )
         require(0 < self.val_fraction < 0.5, "data.val_fraction", f"must be in (0, 0.5), got {self.val_fraction}")
         require(self.vocab_size >= 100, "data.vocab_size", f"must be at least 100, got {self.vocab_size}")
         require(self.max_length >= 4, "data.max_length", f"must be at least 4, got {self.max_length}")
@@ -113,6 +122,12 @@ class TranslationConfig:  # data/translation.py
             require(self.source != self.target, "data.target", f"is the same language as data.source ({self.source})")
         for key in ("val_fraction", "test_fraction"):
             require(0 < getattr(self, key) < 0.5, f"data.{key}", f"must be in (0, 0.5), got {getattr(self, key)}")
+        require(
+            self.tokenizer not in LEARNED_KINDS,
+            "data.tokenizer",
+            f"{self.tokenizer} is a kind data=text learns; data=translation learns a BPE when data.tokenizer is left out "
+            "(null), or reads a pretrained one: a tokenizer.json, a directory holding one, or a Hugging Face name",
+        )
         require(self.vocab_size >= 100, "data.vocab_size", f"must be at least 100, got {self.vocab_size}")
         require(
             self.tokenizer is None or self.shared_vocab,

@@ -19,6 +19,7 @@ list of them) or a Hugging Face dataset by name, tokenized once into a cache on 
 from __future__ import annotations
 
 import codecs
+import errno
 import glob
 import hashlib
 import itertools
@@ -128,7 +129,8 @@ def _text_batches(path: Path, separator: str) -> Iterator[tuple[list[str], int]]
                 at = offset - len(pending) + e.start
                 raise BadFile(path, f"is not UTF-8 text (byte 0x{bad:02x} at offset {at})", "data.path") from None
             offset += len(chunk)
-            pieces = text.split(separator)
+            text = text.replace("\r\n", "\n")  # Windows line ends (files.read_text's rule; a \r held in `rest`
+            pieces = text.split(separator)  # meets its \n in the next chunk)
             rest = pieces.pop() if chunk else ""  # the document the next chunk goes on with
             if len(rest) > MAX_DOCUMENT:  # a file without separators is cut, not held whole
                 *whole, rest = cut(rest)
@@ -300,8 +302,10 @@ def _digest(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
-def split_settings(config: TextConfig) -> dict:
-    return {k: getattr(config, k) for k in ("val_fraction", "split_seed", "separator", "text_field", "end_of_text")}
+def split_settings(config: TextConfig, whole: bool = False) -> dict:
+    """What decides a file's split; `whole`: all of it is validation (a trained model evaluated on it)."""
+    settings = {k: getattr(config, k) for k in ("val_fraction", "split_seed", "separator", "text_field", "end_of_text")}
+    return {**settings, "val_fraction": 1.0} if whole else settings
 
 
 def make_tokenizer(config: TextConfig, all_sources: list[Source], cache_dir: Path) -> Tokenizer:
@@ -315,7 +319,10 @@ def make_tokenizer(config: TextConfig, all_sources: list[Source], cache_dir: Pat
     key = _digest(kind, config.vocab_size if kind == "bpe" else None, learned_from, split_settings(config))
     path = cache_dir / "tokenizers" / f"{kind}-{key}.json"
     if path.is_file():
-        return from_json(path.read_text())
+        try:
+            return from_json(path.read_text())
+        except Exception as e:  # noqa: BLE001  (a cache from a crash or another version; tokenizers' own errors)
+            log.warning("data: the cached tokenizer %s is unreadable (%s): learning it again", path, e)
     started = time.perf_counter()
     if kind == "char":  # every character of the corpus (one the validation text has must have an id too)
         chars: set[str] = set()
@@ -351,7 +358,7 @@ def token_dtype(config: TextConfig, tokenizer: Tokenizer) -> np.dtype:
 
 @dataclass
 class Shard:
-    train: str  # the token files
+    train: str  # the token files: names in the cache's shards/ folder (a moved or copied cache reads its own)
     val: str
     train_tokens: int
     val_tokens: int
@@ -394,13 +401,15 @@ def encoded_ahead(source: Source, tokenizer: Tokenizer) -> Iterator[tuple[list, 
             yield done
 
 
-def encode_source(config, source: Source, tokenizer: Tokenizer, dtype, folder: Path, key: str, progress) -> Shard:
+def encode_source(
+    config, source: Source, tokenizer: Tokenizer, dtype, folder: Path, key: str, progress, val_fraction: float
+) -> Shard:
     draws = split_draws(config, source)
     counts = {"train": 0, "val": 0}
     documents = 0
     with atomic_write(folder / f"{key}.train.bin") as train, atomic_write(folder / f"{key}.val.bin") as val:
         for encoded, read in encoded_ahead(source, tokenizer):
-            is_val = draws.random(len(encoded)) < config.val_fraction
+            is_val = draws.random(len(encoded)) < val_fraction
             for split, f, keep in (("train", train, ~is_val), ("val", val, is_val)):
                 array = flatten(list(itertools.compress(encoded, keep)), tokenizer.eot_id, dtype)
                 f.write(array.tobytes())
@@ -408,8 +417,8 @@ def encode_source(config, source: Source, tokenizer: Tokenizer, dtype, folder: P
             documents += len(encoded)
             progress.update(read)
     shard = Shard(
-        str(folder / f"{key}.train.bin"),
-        str(folder / f"{key}.val.bin"),
+        f"{key}.train.bin",
+        f"{key}.val.bin",
         counts["train"],
         counts["val"],
         documents,
@@ -418,6 +427,34 @@ def encode_source(config, source: Source, tokenizer: Tokenizer, dtype, folder: P
     with atomic_write(folder / f"{key}.json", "w") as f:  # last: its presence says the shard is complete
         json.dump(asdict(shard), f)
     return shard
+
+
+def read_shard(folder: Path, key: str, label: str, itemsize: int) -> Shard | None:
+    """A source's shard as its record says, its token files checked against the record (each file's size is
+    its token count times `itemsize`); None where the cache lacks it or holds it incomplete (cut short, a file
+    gone), whose record is then removed so that it is encoded again. Paths are the cache's own: a record that
+    names absolute paths (written before records named files alone) is read for the files' names."""
+    record = folder / f"{key}.json"
+    if not record.is_file():
+        return None
+    try:
+        shard = Shard(**json.loads(record.read_text()))
+        shard.train, shard.val = (str(folder / Path(name).name) for name in (shard.train, shard.val))
+        problem = None
+    except (ValueError, TypeError) as e:
+        problem = f"its record {record.name} is unreadable ({e})"
+    for path, count in () if problem else ((shard.train, shard.train_tokens), (shard.val, shard.val_tokens)):
+        size = os.path.getsize(path) if os.path.isfile(path) else None
+        if size != count * itemsize:
+            problem = f"{Path(path).name} is " + (
+                "missing" if size is None else f"{size:,} bytes, its record says {count:,} tokens of {itemsize}"
+            )
+            break
+    if problem is None:
+        return shard
+    log.warning("data: the cache's tokens of %s are incomplete (%s): encoding it again", label, problem)
+    record.unlink(missing_ok=True)
+    return None
 
 
 def local_rank() -> int:
@@ -433,14 +470,31 @@ def wait_for(path: Path, seconds: float = WAIT_SECONDS) -> None:
 
 
 def prepare(
-    config: TextConfig, tokenizer: Tokenizer | None = None, rank: int | None = None
+    config: TextConfig, tokenizer: Tokenizer | None = None, rank: int | None = None, whole: bool = False
 ) -> tuple[Tokenizer, list[Shard]]:
     """The corpus's tokenizer (`tokenizer`, a checkpoint's, where given) and its shards, encoded where the
-    cache does not have them yet; a process of local rank > 0 waits for rank 0 to write them."""
-    from tqdm.auto import tqdm
-
+    cache does not have them yet; a process of local rank > 0 waits for rank 0 to write them. `whole`: every
+    document is validation (a trained model evaluated on the corpus)."""
     rank = local_rank() if rank is None else rank
     cache_dir = Path(config.cache_dir or Path(config.data_dir) / "corpus_cache")
+    try:
+        return _prepare(config, tokenizer, rank, whole, cache_dir)
+    except OSError as e:  # (reading the corpus's files is BadFile's: this is the cache's writing)
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        where = e.filename or cache_dir
+        raise DataUnavailableError(
+            f"data.cache_dir: cannot write the corpus cache ({e.strerror}: {where}); "
+            + ("free space there" if e.errno in (errno.ENOSPC, errno.EDQUOT) else "give a writable folder")
+            + f" or another data.cache_dir (now {cache_dir})"
+        ) from None
+
+
+def _prepare(
+    config: TextConfig, tokenizer: Tokenizer | None, rank: int, whole: bool, cache_dir: Path
+) -> tuple[Tokenizer, list[Shard]]:
+    from tqdm.auto import tqdm
+
     hashes = FileHashes(cache_dir)
     all_sources = sources(config, hashes)
     if rank == 0:
@@ -449,8 +503,8 @@ def prepare(
     dtype = token_dtype(config, tokenizer)
     folder = cache_dir / "shards"
     tokenizer_key = _digest(tokenizer.to_json())
-    keys = [_digest(s.key, tokenizer_key, dtype.str, split_settings(config)) for s in all_sources]
-    missing = [(s, k) for s, k in zip(all_sources, keys) if not (folder / f"{k}.json").is_file()]
+    keys = [_digest(s.key, tokenizer_key, dtype.str, split_settings(config, whole)) for s in all_sources]
+    missing = [(s, k) for s, k in zip(all_sources, keys) if read_shard(folder, k, s.label, dtype.itemsize) is None]
     saved = cache_dir / "tokenizers" / f"encoded-with-{tokenizer_key}.json"  # what the token files mean
     if missing and rank == 0 and not saved.is_file():
         with atomic_write(saved, "w") as f:
@@ -466,7 +520,7 @@ def prepare(
             total=total, unit="B", unit_scale=True, desc="data: encoding", mininterval=1, dynamic_ncols=True
         ) as bar:
             for source, key in missing:
-                encode_source(config, source, tokenizer, dtype, folder, key, bar)
+                encode_source(config, source, tokenizer, dtype, folder, key, bar, 1.0 if whole else config.val_fraction)
         seconds = time.perf_counter() - started
         log.info(
             "data: encoded %d file(s), %.1f MB, in %.1f s (%.1f MB/s)",
@@ -475,7 +529,9 @@ def prepare(
             seconds,
             (total or 0) / 1e6 / seconds,
         )
-    shards = [Shard(**json.loads((folder / f"{k}.json").read_text())) for k in keys]
+    shards = [read_shard(folder, k, s.label, dtype.itemsize) for s, k in zip(all_sources, keys)]
+    if any(shard is None for shard in shards):  # (written moments ago: another process is changing the cache)
+        raise DataUnavailableError(f"data.cache_dir: {cache_dir}: a shard just written does not read back whole")
     return tokenizer, shards
 
 
@@ -525,7 +581,7 @@ class TextCorpusDataModule(DataModule):
 
     def prepare_data(self) -> None:
         if not self.shards:  # once (the run builds its data before Lightning asks again)
-            self.tokenizer, self.shards = prepare(self.config, self.tokenizer)
+            self.tokenizer, self.shards = prepare(self.config, self.tokenizer, whole=self.whole_file)
 
     def for_checkpoint(self, meta: dict) -> None:
         self.tokenizer = from_json(meta["tokenizer"])
@@ -543,8 +599,13 @@ class TextCorpusDataModule(DataModule):
         documents = sum(s.documents for s in self.shards)
         if documents == 0:
             raise DataUnavailableError(f"data.path: {where}: no text (an empty corpus)")
+        if self.whole_file and len(self.val) < window:  # (a trained model evaluated on all of it)
+            raise DataUnavailableError(
+                f"data.path: {where}: {len(self.val)} tokens in all, fewer than one window of data.block_size + 1 "
+                f"= {window} to evaluate on"
+            )
         for split, tokens in (("training", self.train), ("validation", self.val)):
-            if len(tokens) < window:
+            if len(tokens) < window and not self.whole_file:
                 raise DataUnavailableError(
                     f"data.path: {where}: its {split} documents (of {documents}; data.val_fraction="
                     f"{self.config.val_fraction}) have {len(tokens)} tokens, fewer than one window of "

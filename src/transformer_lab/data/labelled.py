@@ -12,7 +12,7 @@ import torch
 
 from transformer_lab.data.base import DataModule
 from transformer_lab.data.configs import LabelledConfig
-from transformer_lab.data.tokenizers import pretrained
+from transformer_lab.data.tokenizers import PRETRAINED, pretrained
 from transformer_lab.data.tokens import UNK, Specials
 from transformer_lab.data.translation import cached_tokenizer
 from transformer_lab.files import BadFile, read_text, sha256_file
@@ -20,8 +20,9 @@ from transformer_lab.files import BadFile, read_text, sha256_file
 log = logging.getLogger(__name__)
 
 
-def read_labelled(path: str | Path) -> list[tuple[str, str]]:
-    """One `text<TAB>label` a line; a malformed line is an error naming it."""
+def read_labelled(path: str | Path, at_least: int = 2) -> list[tuple[str, str]]:
+    """One `text<TAB>label` a line; a malformed line is an error naming it. Training needs two labels at
+    least; evaluating a trained classifier on a file (`at_least=1`), one."""
     rows = []
     for number, line in enumerate(read_text(path, "data.path").split("\n"), 1):
         if not line.strip():
@@ -34,7 +35,9 @@ def read_labelled(path: str | Path) -> list[tuple[str, str]]:
         if not fields[0].strip() or not fields[1].strip():
             raise BadFile(path, f"the {'text' if not fields[0].strip() else 'label'} is empty", "data.path", number)
         rows.append((fields[0], fields[1].strip()))
-    if len({label for _, label in rows}) < 2:
+    if not rows:
+        raise BadFile(path, "holds no labelled texts", "data.path")
+    if len({label for _, label in rows}) < at_least:
         raise BadFile(
             path, f"holds {len(rows)} labelled text(s) of fewer than two labels: nothing to classify", "data.path"
         )
@@ -60,10 +63,10 @@ class LabelledTextDataModule(DataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.encoded:
             return
-        rows = read_labelled(self.config.path)
+        rows = read_labelled(self.config.path, at_least=1 if self.whole_file else 2)
         order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(self.config.split_seed)).tolist()
-        n_val = round(len(rows) * self.config.val_fraction)
-        if not 0 < n_val < len(rows):
+        n_val = len(rows) if self.whole_file else round(len(rows) * self.config.val_fraction)
+        if not 0 < n_val < len(rows) and not self.whole_file:
             raise BadFile(
                 self.config.path,
                 f"holds {len(rows)} labelled texts, too few to hold out data.val_fraction={self.config.val_fraction}",
@@ -72,7 +75,7 @@ class LabelledTextDataModule(DataModule):
         splits = {"val": [rows[i] for i in order[:n_val]], "train": [rows[i] for i in order[n_val:]]}
         if self.tokenizer is None:
             if self.config.tokenizer is not None:
-                self.tokenizer = pretrained(self.config.tokenizer, "</s>").tokenizer
+                self.tokenizer = pretrained(self.config.tokenizer, "</s>", PRETRAINED).tokenizer
             else:
                 texts = [text for text, _ in splits["train"]]
                 self.tokenizer = cached_tokenizer(
@@ -80,10 +83,20 @@ class LabelledTextDataModule(DataModule):
                 )
             self.labels = sorted({label for _, label in rows})
         index = {label: i for i, label in enumerate(self.labels)}
+        unseen = sorted({label for _, label in rows} - set(index))
+        if unseen:  # (a checkpoint's labels: for_checkpoint)
+            count = sum(label in unseen for _, label in rows)
+            raise BadFile(
+                self.config.path,
+                f"{'label' if len(unseen) == 1 else 'labels'} {', '.join(map(repr, unseen))} ({count} text(s)): not "
+                "one the model was trained on "
+                f"(its labels: {', '.join(self.labels)}); leave those lines out to evaluate the rest",
+                "data.path",
+            )
         limit = self.config.max_length - 2
         for split, pairs in splits.items():
             ids = self.tokenizer.encode_batch([text for text, _ in pairs], add_special_tokens=False)
-            self.encoded[split] = ([e.ids[:limit] for e in ids], [index.get(label, -100) for _, label in pairs])
+            self.encoded[split] = ([e.ids[:limit] for e in ids], [index[label] for _, label in pairs])
         log.info("labelled texts: %s; %d classes; vocabulary %d", {k: len(v[1]) for k, v in self.encoded.items()},
                  len(self.labels), self.vocab_size)  # fmt: skip
 

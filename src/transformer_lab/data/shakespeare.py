@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from transformer_lab.data.base import DataModule, is_runs_file
+from transformer_lab.data.base import DataModule
 from transformer_lab.data.configs import ShakespeareConfig
 from transformer_lab.data.download import ensure_file
 from transformer_lab.data.tokens import TokenStreams
@@ -50,7 +50,6 @@ class ShakespeareDataModule(DataModule):
         c = self.config
         self.path = Path(c.path) if c.path else Path(c.data_dir) / "shakespeare" / "input.txt"
         self.tokenizer: CharTokenizer | None = None
-        self.whole_file = False  # evaluating a trained model on another text: all of it is validation
         self.train_tokens = self.val_tokens = torch.empty(0, dtype=torch.long)
         self.ready = False
 
@@ -65,7 +64,6 @@ class ShakespeareDataModule(DataModule):
 
     def for_checkpoint(self, meta: dict) -> None:
         self.tokenizer = CharTokenizer(meta["vocab"])
-        self.whole_file = self.config.path is not None and not is_runs_file(self.config.path, meta)
 
     def setup(self, stage: str | None = None) -> None:
         if self.ready:

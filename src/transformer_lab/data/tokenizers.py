@@ -174,9 +174,17 @@ def from_json(text: str) -> Tokenizer:
     return HFTokenizer(HF.from_str(saved["tokenizer"]), saved["end_of_text"])
 
 
-def pretrained(spec: str, end_of_text: str) -> HFTokenizer:
+# What a pretrained data.tokenizer may be, where no tokenizer is learned under that key (labelled, translation)
+PRETRAINED = "a tokenizer.json file, a directory holding one or a Hugging Face tokenizer name (or leave it out: null)"
+
+
+def pretrained(
+    spec: str,
+    end_of_text: str,
+    instead: str = "char, bytes, bpe, a tokenizer.json file or a Hugging Face tokenizer name",
+) -> HFTokenizer:
     """A tokenizer.json file (or a directory holding one), or a tokenizer on the Hugging Face hub by name
-    (`gpt2`); one line on failure."""
+    (`gpt2`); one line on failure, saying what to give `instead` (data=text's default: its kinds too)."""
     from tokenizers import Tokenizer as HF
 
     path = Path(spec)
@@ -196,8 +204,7 @@ def pretrained(spec: str, end_of_text: str) -> HFTokenizer:
     except Exception as e:  # the library's own errors (a bad JSON, no such repository, no network)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise DataUnavailableError(
-            f"data.tokenizer: {spec} does not load as a tokenizer ({first}); give char, bytes, bpe, a "
-            "tokenizer.json file or a Hugging Face tokenizer name"
+            f"data.tokenizer: {spec} does not load as a tokenizer ({first}); give {instead}"
         ) from None
     return HFTokenizer(tokenizer, end_of_text)
 

@@ -12,10 +12,10 @@ import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from transformer_lab.atomic import atomic_write
-from transformer_lab.data.base import DataModule, is_runs_file
+from transformer_lab.data.base import DataModule
 from transformer_lab.data.configs import TranslationConfig
 from transformer_lab.data.download import ensure_file
-from transformer_lab.data.tokenizers import pretrained
+from transformer_lab.data.tokenizers import PRETRAINED, pretrained
 from transformer_lab.data.tokens import BOS, EOS, PAD, SEP, SPECIALS, UNK, Specials, TokenStreams  # noqa: F401 (re-exported)
 from transformer_lab.files import BadFile, read_text, sha256_file
 
@@ -89,8 +89,11 @@ def cached_tokenizer(cache_dir: Path, texts: list[str], vocab_size: int) -> Toke
         except Exception as e:  # a cache from a crash or another version: say so and rebuild it
             log.warning("tokenizer cache %s is unreadable (%s); training it again", path, e)
     tokenizer = train_tokenizer(texts, vocab_size)
-    with atomic_write(path, "w") as f:
-        f.write(tokenizer.to_str())
+    try:
+        with atomic_write(path, "w") as f:
+            f.write(tokenizer.to_str())
+    except OSError as e:  # a read-only or full data folder: the run goes on, learning it again next time
+        log.warning("tokenizer cache: cannot write %s (%s); the tokenizer is learned again next time", path, e.strerror)
     return tokenizer
 
 
@@ -111,7 +114,6 @@ class TranslationDataModule(DataModule):
         self.tokenizer: Tokenizer | None = None  # the target side's (and the source's, when shared)
         self.source_tokenizer: Tokenizer | None = None
         self.cut_lengths: list[int] = []  # token counts of the sentences max_length cuts
-        self.whole_file = False  # evaluating a trained model on another file: all of it is val and test
         self.text: dict[str, list[tuple[str, str]]] = {split: [] for split in SPLIT_FILES}  # the pairs' texts
         self.ready = False
 
@@ -158,7 +160,6 @@ class TranslationDataModule(DataModule):
         self.tokenizer = Tokenizer.from_str(meta["tokenizer"])
         source = meta.get("source_tokenizer")
         self.source_tokenizer = Tokenizer.from_str(source) if source else self.tokenizer
-        self.whole_file = self.config.path is not None and not is_runs_file(self.config.path, meta)
 
     def setup(self, stage: str | None = None) -> None:
         if self.ready:
@@ -167,7 +168,7 @@ class TranslationDataModule(DataModule):
         cache = self.data_dir / "tokenizers"
         if self.tokenizer is None:  # (else a checkpoint's, from for_checkpoint)
             if self.config.tokenizer is not None:  # a pretrained model's (init_from=hf: sets it)
-                self.tokenizer = self.source_tokenizer = pretrained(self.config.tokenizer, "</s>").tokenizer
+                self.tokenizer = self.source_tokenizer = pretrained(self.config.tokenizer, "</s>", PRETRAINED).tokenizer
             elif self.config.shared_vocab:
                 texts = [text for pair in self.text["train"] for text in pair]
                 self.tokenizer = self.source_tokenizer = cached_tokenizer(cache, texts, self.config.vocab_size)
