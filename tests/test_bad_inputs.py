@@ -32,7 +32,14 @@ CASES = [
         "attention-kernel-cannot-serve",
         [*MODULAR, "model.dropout=0.1", "attention_kernel=flash", "trainer.max_steps=2"],
         "error: attention_kernel: flash cannot serve this run's attention (torch: No available kernel.  Aborting "
-        "execution. The CPU's flash takes no attention dropout, model.dropout > 0): use auto or math\n",
+        "execution. Likely the CPU's flash takes no attention dropout, and model.dropout=0.1): use auto or math\n",
+    ),
+    (
+        "attention-kernel-cannot-serve-a-bias",
+        ["model=t5", "task=seq2seq", *MODULAR, "model.dropout=0", "attention_kernel=flash", "trainer.max_steps=2"],
+        "error: attention_kernel: flash cannot serve this run's attention (torch: No available kernel.  Aborting "
+        "execution. Likely an attention mask or bias this model passes (padding, T5's relative positions) is one "
+        "it cannot take): use auto or math\n",
     ),
     ("forbidden-output", ["hydra.run.dir=/proc/forbidden"], "cannot create the run directory in /proc"),
     ("heads", ["model.n_embd=100", "model.n_head=3"], "model.n_embd: 100 is not divisible by model.n_head=3"),
@@ -71,6 +78,24 @@ CASES = [
         ["experiment=shakespeare_char_cpu", "callbacks=none"],
         "callbacks.last_checkpoint: sets every_n_train_steps of a callback the chosen callbacks do not add (no "
         "_target_): keep callbacks=default, or set callbacks.last_checkpoint=null",
+    ),
+    (
+        "callback-setting-out-of-range",
+        ["callbacks=[default,ema]", "callbacks.ema.decay=1.5"],
+        "error: callbacks.ema: transformer_lab.callbacks.EMAWeightAveraging refuses its settings: Invalid decay value "
+        "1.5 provided. Please provide a value in [0,1] range.\n",
+    ),
+    (
+        "callback-steps-zero",
+        ["callbacks=[default,ema]", "callbacks.ema.update_every_n_steps=0"],
+        "error: callbacks.ema: transformer_lab.callbacks.EMAWeightAveraging refuses its settings: "
+        "update_every_n_steps must be an integer >= 1, got 0\n",
+    ),
+    (
+        "callback-grokfast-alpha",
+        ["callbacks=[default,grokfast]", "callbacks.grokfast.alpha=1"],
+        "error: callbacks.grokfast: transformer_lab.callbacks.GrokfastEMA refuses its settings: alpha must be in "
+        "[0, 1), got 1",
     ),
     ("ckpt-missing", [*MODULAR, "ckpt_path={ws}/nowhere.ckpt"], "ckpt_path: no checkpoint file at"),
     (
@@ -340,7 +365,14 @@ def test_bad_input_gives_one_clear_message(overrides, fragment, workspace, train
     assert {k: v for k, v in after_run.items() if k in before[1]} == before[1]  # the earlier run's files intact
 
 
-FAILING_BEFORE_TRAINING = ["task-architecture", "not-prime", "data-missing-offline", "malformed-tsv", "unknown-key"]
+FAILING_BEFORE_TRAINING = [
+    "task-architecture",
+    "not-prime",
+    "data-missing-offline",
+    "malformed-tsv",
+    "unknown-key",
+    "callback-setting-out-of-range",
+]
 
 
 @pytest.mark.e2e

@@ -519,15 +519,34 @@ def test_fine_tune_a_transformers_bert_into_a_classifier_classify_and_export_it(
                                  "text=Ein Mann fährt Fahrrad."], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     assert classified.returncode == 0, classified.stderr[-2000:]
     assert classified.stdout.split("\t")[1] in ("de", "en")
+    # lines of the labelled file itself: the text is classified, the label is not read as part of it
+    lines = "Ein Mann fährt Fahrrad.\tde\nA man rides a bike.\ten\n"
+    piped = subprocess.run([sys.executable, "-m", "transformer_lab.classify", str(run_dir)], input=lines,
+                           capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert piped.returncode == 0, piped.stderr[-2000:]
+    assert [line.split("\t")[0] for line in piped.stdout.splitlines()] == [
+        "Ein Mann fährt Fahrrad.",
+        "A man rides a bike.",
+    ]
     evaluated = subprocess.run([sys.executable, "-m", "transformer_lab.evaluate", str(run_dir)], capture_output=True,
                                text=True, cwd=ROOT)  # fmt: skip
     assert evaluated.returncode == 0 and "val/acc" in evaluated.stdout, evaluated.stderr[-2000:]
+    unseen = tmp_path / "unseen.tsv"
+    unseen.write_text("Un homme fait du vélo.\tfr\nA man rides a bike.\ten\n")
+    refused = subprocess.run([sys.executable, "-m", "transformer_lab.evaluate", str(run_dir), f"data.path={unseen}"],
+                             capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-2000:]
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"error: data.path: {unseen}: label 'fr' (1 text(s)): not one the model was trained on (its labels: de, en); "
+        "leave those lines out to evaluate the rest"
+    )
 
     from transformer_lab.checkpoint import checkpoint_of, load_model
     from transformer_lab.export import export
 
     out = export(run_dir, tmp_path / "exported")
     exported = transformers.AutoModelForSequenceClassification.from_pretrained(out).eval()
+    assert exported.config.id2label == {0: "de", 1: "en"} and exported.config.label2id == {"de": 0, "en": 1}
     model, _ = load_model(checkpoint_of(run_dir))
     ids = torch.tensor([tokenizer.encode("Zwei Hunde spielen im Schnee.").ids])  # [CLS] ... [SEP], as trained
     with torch.no_grad():
@@ -621,3 +640,31 @@ def test_a_checkpoint_cut_short_or_without_a_tokenizer_is_refused_before_the_run
     weights.write_bytes(b"\x05")
     with pytest.raises(UserError, match="is not a readable safetensors file"):
         read_tensors(hub)
+
+
+def test_without_the_pretrained_extra_init_from_and_export_say_what_to_install(tmp_path, monkeypatch):
+    import importlib.util
+
+    from conftest import compose_cfg
+    from transformer_lab.errors import UserError
+    from transformer_lab.export import export
+    from transformer_lab.models.gpt import GPT, GPTConfig
+    from transformer_lab.pretrained import apply
+
+    ckpt = our_checkpoint(GPT(GPTConfig(vocab_size=V, block_size=16, n_layer=1, n_head=2, n_embd=16)), tmp_path,
+                          bpe_tokenizer())  # fmt: skip
+    hub = tmp_path / "gpt2"
+    transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=V, n_positions=32, n_embd=16, n_layer=1,
+                                                         n_head=2)).save_pretrained(hub)  # fmt: skip
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "safetensors" else find_spec(name, *a)
+    )
+    overrides = ["data=text", "data.path=x.txt", f"init_from=hf:{hub}"]
+    with pytest.raises(
+        UserError, match=r"^init_from=hf:.*gpt2 needs safetensors: pip install 'transformer_lab\[pretrained\]'$"
+    ):
+        apply(compose_cfg(overrides), overrides)
+    with pytest.raises(UserError, match=r"^export needs safetensors: pip install 'transformer_lab\[pretrained\]'$"):
+        export(ckpt, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

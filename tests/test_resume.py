@@ -122,6 +122,7 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(data, uninterrupted, tm
     # The run's own settings (from its checkpoint), but its killer's step moved past the end.
     resumed = train(crashed, "ckpt_path=last", "+callbacks.kill.step=1000")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "will be deleted" not in resumed.stdout + resumed.stderr  # (Lightning's CSV warning: the rows stay)
 
     # The killed run trained steps 1..25; its last checkpoint is from step 20, so the resumed run trains
     # 21..60. Together, without the five lost steps, that is exactly the uninterrupted run's sequence.
@@ -162,6 +163,9 @@ def test_interrupt_saves_a_checkpoint_and_resumes(signum, uninterrupted, tmp_pat
     assert interrupted["status"] == "interrupted" and interrupted["global_step"] == 27
     assert "Resume with ckpt_path=last" in result.stdout + result.stderr
     assert "Traceback" not in result.stderr
+    # a Ctrl-C is named as one, not as the SIGTERM it is turned into
+    assert ("Received SIGTERM" in result.stdout + result.stderr) == (signum == "SIGTERM")
+    assert ("Ctrl-C: stopping after this step" in result.stdout + result.stderr) == (signum == "SIGINT")
     if signum == "SIGTERM":  # its checkpoint is resumed as SIGINT's is, below
         return
 

@@ -62,3 +62,29 @@ def test_lightning_wandb_logger_still_passes_anonymous(tmp_path):
 
     assert "anonymous" in LightningWandbLogger(offline=True, save_dir=str(tmp_path))._wandb_init
     assert "anonymous" not in WandbLogger(offline=True, save_dir=str(tmp_path))._wandb_init
+
+
+def test_lightning_bar_total_is_still_the_steps_left_and_ours_counts_a_resumed_epoch():
+    """Lightning's total of a step-limited run is max_steps - global_step, while the bar counts the epoch's
+    batches from its start (a resumed run showed 25/15); ours (callbacks/progress.py) counts both the same way
+    and reads the epoch's batches done from the loop Lightning restores (a test here fails if that moves)."""
+    from types import SimpleNamespace
+
+    from transformer_lab.callbacks.progress import RichProgressBar
+
+    trainer = L.Trainer(max_steps=25, max_epochs=-1, logger=False, enable_checkpointing=False)
+    assert trainer.fit_loop.epoch_loop.batch_progress.current.ready == 0  # (the attribute ours reads)
+
+    def bar_for(max_steps, done, **state):
+        fake = SimpleNamespace(max_epochs=-1, max_steps=max_steps, accumulate_grad_batches=1, **state)
+        fake.fit_loop = SimpleNamespace(epoch_loop=SimpleNamespace(batch_progress=SimpleNamespace(
+            current=SimpleNamespace(ready=done))))  # fmt: skip
+        for cls in (LightningRichProgressBar, RichProgressBar):
+            bar = cls()
+            bar._trainer = fake
+            yield bar.total_train_batches
+
+    endless = float("inf")  # an endless epoch resumed at step 10 of 25: the bar counts 11 .. 25
+    assert list(bar_for(25, done=10, global_step=10, num_training_batches=endless)) == [15, 25]
+    # epochs of 251 batches, resumed at step 300 (batch 49 of the second) of 400: it counts 50 .. 149
+    assert list(bar_for(400, done=49, global_step=300, num_training_batches=251)) == [100, 149]

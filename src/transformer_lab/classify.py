@@ -6,7 +6,8 @@
 The first argument is a run directory (its checkpoints/best.ckpt, else last.ckpt) or a checkpoint file.
 Every input line gets one output line, tab-separated: the input, then the `top` most likely classes, each
 with its probability (`3 + 5 =<TAB>8<TAB>0.974`). A line the model cannot read gets the input alone and
-a warning on stderr.
+a warning on stderr. A `text<TAB>label` line (a data=labelled file) is classified on its text alone, and its
+output line holds the text; `python -m transformer_lab.evaluate RUN data.path=FILE` scores such a file.
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ def classify(
     model, datamodule = load(args["ckpt"], "classify", args["device"])
     encode, top = encoder(datamodule), min(args["top"], model.config.n_classes)
     for chunk in batched(lines, args["batch_size"]):
-        outputs: list[tuple[str, list]] = [(line, []) for _, line in chunk]
+        texts = [line.split("\t", 1)[0] for _, line in chunk]  # (a labelled file's label is not the model's input)
+        outputs: list[tuple[str, list]] = [(text, []) for text in texts]
         todo: dict[int, list[int]] = {}
-        for i, (number, line) in enumerate(chunk):
+        for i, ((number, _), text) in enumerate(zip(chunk, texts)):
             try:
-                todo[i] = encode(line)
+                todo[i] = encode(text)
             except ValueError as e:
                 warn(f"line {number}: {e}")
         if todo:

@@ -4,6 +4,7 @@ the interrupted run's rows with it."""
 from __future__ import annotations
 
 import csv
+import warnings
 from pathlib import Path
 
 from lightning.pytorch.loggers import CSVLogger as LightningCSVLogger
@@ -21,6 +22,13 @@ class CSVLogger(LightningCSVLogger):
         if earlier.is_file():
             with open(earlier, newline="") as f:
                 self._earlier = [{k: v for k, v in row.items() if v != ""} for row in csv.DictReader(f)]
+
+    @property
+    def experiment(self):
+        # Lightning warns that it "will delete" earlier log files in the folder; this logger keeps them (above).
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*Previous log files in this directory will be deleted")
+            return super().experiment
 
     def log_metrics(self, metrics: dict, step: int | None = None) -> None:
         if self._earlier:

@@ -8,9 +8,10 @@
 
 A run directory means its checkpoints/best.ckpt (last.ckpt where there is no best). The config is the
 checkpoint's run's (its overrides, as resume uses them) with these overrides on top: decoding
-(`decode.*`), batches (`trainer.limit_val_batches`, default all), hardware (`hardware=gpu`), ... . The
+(`task.decode.*`), batches (`trainer.limit_val_batches`, default all), hardware (`hardware=gpu`), ... . The
 data is read with the checkpoint's vocabulary, so `data.path=FILE` evaluates on a file of yours (a text
-file for a model trained on text, a TSV of pairs for translation), all of it whatever the split. The
+file for a model trained on text, a TSV of pairs for translation, a text<TAB>label file for a classifier),
+all of it whatever the split (a label the classifier never saw is refused, naming it). The
 metrics are printed and written to eval.json beside the checkpoint (or `out=FILE`); nothing else in the
 run directory changes. A run with callbacks=[default,ema] saves the average of the weights, evaluated by
 default, and the trained weights beside it: `weights=trained` evaluates those (what the average bought).

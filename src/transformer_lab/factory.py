@@ -204,7 +204,27 @@ def check_buildable(cfg: DictConfig) -> Batching:
     for i, path in enumerate((cfg.task.get("metrics") or {}).get(datamodule.form) or []):
         import_class(path, f"task.metrics.{datamodule.form}[{i}]", Metric)
     check_trainer(cfg)
+    check_callbacks(cfg)
     return datamodule
+
+
+def check_callbacks(cfg: DictConfig) -> None:
+    """Builds each callback once, before the run exists: a setting its class refuses (callbacks.ema.decay=1.5)
+    becomes a ConfigError naming its section, not a traceback once the run's directory is there."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    for name, settings in (cfg.get("callbacks") or {}).items():
+        if settings is None:
+            continue
+        try:
+            instantiate(settings)
+        except InstantiationException as e:
+            cause = e.__cause__ or e
+            first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+            raise ConfigError(
+                f"callbacks.{name}", f"{settings.get('_target_')} refuses its settings: {first}"
+            ) from None
 
 
 def data_decided(config_class: type, datamodule: Batching, settings: dict) -> dict:

@@ -171,7 +171,7 @@ def composition_problem(error: BaseException, config_dir: str, overrides: list[s
         rest = [o for o in overrides if override_key(o) != key and not override_key(o).startswith(key + ".")]
         with initialize_config_dir(config_dir=config_dir, version_base="1.3"):  # (on this error only)
             composed = compose("train", overrides=rest)
-        known = OmegaConf.select(composed, parent) if parent else None
+        known = OmegaConf.select(composed, parent) if parent else composed
         message = str(no_such_key(key, list(known) if OmegaConf.is_dict(known) else []))
         return message + task_having(key, composed)
     return f"{key}: {str(cause).split(chr(10))[0]}"
@@ -184,6 +184,11 @@ def task_having(key: str, composed: DictConfig) -> str:
     from transformer_lab.tasks.configs import TASKS
 
     section, _, name = key.partition(".")
+    if section != "task" and not name:  # a task's section given at the top (sample.*, decode.*): task.NAME
+        section, name = "task", section
+        moved = True
+    else:
+        moved = False
     if section != "task" or not name:
         return ""
     having = [
@@ -191,6 +196,8 @@ def task_having(key: str, composed: DictConfig) -> str:
         for task, (_, settings) in TASKS.items()
         if name.split(".")[0] in {f.name for f in dataclasses.fields(settings)}
     ]
+    if moved:
+        return f" (task.{name} is a setting of task={' and task='.join(having)})" if having else ""
     return (
         f" (a setting of task={' and task='.join(having)}; this run's is task={composed.task.name})" if having else ""
     )

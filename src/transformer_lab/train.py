@@ -150,10 +150,16 @@ def run(cfg: DictConfig, start_time: float | None = None, prepared: Prepared | N
     except RuntimeError as e:  # torch's refusal of a kernel that cannot serve a call (e.g. flash, attention dropout)
         if kernel == "auto" or not str(e).startswith(("No available kernel", "No viable backend")):
             raise
+        dropout = cfg.model.get("dropout") or 0
+        why = (
+            f"the CPU's flash takes no attention dropout, and model.dropout={dropout}"
+            if dropout > 0 and not torch.cuda.is_available()
+            else "an attention mask or bias this model passes (padding, T5's relative positions) is one it cannot take"
+        )
         raise ConfigError(
             "attention_kernel",
-            f"{kernel} cannot serve this run's attention (torch: {str(e).splitlines()[0].strip()} The CPU's flash "
-            "takes no attention dropout, model.dropout > 0): use auto or math",
+            f"{kernel} cannot serve this run's attention (torch: {str(e).splitlines()[0].strip()} Likely {why}): "
+            "use auto or math",
         ) from None
     except SystemExit:  # SIGTERM (and Ctrl-C, made one by GracefulInterrupt) stop Lightning this way
         status = "interrupted"

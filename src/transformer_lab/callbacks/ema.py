@@ -15,6 +15,20 @@ class EMAWeightAveraging(LightningEMA):
     puts back the trained weights the checkpoint keeps beside them, which is right only for resuming a fit,
     and the test then scored weights that no validation had chosen."""
 
+    def __init__(self, *args, update_every_n_steps: int = 1, update_starting_at_step: int | None = None, **kwargs):
+        # Lightning's checks decay; these two it takes as they come (0 steps: a ZeroDivisionError mid-run)
+        if not (isinstance(update_every_n_steps, int) and update_every_n_steps >= 1):
+            raise ValueError(f"update_every_n_steps must be an integer >= 1, got {update_every_n_steps!r}")
+        if update_starting_at_step is not None and not (
+            isinstance(update_starting_at_step, int) and update_starting_at_step >= 0
+        ):
+            raise ValueError(
+                f"update_starting_at_step must be null or an integer >= 0, got {update_starting_at_step!r}"
+            )
+        super().__init__(
+            *args, update_every_n_steps=update_every_n_steps, update_starting_at_step=update_starting_at_step, **kwargs
+        )
+
     def on_load_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:

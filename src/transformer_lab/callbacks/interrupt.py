@@ -15,6 +15,20 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 log = logging.getLogger(__name__)
 
 
+class _CtrlCIsNoSigterm(logging.Filter):
+    """Lightning logs "Received SIGTERM" for the SIGTERM a first Ctrl-C is turned into; the line said then is
+    ours (it names Ctrl-C), so Lightning's is dropped while a Ctrl-C is being handled."""
+
+    by_ctrl_c = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (self.by_ctrl_c and "Received SIGTERM" in str(record.msg))
+
+
+_ctrl_c_filter = _CtrlCIsNoSigterm()
+logging.getLogger("lightning.pytorch.trainer.connectors.signal_connector").addFilter(_ctrl_c_filter)
+
+
 class GracefulInterrupt(L.Callback):
     """Lightning already turns SIGTERM into a clean stop after the current step (SIGTERMException). The
     first Ctrl-C is made a SIGTERM too, instead of a KeyboardInterrupt that may land mid-step; a second
@@ -36,7 +50,7 @@ class GracefulInterrupt(L.Callback):
 
     def _on_sigint(self, signum, frame):
         signal.signal(signal.SIGINT, self._previous_sigint)  # a second Ctrl-C: no more waiting
-        self.by_ctrl_c = True
+        self.by_ctrl_c = _ctrl_c_filter.by_ctrl_c = True
         log.info("Ctrl-C: stopping after this step and saving a checkpoint (Ctrl-C again to abort)")
         os.kill(os.getpid(), signal.SIGTERM)
 
@@ -46,6 +60,7 @@ class GracefulInterrupt(L.Callback):
         os.kill(os.getpid(), signal.SIGTERM)
 
     def on_fit_start(self, trainer, pl_module):
+        _ctrl_c_filter.by_ctrl_c = False
         if trainer.is_global_zero and hasattr(signal, "SIGTERM"):
             self._previous_sigint = signal.signal(signal.SIGINT, self._on_sigint)
         if "SLURM_JOB_ID" in os.environ and hasattr(signal, "SIGUSR2"):  # (in place of submitit's handler)

@@ -23,6 +23,18 @@ class RichProgressBar(LightningRichProgressBar):
         # Padded like Lightning's, so the bar does not flicker against "Validation".
         return f"Epoch {current_epoch}".ljust(len(self.validation_description))
 
+    @property
+    def total_train_batches(self) -> int | float:
+        """Lightning's total for step-limited runs is the steps left (max_steps - global_step), while the bar
+        counts the epoch's batches from its start: a resumed run read 25/15. The total here is where the epoch
+        will stop counted the same way, the batches it had done before the resume included."""
+        trainer = self.trainer
+        if trainer.max_epochs == -1 and trainer.max_steps is not None and trainer.max_steps > 0:
+            done = trainer.fit_loop.epoch_loop.batch_progress.current.ready  # this epoch's, a resume's included
+            left = (trainer.max_steps - trainer.global_step) * trainer.accumulate_grad_batches
+            return min(trainer.num_training_batches, done + left)
+        return super().total_train_batches
+
     def get_metrics(self, trainer, pl_module) -> dict:
         metrics = super().get_metrics(trainer, pl_module)
         metrics.pop("v_num", None)  # the logger's run id: in the run directory, not news at every step
