@@ -271,9 +271,12 @@ def test_every_dataset_evaluates_all_of_a_file_it_did_not_train_on(tmp_path):
     from transformer_lab.data.translation import TranslationDataModule
 
     words = ["good", "fine", "bad", "poor", "great", "awful"]
-    labelled = lambda n: "".join(
-        f"a {words[i % 6]} play number {i}\t{'pos' if i % 6 in (0, 1, 4) else 'neg'}\n" for i in range(n)
-    )  # noqa: E731
+
+    def labelled(n):
+        return "".join(
+            f"a {words[i % 6]} play number {i}\t{'pos' if i % 6 in (0, 1, 4) else 'neg'}\n" for i in range(n)
+        )
+
     (tmp_path / "train.tsv").write_text(labelled(300))
     (tmp_path / "eval.tsv").write_text(labelled(200))
     run, evaluated, meta = _trained_then_evaluated_on(
@@ -285,7 +288,9 @@ def test_every_dataset_evaluates_all_of_a_file_it_did_not_train_on(tmp_path):
     again.setup()
     assert len(again.labelled("val")[1]) == 30 and not again.whole_file
 
-    pairs = lambda n: "".join(f"ein Hund {i}\ta dog {i}\r\n" for i in range(n))  # noqa: E731  (Windows line ends)
+    def pairs(n):  # Windows line ends
+        return "".join(f"ein Hund {i}\ta dog {i}\r\n" for i in range(n))
+
     (tmp_path / "train_pairs.tsv").write_text(pairs(200))
     (tmp_path / "eval_pairs.tsv").write_text(pairs(37))
     _, evaluated, _ = _trained_then_evaluated_on(
