@@ -3,6 +3,7 @@ names the problem, no traceback, and nothing that existed before lost or overwri
 
 import gzip
 import hashlib
+import json
 
 import pytest
 import torch
@@ -175,6 +176,35 @@ CASES = [
     ),
     ("labelled-no-path", ["model=bert", "data=labelled"], "data.path: give a file of text<TAB>label lines"),
     (
+        "labelled-learned-kind",
+        ["model=bert", "data=labelled", "data.path={ws}/one_label.tsv", "data.tokenizer=bpe"],
+        "error: data.tokenizer: bpe is a kind data=text learns; data=labelled learns a BPE when data.tokenizer is "
+        "left out (null), or reads a pretrained one: a tokenizer.json, a directory holding one, or a Hugging Face "
+        "name\n",
+    ),
+    (
+        "labelled-tokenizer-not-loading",
+        ["model=bert", "data=labelled", "data.path={ws}/two_labels.tsv", "data.tokenizer={ws}/bad.tsv"],
+        "does not load as a tokenizer (",
+    ),
+    (
+        "task-section-at-the-top",
+        ["sample.temperature=0.5"],
+        "error: sample: no such key; the config has: trainer, optim, seed, ckpt_path, overwrite, init_from, "
+        "init_strict, model_sizes, attention_kernel, objective, model, task, data, logger, callbacks, paths "
+        "(task.sample is a setting of task=lm)\n",
+    ),
+    (
+        "init-from-hf-cut-short",
+        ["data=text", "data.path={ws}/short.txt", "init_from=hf:{ws}/hf_cut"],
+        "hf_cut/model.safetensors is not a readable safetensors file (its header is cut short)\n",
+    ),
+    (
+        "init-from-hf-no-tokenizer",
+        ["data=text", "data.path={ws}/short.txt", "init_from=hf:{ws}/hf_no_tokenizer"],
+        "hf_no_tokenizer has no tokenizer.json, and data.tokenizer=bpe would read text with a tokenizer made here",
+    ),
+    (
         "labelled-one-label",
         ["model=bert", "data=labelled", "data.path={ws}/one_label.tsv"],
         "one_label.tsv: holds 2 labelled text(s) of fewer than two labels: nothing to classify",
@@ -303,6 +333,17 @@ def workspace(tmp_path_factory):
     (ws / "hf_incomplete").mkdir()
     (ws / "hf_incomplete" / "config.json").write_text('{"model_type": "gpt2"}')
     (ws / "one_label.tsv").write_text("a good play\tpositive\na fine play\tpositive\n")
+    (ws / "two_labels.tsv").write_text("a good play\tpositive\na bad play\tnegative\n" * 10)
+    # Transformers directories: one whose weights were cut short, one without its tokenizer
+    config = {"model_type": "gpt2", "vocab_size": 99, "n_positions": 32, "n_embd": 16, "n_layer": 1, "n_head": 2}
+    for name in ("hf_cut", "hf_no_tokenizer"):
+        (ws / name).mkdir()
+        (ws / name / "config.json").write_text(json.dumps(config))
+    (ws / "hf_cut" / "tokenizer.json").write_text("{}")
+    (ws / "hf_cut" / "model.safetensors").write_bytes(b"\x08\x00\x00\x00")  # a header's length, and no header
+    from safetensors.torch import save_file
+
+    save_file({"transformer.wte.weight": torch.zeros(99, 16)}, str(ws / "hf_no_tokenizer" / "model.safetensors"))
     (ws / "header.tsv").write_text("source\ttarget\n")
     (ws / "pairs.tsv.gz").write_bytes(gzip.compress(b"ein Hund\ta dog\n" * 50))
     (ws / "latin1.tsv").write_bytes("ein Hund\ta dog\nzwei H\u00fcnde\ttwo dogs\n".encode("latin-1"))

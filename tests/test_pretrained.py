@@ -668,3 +668,28 @@ def test_without_the_pretrained_extra_init_from_and_export_say_what_to_install(t
     with pytest.raises(UserError, match=r"^export needs safetensors: pip install 'transformer_lab\[pretrained\]'$"):
         export(ckpt, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_character_level_gpt_exports_with_a_tokenizer_transformers_reads(tmp_path):
+    """tiny Shakespeare's default run (model=gpt, characters, no biases): the README's export example."""
+    from transformer_lab.export import export
+    from transformer_lab.models.gpt import GPT, GPTConfig
+
+    chars = sorted(set("First Citizen:\nBefore we proceed any further, hear me speak.\n"))
+    model = randomised(GPT(GPTConfig(vocab_size=len(chars), block_size=16, n_layer=1, n_head=2, n_embd=16, bias=False)))
+    path = our_checkpoint(model, tmp_path, bpe_tokenizer())
+    checkpoint = torch.load(path, weights_only=True)
+    del checkpoint["transformer_lab"]["tokenizer"]
+    checkpoint["transformer_lab"]["vocab"] = chars  # as data=shakespeare writes it
+    torch.save(checkpoint, path)
+    out = export(path, tmp_path / "out")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    text = "Before we,\nhear."
+    ids = tokenizer(text)["input_ids"]
+    assert ids == [chars.index(c) for c in text] and tokenizer.decode(ids) == text
+    exported = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    assert exported.config.eos_token_id is None  # (not GPT2Config's 50256: no such id here)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            exported(torch.tensor([ids])).logits, model(torch.tensor([ids])), atol=1e-5, rtol=1e-5
+        )

@@ -62,7 +62,8 @@ def char_tokenizer(chars: list[str], end_of_text: str | None):
     if end_of_text is not None:
         vocab[end_of_text] = len(chars)
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token=end_of_text or chars[0]))
-    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex("(?s)."), behavior="isolated")
+    # every character its own piece, newlines too ("(?s)." is no Oniguruma syntax: tokenizers refuses it)
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     tokenizer.decoder = decoders.Fuse()
     if end_of_text is not None:
         tokenizer.add_special_tokens([end_of_text])

@@ -301,7 +301,7 @@ class GPT2(Family):
             embd_pdrop=s["dropout"],
             attn_pdrop=s["dropout"],
             tie_word_embeddings=s["tie_weights"],
-            **tokens,
+            **{"bos_token_id": None, "eos_token_id": None, **tokens},  # (GPT2Config's 50256 is GPT-2's own vocabulary)
         )
 
 
