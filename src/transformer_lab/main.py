@@ -178,28 +178,25 @@ def composition_problem(error: BaseException, config_dir: str, overrides: list[s
 
 
 def task_having(key: str, composed: DictConfig) -> str:
-    """For a task.* key the run's task lacks: the tasks whose settings have it."""
+    """For a task.* key the run's task lacks, or a task's section given at the top (`sample.*`, `decode.*`,
+    where they were before the task group): the tasks whose settings have it."""
     import dataclasses
 
     from transformer_lab.tasks.configs import TASKS
 
     section, _, name = key.partition(".")
-    if section != "task" and not name:  # a task's section given at the top (sample.*, decode.*): task.NAME
-        section, name = "task", section
-        moved = True
-    else:
-        moved = False
-    if section != "task" or not name:
-        return ""
+    at_top = section != "task" and not name
+    name = section if at_top else name
     having = [
-        task
-        for task, (_, settings) in TASKS.items()
-        if name.split(".")[0] in {f.name for f in dataclasses.fields(settings)}
+        t for t, (_, settings) in TASKS.items() if name.split(".")[0] in {f.name for f in dataclasses.fields(settings)}
     ]
-    if moved:
-        return f" (task.{name} is a setting of task={' and task='.join(having)})" if having else ""
+    if not having or not (at_top or section == "task"):
+        return ""
+    tasks = f"task={' and task='.join(having)}"
     return (
-        f" (a setting of task={' and task='.join(having)}; this run's is task={composed.task.name})" if having else ""
+        f" (task.{name} is a setting of {tasks})"
+        if at_top
+        else f" (a setting of {tasks}; this run's is task={composed.task.name})"
     )
 
 
