@@ -72,6 +72,10 @@ def test_the_cache_is_checked_against_its_records_and_names_its_files_relative_t
     assert torch.equal(again.train[torch.arange(len(again.train))], whole)  # encoded again, all of it
     os.unlink(again.shards[0].val)  # a token file gone: encoded again too
     assert len(corpus(tmp_path, tokenizer="char").val) == len(first.val)
+    (learned,) = (tmp_path / "cache" / "tokenizers").glob("char-*.json")
+    learned.write_text('{"kind": "char", "chars": ')  # a cached tokenizer cut short: learned again
+    assert corpus(tmp_path, tokenizer="char").tokenizer.chars == first.tokenizer.chars
+    assert "the cached tokenizer" in caplog.text and "learning it again" in caplog.text
 
     moved = tmp_path / "moved"  # the cache moved elsewhere: it reads its own files, the original's are gone
     shutil.move(tmp_path / "cache", moved / "cache")
