@@ -258,7 +258,7 @@ def _trained_then_evaluated_on(cls, trained_file, other_file, **settings):
         "data_files": run.data_files(),
     }
     evaluated = cls(path=str(other_file), **settings)
-    evaluated.take_checkpoint(meta)
+    evaluated.take_checkpoint(meta, str(other_file))
     evaluated.setup()
     return run, evaluated, meta
 
@@ -284,7 +284,9 @@ def test_every_dataset_evaluates_all_of_a_file_it_did_not_train_on(tmp_path):
     )
     assert len(evaluated.labelled("val")[1]) == 200 and len(run.labelled("val")[1]) == 30
     again = LabelledTextDataModule(path=str(tmp_path / "train.tsv"), data_dir=str(tmp_path), vocab_size=100)
-    again.take_checkpoint(meta)  # the run's own file, unchanged: its validation share, as in training
+    again.take_checkpoint(
+        meta, str(tmp_path / "train.tsv")
+    )  # the run's own file, unchanged: its validation share, as in training
     again.setup()
     assert len(again.labelled("val")[1]) == 30 and not again.whole_file
 
@@ -316,3 +318,11 @@ def test_shakespeare_evaluates_all_of_another_text(tmp_path):
     other.write_text("Shall I compare thee to a summer's day?\n" * 3)
     run, evaluated, _ = _trained_then_evaluated_on(ShakespeareDataModule, SHAKESPEARE, other, block_size=16)
     assert len(evaluated.val_tokens) == len(other.read_text()) and len(evaluated.train_tokens) == 0
+
+
+def test_a_corpus_given_as_a_list_or_glob_is_the_runs_own_when_it_is_the_same_spec():
+    from transformer_lab.data.base import is_runs_file
+
+    meta = {"config": {"data": {"path": ["a.txt", "b.txt"]}}, "data_files": {}}
+    assert is_runs_file(["a.txt", "b.txt"], meta) and not is_runs_file(["a.txt"], meta)
+    assert not is_runs_file("shards/*.txt", meta) and not is_runs_file(None, meta)

@@ -287,7 +287,7 @@ def build(
     this config, if it was called already (main.prepare)."""
     datamodule = datamodule or check_buildable(cfg)
     if checkpoint_meta is not None:
-        datamodule.for_checkpoint(checkpoint_meta)
+        datamodule.for_checkpoint(checkpoint_meta, cfg.data.get("path"))
     datamodule.prepare_data()
     datamodule.setup("fit")
     model, from_data = build_model(cfg, datamodule)

@@ -66,8 +66,8 @@ class Batching(L.LightningDataModule):
     def make(self) -> None:
         """Build what the batches come from, once the data is set up."""
 
-    def for_checkpoint(self, meta: dict) -> None:
-        self.data.take_checkpoint(meta)
+    def for_checkpoint(self, meta: dict, path=None) -> None:
+        self.data.take_checkpoint(meta, path)
 
     def checkpoint_meta(self) -> dict[str, Any]:
         return self.data.checkpoint_meta()
@@ -153,8 +153,8 @@ class FromTokenStreams(Batching):
     endless = True
     streams: TokenStreams | None = None
 
-    def for_checkpoint(self, meta: dict) -> None:
-        super().for_checkpoint(meta)
+    def for_checkpoint(self, meta: dict, path=None) -> None:
+        super().for_checkpoint(meta, path)
         self.streams = with_pad_and_eos(self.data.token_streams())
 
     def make(self) -> None:

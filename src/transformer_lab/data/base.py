@@ -87,10 +87,10 @@ class DataModule:
     # where the data has one). take_checkpoint() decides it, for every dataset alike.
     whole_file: bool = False
 
-    def take_checkpoint(self, meta: dict) -> None:
-        """What the commands call before setup() to evaluate or use a trained model: the whole-file rule
-        above, then the dataset's own for_checkpoint()."""
-        path = getattr(getattr(self, "config", None), "path", None)
+    def take_checkpoint(self, meta: dict, path=None) -> None:
+        """What the commands call before setup() to evaluate or use a trained model (`path`: the run's
+        `data.path` now, a user's dataset's as much as ours): the whole-file rule above, then the dataset's
+        own for_checkpoint()."""
         self.whole_file = path is not None and not is_runs_file(path, meta)
         self.for_checkpoint(meta)
 
@@ -155,11 +155,12 @@ class DataModule:
 
 
 def is_runs_file(path, meta: dict) -> bool:
-    """Whether `path` (a data.path given to evaluate a checkpoint) is the file its run trained on, as it was
-    then; a file changed since is another file (all of it is evaluation data), and a warning says so."""
+    """Whether `path` (a data.path given to evaluate a checkpoint: a file, or a corpus's directory, glob or
+    list) is what its run trained on, as it was then; a file changed since is another file (all of it is
+    evaluation data), and a warning says so."""
     if path is None or path != meta["config"]["data"].get("path"):
         return False
-    recorded = (meta.get("data_files") or {}).get(str(Path(path).absolute()))
+    recorded = (meta.get("data_files") or {}).get(str(Path(path).absolute())) if isinstance(path, str) else None
     if recorded is not None and Path(path).is_file() and sha256_file(path) != recorded:
         log.warning("data.path: %s has changed since the checkpoint's run: all of it is evaluation data now", path)
         return False
