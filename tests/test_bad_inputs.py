@@ -113,6 +113,8 @@ CASES = [
     ("init-missing", [*MODULAR, "init_from={ws}/nowhere"], "init_from: no run directory or checkpoint file at"),
     ("ckpt-last-missing", [*MODULAR, "ckpt_path=last"], "ckpt_path: `last` means"),
     ("ckpt-corrupt", [*MODULAR, "ckpt_path={ws}/corrupt.ckpt"], "is not a readable checkpoint (truncated or corrupt"),
+    ("ckpt-empty", [*MODULAR, "ckpt_path={ws}/empty.ckpt"], "empty.ckpt is not a readable checkpoint (truncated or"),
+    ("init-empty", [*MODULAR, "init_from={ws}/empty.ckpt"], "empty.ckpt is not a readable checkpoint (truncated or"),
     (
         "ckpt-before-tasks",
         [*MODULAR, "ckpt_path={ws}/before-tasks.ckpt"],
@@ -319,6 +321,7 @@ def workspace(tmp_path_factory):
     assert result.returncode == 0, result.stderr[-2000:]
     checkpoint = (ws / "prior" / "checkpoints" / "last.ckpt").read_bytes()
     (ws / "corrupt.ckpt").write_bytes(checkpoint[: len(checkpoint) // 3])
+    (ws / "empty.ckpt").write_bytes(b"")
     # as written before the objective was the task group: model.layout and top-level task sections
     old = torch.load(ws / "prior" / "checkpoints" / "last.ckpt", weights_only=True)
     config = old["transformer_lab"]["config"]

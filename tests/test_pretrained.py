@@ -3,6 +3,7 @@ with Transformers itself, saved with save_pretrained, loaded with init_from=hf:D
 within 1e-5 (float32), the same greedy tokens through our KV cache as their generate(), and back out again."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -594,6 +595,26 @@ def test_export_checks_its_directory_first_and_replaces_it_whole_only_when_asked
     if not __import__("os").access(readonly, __import__("os").W_OK):  # (root writes anywhere)
         with pytest.raises(UserError, match="cannot write into"):
             export(ckpt, readonly / "out")
+    # --overwrite never replaces what is not a model directory, what holds the checkpoint, or the working directory
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("mine\n")
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    (run / "summary.json").write_text("{}")
+    link = tmp_path / "link"
+    link.symlink_to(base)
+    for out, message in (
+        (tmp_path / "notes", "holds no config.json: not a model directory --overwrite may replace"),
+        (run, r"is a run directory \(it holds checkpoints, summary.json\)"),
+        (tmp_path, "which holds"),  # (the checkpoint is in it)
+        (link, "is a symbolic link: give the directory itself"),
+        (Path.cwd(), "which holds"),
+        (Path.home(), "which holds"),
+    ):
+        with pytest.raises(UserError, match=message):
+            export(ckpt, out, overwrite=True)
+    assert (tmp_path / "notes" / "todo.txt").exists() and (run / "summary.json").exists() and link.is_symlink()
     export(ckpt, base, overwrite=True)  # asked: the directory is the export's alone
     assert sorted(p.name for p in base.iterdir()) == [
         "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"
@@ -602,6 +623,7 @@ def test_export_checks_its_directory_first_and_replaces_it_whole_only_when_asked
     empty.mkdir()
     export(ckpt, empty)  # an empty directory is new enough
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging left behind
+    assert {oct(p.stat().st_mode & 0o777) for p in empty.iterdir()} == {oct(0o666 & ~0o022)}  # (umask 022)
 
 
 def test_a_checkpoint_cut_short_or_without_a_tokenizer_is_refused_before_the_run(tmp_path):
@@ -693,3 +715,102 @@ def test_a_character_level_gpt_exports_with_a_tokenizer_transformers_reads(tmp_p
         torch.testing.assert_close(
             exported(torch.tensor([ids])).logits, model(torch.tensor([ids])), atol=1e-5, rtol=1e-5
         )
+
+
+def test_a_checkpoint_directory_is_checked_whole_before_the_run(tmp_path):
+    import shutil
+
+    from conftest import compose_cfg
+    from transformer_lab.errors import UserError
+    from transformer_lab.factory import check_buildable
+    from transformer_lab.pretrained import apply
+
+    tokenizer = bpe_tokenizer()
+    rows = tokenizer.get_vocab_size()
+    hub = tmp_path / "gpt2"
+    transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=rows, n_positions=32, n_embd=16, n_layer=1,
+                                                         n_head=2)).save_pretrained(hub)  # fmt: skip
+    tokenizer.save(str(hub / "tokenizer.json"))
+
+    def prepared(folder, *extra):
+        overrides = ["data=text", "data.path=x.txt", "data.block_size=32", f"init_from=hf:{folder}", *extra]
+        cfg, _ = apply(compose_cfg(overrides), overrides)
+        return check_buildable(cfg)
+
+    prepared(hub, f"data.tokenizer={hub / 'tokenizer.json'}")  # its own tokenizer, named by its file: fine
+    with pytest.raises(ConfigError, match=r"^data.block_size: sequences of 64 tokens exceed the 32 positions of hf:"):
+        prepared(hub, "data.block_size=64")
+
+    def variant(name, change):
+        folder = tmp_path / name
+        shutil.copytree(hub, folder)
+        change(folder)
+        return folder
+
+    cases = {
+        "a list": (lambda f: (f / "config.json").write_text("[1, 2]"), "config.json holds a list, not a model's"),
+        "a bigger tokenizer": (
+            lambda f: transformers.GPT2Config(
+                vocab_size=rows - 10, n_positions=32, n_embd=16, n_layer=1, n_head=2
+            ).to_json_file(f / "config.json"),
+            rf"tokenizer.json has {rows:,} ids, its embedding {rows - 10:,} rows",
+        ),
+        "a broken tokenizer": (lambda f: (f / "tokenizer.json").write_text("{"), "tokenizer.json does not load as a"),
+        "a missing shard": (
+            lambda f: (f / "model.safetensors.index.json").write_text('{"weight_map": {"a": "model-2.safetensors"}}'),
+            "names model-2.safetensors, which",
+        ),
+        "a .bin cut short": (
+            lambda f: (
+                (f / "model.safetensors").unlink()
+                or torch.save({"w": torch.zeros(1000)}, f / "pytorch_model.bin")
+                or (f / "pytorch_model.bin").write_bytes((f / "pytorch_model.bin").read_bytes()[:2000])
+            ),
+            r"pytorch_model.bin is not a readable checkpoint \(truncated or corrupt",
+        ),
+    }
+    for name, (change, message) in cases.items():
+        with pytest.raises(UserError, match=message):
+            prepared(variant(name.replace(" ", "_"), change))
+
+
+def test_an_encdec_marian_cannot_express_names_every_setting_at_once(tmp_path):
+    from transformer_lab.errors import UserError
+    from transformer_lab.export import export
+    from transformer_lab.models.encdec import EncDec, EncDecConfig
+
+    model = EncDec(EncDecConfig(vocab_size=V, block_size=16, n_layer=1, n_head=2, n_embd=16))  # (the defaults)
+    with pytest.raises(UserError) as info:
+        export(our_checkpoint(model, tmp_path, bpe_tokenizer()), tmp_path / "out")
+    assert "model.norm_first=False (this model: True)" in str(info.value)
+    assert "model.sinusoid_layout=halves (this model: interleaved)" in str(info.value)
+
+
+@pytest.mark.e2e
+def test_a_classifier_with_a_learned_tokenizer_exports_with_its_cls_and_sep(tmp_path):
+    """The bert read `[CLS] text [SEP]` with its own BPE's ids: AutoTokenizer adds them too, so the exported
+    model gives the same logits from raw text."""
+    from transformer_lab.checkpoint import checkpoint_of, load_model
+    from transformer_lab.export import export
+    from transformer_lab.factory import datamodule_from_checkpoint
+
+    rows = [(f"a {w} play number {i}", "pos" if w in ("good", "fine") else "neg") for i in range(60)
+            for w in ("good", "fine", "bad", "poor")]  # fmt: skip
+    tsv = tmp_path / "reviews.tsv"
+    tsv.write_text("".join(f"{text}\t{label}\n" for text, label in rows))
+    run_dir = tmp_path / "run"
+    result = run_train("model=bert", "data=labelled", f"data.path={tsv}", "data.vocab_size=120",
+                       f"paths.data_dir={tmp_path / 'data'}", "model.n_layer=1", "model.n_embd=32", "model.n_head=2",
+                       "trainer.max_steps=5", "logger=none", "trainer.enable_progress_bar=false",
+                       f"hydra.run.dir={run_dir}")  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = export(run_dir, tmp_path / "exported")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    exported = transformers.AutoModelForSequenceClassification.from_pretrained(out).eval()
+    model, meta = load_model(checkpoint_of(run_dir))
+    text = "a good play number 7"
+    ours = datamodule_from_checkpoint(meta).encode(text)  # [CLS] ... [SEP], as trained
+    assert tokenizer(text)["input_ids"] == ours
+    with torch.no_grad():
+        torch.testing.assert_close(exported(**tokenizer(text, return_tensors="pt")).logits,
+                                   model(torch.tensor([ours])), atol=1e-5, rtol=1e-5)  # fmt: skip

@@ -13,7 +13,7 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.atomic import atomic_write
-from transformer_lab.errors import ConfigError, UserError
+from transformer_lab.errors import ConfigError, UserError, first_line
 from transformer_lab.files import existing_file
 
 # Model keys a resumed run may change; every other one decides the architecture.
@@ -37,13 +37,10 @@ def read_checkpoint(path: str | Path, mmap: bool = False) -> dict:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as e:
         raise UserError(
-            f"{path} holds more than tensors and plain data; refusing to load it "
-            f"(weights_only=True): {str(e).splitlines()[0]}"
+            f"{path} holds more than tensors and plain data; refusing to load it (weights_only=True): {first_line(e)}"
         ) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as e:
-        raise UserError(
-            f"{path} is not a readable checkpoint (truncated or corrupt: {str(e).splitlines()[0]})"
-        ) from None
+        raise UserError(f"{path} is not a readable checkpoint (truncated or corrupt: {first_line(e)})") from None
     meta = checkpoint.get("transformer_lab") if isinstance(checkpoint, dict) else None
     if not meta or "state_dict" not in checkpoint:
         raise UserError(f"{path} was not written by transformer-lab's train.py (no config inside)")

@@ -16,6 +16,12 @@ class ConfigError(UserError, ValueError):
         super().__init__(f"{key}: {message}")
 
 
+def first_line(error: BaseException) -> str:
+    """An exception's message in one line (its first), or its type's name where it has none (an EOFError)."""
+    text = str(error).strip()
+    return text.splitlines()[0].strip() if text else type(error).__name__
+
+
 def require(ok: bool, key: str, message: str) -> None:
     """A ConfigError naming `key` unless `ok`."""
     if not ok:

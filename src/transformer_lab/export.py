@@ -8,7 +8,9 @@ load (pretrained.py has the families and their tables).
 Everything is checked before anything is written, and the files are written into a temporary directory
 beside OUT_DIR that is renamed into place: OUT_DIR is new (or an empty directory), or, with --overwrite, the
 directory it was is replaced whole (a model directory's other files would otherwise sit beside the new ones).
-A classifier's config.json names its classes (`id2label`, `label2id`) as its data named them.
+`--overwrite` replaces only a model directory (one holding a config.json), never a run directory, what holds
+the checkpoint exported, the working directory or one above it. A classifier's config.json names its
+classes (`id2label`, `label2id`) as its data named them, and its tokenizer adds the `[CLS] ... [SEP]` it read.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 import torch
 
 from transformer_lab.errors import ConfigError, UserError, exit_on_user_error
+from transformer_lab.rundir import RUN_FILES
 
 log = logging.getLogger(__name__)
 
@@ -118,23 +121,58 @@ def special_ids(tokenizer, end_of_text: str | None, s: dict) -> tuple[dict, dict
 
 
 def class_names(meta: dict, n_classes: int) -> list[str]:
-    """A classifier's classes as its data named them: its labels (data=labelled), else their numbers (a class of
-    data=modular is its answer)."""
+    """A classifier's classes as its data named them: its labels (data=labelled), else their numbers."""
     labels = meta.get("labels")
     return [str(label) for label in labels] if labels else [str(i) for i in range(n_classes)]
 
 
-def check_out_dir(out: Path, overwrite: bool) -> None:
-    """OUT_DIR may be written: a new path, an empty directory, or, with --overwrite, a directory to replace."""
+def with_classifier_specials(tokenizer, meta: dict):
+    """A classifier reads `[CLS] text [SEP]` (its data's start and end ids: batching/labelled.py): a tokenizer
+    learned here adds them on Transformers' side too, as a pretrained BERT's own post-processor does."""
+    from tokenizers import processors
+
+    from transformer_lab.factory import datamodule_from_checkpoint
+
+    if tokenizer.post_processor is not None or "data" not in meta["config"]:
+        return tokenizer
+    specials = datamodule_from_checkpoint(meta).specials
+    bos, eos = tokenizer.id_to_token(specials.bos), tokenizer.id_to_token(specials.eos)
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A {eos}", special_tokens=[(bos, specials.bos), (eos, specials.eos)]
+    )
+    return tokenizer
+
+
+def check_out_dir(out: Path, overwrite: bool, checkpoint: Path) -> None:
+    """OUT_DIR may be written: a new path, an empty directory, or, with --overwrite, a model directory to
+    replace (one holding a config.json). Never what holds the checkpoint being exported, a run directory, the
+    working directory or one above it, the home directory or the root."""
+    if out.is_symlink():
+        raise UserError(f"export: {out} is a symbolic link: give the directory itself ({out.resolve()})")
     if out.exists() and not out.is_dir():
         raise UserError(f"export: {out} is a file, not a directory: give a directory to write the model into")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        held = ", ".join(sorted(p.name for p in out.iterdir())[:4])
+    held = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    if held and not overwrite:
+        listed = ", ".join(held[:4]) + (", ..." if len(held) > 4 else "")
         raise UserError(
-            f"export: {out} is not empty ({held}{', ...' if len(list(out.iterdir())) > 4 else ''}): choose a new "
-            "directory, or add --overwrite to replace it whole"
+            f"export: {out} is not empty ({listed}): choose a new directory, or add --overwrite to replace the "
+            "model directory it is whole"
         )
-    parent = out.absolute().parent
+    real = out.resolve()
+    protected = {Path("/"), Path.home().resolve(), *Path.cwd().resolve().parents, Path.cwd().resolve()}
+    if held and (real in protected or checkpoint.resolve().is_relative_to(real)):
+        raise UserError(
+            f"export: --overwrite would delete {out}, which holds {checkpoint} or your work: choose a new directory"
+        )
+    if held and any(name in held for name in (*RUN_FILES, ".hydra")):
+        raise UserError(
+            f"export: {out} is a run directory (it holds {', '.join(n for n in held if n in (*RUN_FILES, '.hydra'))}): choose a new directory"
+        )
+    if held and "config.json" not in held:
+        raise UserError(
+            f"export: {out} holds no config.json: not a model directory --overwrite may replace; choose a new directory"
+        )
+    parent = real.parent
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir():
@@ -147,12 +185,12 @@ def export(target: str | Path, out_dir: str | Path, overwrite: bool = False) -> 
     from transformer_lab.checkpoint import checkpoint_of, load_model
     from transformer_lab.pretrained import require_pretrained
 
-    out = Path(out_dir)
-    check_out_dir(out, overwrite)
+    out = Path(os.path.abspath(out_dir))  # ("sub/.." is the directory it names)
+    path = checkpoint_of(target)
+    check_out_dir(out, overwrite, path)
     require_pretrained("export")
     from safetensors.torch import save_file
 
-    path = checkpoint_of(target)
     model, meta = load_model(path)
     s = settings_of(model)
     family = family_for(model, s)
@@ -163,22 +201,38 @@ def export(target: str | Path, out_dir: str | Path, overwrite: bool = False) -> 
         names = class_names(meta, config["num_labels"])
         config["id2label"] = dict(enumerate(names))
         config["label2id"] = {name: i for i, name in enumerate(names)}
+        tokenizer = with_classifier_specials(tokenizer, meta)
     tensors = {k: v.detach().clone().contiguous() for k, v in family.to_hf(model.state_dict(), s).items()}
     length = s.get("block_size") or 512
     tokenizer_config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": length, **tokens}
 
-    out.absolute().parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.absolute().parent))
+    created = next((p for p in reversed([out, *out.parents]) if not p.exists()), None)  # (removed on a failure)
+    staging = None
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
         save_file(tensors, str(staging / "model.safetensors"), metadata={"format": "pt"})
         (staging / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         tokenizer.save(str(staging / "tokenizer.json"))
         (staging / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
-        os.chmod(staging, 0o777 & ~current_umask())  # (mkdtemp's 0700 -> a directory like mkdir's)
-        replace_dir(staging, out)
+        mask = current_umask()  # (mkdtemp's 0700, and the files, as mkdir and open would make them)
+        os.chmod(staging, 0o777 & ~mask)
+        for file in staging.iterdir():
+            os.chmod(file, 0o666 & ~mask)
+        old = replace_dir(staging, out)
     except OSError as e:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise UserError(f"export: cannot write {out} ({e.strerror}); nothing there was changed") from None
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        if created is not None and created != out:
+            shutil.rmtree(created, ignore_errors=True)
+        raise UserError(f"export: cannot write {out} ({e.strerror or e}); nothing there was changed") from None
+    if old is not None:  # the directory replaced: removed once the new one is in place
+        try:
+            shutil.rmtree(old)
+        except OSError as e:
+            log.warning(
+                "export: the directory %s replaced is at %s: it could not be removed (%s)", out, old, e.strerror
+            )
     log.info("exported %s as %s (%s) to %s", path, config["architectures"][0], family.model_type, out)
     return out
 
@@ -189,12 +243,12 @@ def current_umask() -> int:
     return mask
 
 
-def replace_dir(new: Path, out: Path) -> None:
-    """`new` renamed to `out`; an `out` that exists (empty, or to overwrite) is moved aside first and removed
-    after, so `out` is at every moment either the old directory or the new one."""
+def replace_dir(new: Path, out: Path) -> Path | None:
+    """`new` renamed to `out`; an `out` that exists (empty, or to overwrite) is moved aside first, so `out` is
+    at every moment either the old directory or the new one. Returns where the old one now is, for removal."""
     if not out.exists():
         os.replace(new, out)
-        return
+        return None
     old = new.with_name(new.name.replace(".tmp", ".old"))
     os.replace(out, old)
     try:
@@ -202,14 +256,16 @@ def replace_dir(new: Path, out: Path) -> None:
     except OSError:
         os.replace(old, out)
         raise
-    shutil.rmtree(old)
+    return old
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m transformer_lab.export", description=__doc__.split("\n\n")[0])
     parser.add_argument("run", help="a run directory (its checkpoints/best.ckpt, else last.ckpt) or a .ckpt file")
     parser.add_argument("out_dir", help="the Transformers directory to write (new, or empty)")
-    parser.add_argument("--overwrite", action="store_true", help="replace OUT_DIR whole where it holds files")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace OUT_DIR whole where it holds a model (a config.json)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     with exit_on_user_error():

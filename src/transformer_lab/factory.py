@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.batching.base import Batching
 from transformer_lab.data.base import DATA_DECIDED
-from transformer_lab.errors import ConfigError
+from transformer_lab.errors import ConfigError, first_line
 from transformer_lab.tasks.metrics import Metric
 from transformer_lab.trainer_args import check_trainer
 from transformer_lab.validate import NOT_SETTINGS, check_pair, check_settings
@@ -205,6 +205,7 @@ def check_buildable(cfg: DictConfig) -> Batching:
         import_class(path, f"task.metrics.{datamodule.form}[{i}]", Metric)
     check_trainer(cfg)
     check_callbacks(cfg)
+    check_length(cfg, datamodule)
     return datamodule
 
 
@@ -221,7 +222,7 @@ def check_callbacks(cfg: DictConfig) -> None:
             instantiate(settings)
         except InstantiationException as e:
             cause = e.__cause__ or e
-            first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+            first = first_line(cause)
             raise ConfigError(
                 f"callbacks.{name}", f"{settings.get('_target_')} refuses its settings: {first}"
             ) from None
@@ -243,13 +244,30 @@ def data_decided(config_class: type, datamodule: Batching, settings: dict) -> di
     }
 
 
-def check_sizes(model_cfg: dict, datamodule: Batching) -> None:
+def check_length(cfg: DictConfig, datamodule: Batching) -> None:
+    """The data's sequences fit the positions of the checkpoint init_from=hf: loads (its sizes are model_sizes):
+    known before the data is read, so refused before the run starts, naming the data's length key."""
+    positions = (cfg.get("model_sizes") or {}).get("block_size")
+    length = datamodule.sequence_length
+    if positions is not None and length is not None and length > positions:
+        key = datamodule.length_key or "data.block_size"
+        raise ConfigError(
+            key,
+            f"sequences of {length} tokens exceed the {positions} positions of {cfg.init_from}: set {key}={positions} or less",
+        )
+
+
+def check_sizes(model_cfg: dict, datamodule: Batching, checkpoint_sizes: dict | None = None) -> None:
     """A size the data decides but the model's config sets (by hand, or init_from=hf:...) must hold the data:
-    a vocabulary or a length at least the data's, the same padding id and classes."""
+    a vocabulary or a length at least the data's, the same padding id and classes. A size of the checkpoint's
+    (`checkpoint_sizes`) is named as what the data must fit."""
     data = {"vocab_size": datamodule.vocab_size, "src_vocab_size": datamodule.source_vocab_size,
             "block_size": datamodule.sequence_length}  # fmt: skip
     for key, theirs in data.items():
         if model_cfg.get(key) is not None and theirs is not None and model_cfg[key] < theirs:
+            if key in (checkpoint_sizes or {}):
+                what = (datamodule.length_key or "data.block_size") if key == "block_size" else "data.tokenizer"
+                raise ConfigError(what, f"needs {key}={theirs}, the checkpoint init_from loads has {model_cfg[key]}")
             raise ConfigError(f"model.{key}", f"is {model_cfg[key]}, the data needs {theirs}")
     for key, theirs in (("pad_id", datamodule.pad_id), ("n_classes", datamodule.n_classes)):
         if model_cfg.get(key) is not None and theirs is not None and model_cfg[key] != theirs:
@@ -267,7 +285,7 @@ def build_model(cfg: DictConfig, datamodule: Batching) -> tuple[torch.nn.Module,
     cls = model_class(cfg)
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True)
     sizes = OmegaConf.to_container(cfg.model_sizes) if cfg.get("model_sizes") else {}  # (init_from=hf: sets them)
-    check_sizes({**model_cfg, **sizes}, datamodule)
+    check_sizes({**model_cfg, **sizes}, datamodule, sizes)
     from_data = {**data_decided(cls.config_class, datamodule, {**model_cfg, **sizes}), **sizes}
     model = instantiate(cls, model_cfg, from_data)
     if cfg.model.compile:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import logging
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from transformer_lab.errors import ConfigError, UserError
+from transformer_lab.errors import ConfigError, UserError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ def local_dir(source: str) -> Path:
         patterns = WEIGHT_FILES if any(f.endswith(".safetensors") for f in files) else [*WEIGHT_FILES, "*.bin"]
         return Path(snapshot_download(spec, allow_patterns=patterns))
     except Exception as e:  # noqa: BLE001  (no network, no such repository, a gated one: the library's errors)
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = first_line(e)
         raise refuse(source, f"not a directory, and the hub has no model {spec!r} here ({first})") from None
 
 
@@ -92,9 +93,13 @@ def weight_files(folder: Path) -> list[Path]:
     index = folder / "model.safetensors.index.json"
     if index.is_file():
         try:
-            return [folder / shard for shard in sorted(set(json.loads(index.read_text())["weight_map"].values()))]
-        except (ValueError, KeyError, AttributeError) as e:
+            shards = [folder / shard for shard in sorted(set(json.loads(index.read_text())["weight_map"].values()))]
+        except (ValueError, KeyError, AttributeError, TypeError) as e:
             raise UserError(f"init_from: {index} is not a safetensors index ({e})") from None
+        missing = [shard.name for shard in shards if not shard.is_file()]
+        if missing:
+            raise UserError(f"init_from: {index} names {', '.join(missing)}, which {folder} does not have")
+        return shards
     for name in ("model.safetensors", "pytorch_model.bin"):
         if (folder / name).is_file():
             return [folder / name]
@@ -107,19 +112,25 @@ def read_config(folder: Path) -> dict:
 
 def read_tensors(folder: Path) -> dict[str, torch.Tensor]:
     """Every tensor of the checkpoint (weight_files), each file checked whole first."""
-    from safetensors.torch import load_file
-
     tensors = {}
     for path in weight_files(folder):
         if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
             check_safetensors(path, f"hf:{folder}")
             tensors.update(load_file(path))
         else:
-            try:
-                tensors.update(torch.load(path, map_location="cpu", weights_only=True))
-            except (RuntimeError, EOFError, OSError, ValueError) as e:
-                raise UserError(f"init_from: {path} is not a readable checkpoint ({str(e).splitlines()[0]})") from None
+            tensors.update(read_bin(path))
     return tensors
+
+
+def read_bin(path: Path, mmap: bool = False) -> dict:
+    """A pytorch_model.bin's tensors (weights_only); mmap: its directory only, the tensors left on disk."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError) as e:
+        first = first_line(e)
+        raise UserError(f"init_from: {path} is not a readable checkpoint (truncated or corrupt: {first})") from None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -665,9 +676,11 @@ class Marian(Family):
 
     def hf_config(self, s, tokens):
         checks = (("norm_first", False), ("pos_encoding", "sinusoidal"), ("sinusoid_layout", "halves"), ("bias", True))
-        for key, wanted in checks:
-            if s[key] != wanted:
-                raise refuse_export(key, f"Marian has {key}={wanted}, this model {s[key]}")
+        differ = [(key, wanted) for key, wanted in checks if s[key] != wanted]  # all at once: one retraining
+        if differ:
+            raise refuse_export(
+                differ[0][0], "Marian has " + ", ".join(f"model.{k}={w} (this model: {s[k]})" for k, w in differ)
+            )
         return dict(
             architectures=["MarianMTModel"],
             vocab_size=s["src_vocab_size"] or s["vocab_size"],
@@ -728,6 +741,8 @@ def open_checkpoint(source: str) -> Checkpoint:
         hf = read_config(folder)
     except ValueError as e:
         raise refuse(source, f"{folder / 'config.json'} is not JSON ({e})") from None
+    if not isinstance(hf, dict):
+        raise refuse(source, f"{folder / 'config.json'} holds a {type(hf).__name__}, not a model's settings")
     family = family_of(hf, source)
     try:
         return Checkpoint(source, folder, family, family.settings(hf, source))
@@ -754,7 +769,17 @@ def check_tokenizer(cfg, checkpoint: Checkpoint) -> None:
             "checkpoint's embeddings would mean other pieces: fine-tune on data=text, labelled or translation, "
             "which read text with the checkpoint's tokenizer",
         )
+    rows = checkpoint.settings.get("vocab_size")
     if checkpoint.tokenizer is not None:
+        own = Path(checkpoint.tokenizer) / "tokenizer.json"
+        try:
+            from tokenizers import Tokenizer
+
+            size = Tokenizer.from_file(str(own)).get_vocab_size()
+        except Exception as e:  # noqa: BLE001  (the library's own errors: not JSON, not a tokenizer)
+            raise refuse(source, f"{own} does not load as a tokenizer ({first_line(e)})") from None
+        if rows is not None and size > rows:
+            raise refuse(source, f"{own} has {size:,} ids, its embedding {rows:,} rows: they are not one model's")
         return
     named = cfg.data.tokenizer
     if named is None or named in LEARNED_KINDS:
@@ -766,7 +791,7 @@ def check_tokenizer(cfg, checkpoint: Checkpoint) -> None:
         )
     from transformer_lab.data.tokenizers import pretrained
 
-    size, rows = pretrained(named, "</s>").tokenizer.get_vocab_size(), checkpoint.settings.get("vocab_size")
+    size = pretrained(named, "</s>").tokenizer.get_vocab_size()
     if rows is not None and not 0.99 * rows <= size <= rows:
         raise ConfigError(
             "data.tokenizer",
@@ -789,6 +814,8 @@ def apply(cfg, overrides: list[str] | None):
     for path in files:  # whole, before the run starts (read_tensors reads them once it has)
         if path.suffix == ".safetensors":
             check_safetensors(path, source)
+        else:
+            read_bin(path, mmap=True)
     family = checkpoint.family
     if cfg.model.get("_target_") != MODELS[family.model]:
         raise refuse(
@@ -815,7 +842,11 @@ def apply(cfg, overrides: list[str] | None):
         tokenizer = checkpoint.tokenizer
         check_tokenizer(cfg, checkpoint)
         if tokenizer and "tokenizer" in cfg.data:
-            if "data.tokenizer" in given and Path(str(cfg.data.tokenizer)).resolve() != Path(tokenizer).resolve():
+            named = Path(str(cfg.data.tokenizer)).resolve()
+            if "data.tokenizer" in given and named not in (
+                Path(tokenizer).resolve(),
+                Path(tokenizer, "tokenizer.json").resolve(),
+            ):
                 raise ConfigError(
                     "data.tokenizer",
                     f"init_from={source} reads text with its own tokenizer ({tokenizer}): leave data.tokenizer out",

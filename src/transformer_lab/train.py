@@ -28,7 +28,7 @@ from transformer_lab.callbacks import (
 )
 from transformer_lab.checkpoint import AtomicCheckpointIO, check_same_data, check_state_fits, init_weights
 from transformer_lab.config import ATTENTION_KERNELS
-from transformer_lab.errors import ConfigError, UserError
+from transformer_lab.errors import ConfigError, UserError, first_line
 from transformer_lab.errors import require as _require
 from transformer_lab.factory import build
 from transformer_lab.files import read_json
@@ -158,8 +158,7 @@ def run(cfg: DictConfig, start_time: float | None = None, prepared: Prepared | N
         )
         raise ConfigError(
             "attention_kernel",
-            f"{kernel} cannot serve this run's attention (torch: {str(e).splitlines()[0].strip()} Likely {why}): "
-            "use auto or math",
+            f"{kernel} cannot serve this run's attention (torch: {first_line(e)} Likely {why}): use auto or math",
         ) from None
     except SystemExit:  # SIGTERM (and Ctrl-C, made one by GracefulInterrupt) stop Lightning this way
         status = "interrupted"

@@ -49,7 +49,7 @@ from transformer_lab.data.tokenizers import (
     train_bpe,
 )
 from transformer_lab.data.tokens import TokenStreams
-from transformer_lab.errors import ConfigError, DataUnavailableError
+from transformer_lab.errors import ConfigError, DataUnavailableError, first_line
 from transformer_lab.files import MAGIC, BadFile, sha256_file
 
 log = logging.getLogger(__name__)
@@ -179,7 +179,7 @@ def _parquet_batches(path: Path, field: str) -> Iterator[tuple[list[str], int]]:
     except BadFile:
         raise
     except Exception as e:  # pyarrow's errors: not a parquet file, a broken one
-        raise BadFile(path, f"does not read as parquet ({str(e).splitlines()[0]})", "data.path") from None
+        raise BadFile(path, f"does not read as parquet ({first_line(e)})", "data.path") from None
 
 
 def _dataset_batches(config: TextConfig) -> Iterator[tuple[list[str], int]]:
@@ -213,7 +213,7 @@ def _dataset_batches(config: TextConfig) -> Iterator[tuple[list[str], int]]:
     except DataUnavailableError:
         raise
     except Exception as e:  # the library's: no such dataset, no network, a split it does not have
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = first_line(e)
         raise DataUnavailableError(f"data.dataset: {config.dataset} does not load ({first})") from None
 
 

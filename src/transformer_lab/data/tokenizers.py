@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from transformer_lab.errors import DataUnavailableError
+from transformer_lab.errors import DataUnavailableError, first_line
 
 KINDS = ("char", "bytes", "bpe")  # data.tokenizer: one of these, or a tokenizer.json / HF tokenizer name
 # The pretrained tokenizers' own end-of-text tokens, looked for before one is added (GPT-2, Llama 3, T5, BERT).
@@ -202,7 +202,7 @@ def pretrained(
     except DataUnavailableError:
         raise
     except Exception as e:  # the library's own errors (a bad JSON, no such repository, no network)
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = first_line(e)
         raise DataUnavailableError(
             f"data.tokenizer: {spec} does not load as a tokenizer ({first}); give {instead}"
         ) from None
