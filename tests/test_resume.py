@@ -429,3 +429,24 @@ def test_sigterm_before_the_first_step_says_there_is_nothing_to_resume(tmp_path)
     assert result.returncode == 143 and "Traceback" not in result.stderr, output[-3000:]
     assert "before any checkpoint was written: nothing to resume" in output and "Resume with" not in output
     assert not (tmp_path / "run" / "checkpoints" / "last.ckpt").exists()
+
+
+@pytest.mark.e2e
+def test_a_run_directory_moved_or_copied_resumes_as_it_would_in_place(tmp_path, train_process):
+    import shutil
+
+    import torch
+
+    short = [*DATA["modular"], *TINY, "logger=none", "callbacks.last_checkpoint.every_n_train_steps=5"]
+    first = train_process.run(*short, "trainer.max_steps=10", f"hydra.run.dir={tmp_path / 'a'}")
+    assert first.returncode == 0, first.stderr[-2000:]
+    shutil.move(tmp_path / "a", tmp_path / "moved")
+    shutil.copytree(tmp_path / "moved", tmp_path / "copy")
+    for run, steps in ((tmp_path / "moved", (20, 30)), (tmp_path / "copy", (15,))):
+        for step in steps:
+            resumed = train_process.run("ckpt_path=last", f"trainer.max_steps={step}", f"hydra.run.dir={run}")
+            assert resumed.returncode == 0, resumed.stderr[-2000:]
+            assert "exists and is not empty" not in resumed.stderr
+            assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]  # no -v1
+            assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == step
+            assert summary(run)["global_step"] == step and [r["step"] for r in history(run)][-1] == step

@@ -6,6 +6,7 @@ import inspect
 import sys
 
 import lightning as L
+import pytest
 from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.callbacks import RichProgressBar as LightningRichProgressBar
 from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
@@ -88,3 +89,30 @@ def test_lightning_bar_total_is_still_the_steps_left_and_ours_counts_a_resumed_e
     assert list(bar_for(25, done=10, global_step=10, num_training_batches=endless)) == [15, 25]
     # epochs of 251 batches, resumed at step 300 (batch 49 of the second) of 400: it counts 50 .. 149
     assert list(bar_for(400, done=49, global_step=300, num_training_batches=251)) == [100, 149]
+
+
+def test_lightning_checkpoint_still_forgets_its_best_when_moved_and_moved_run_keeps_it(tmp_path):
+    """callbacks/moved.py rewrites a moved run's ModelCheckpoint states before Lightning loads them: Lightning
+    keeps best_model_score only where `dirpath` is the one saved. When this fails on Lightning's line, it
+    follows moved directories itself: delete MovedRun."""
+    import torch
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from transformer_lab.callbacks.moved import MovedRun
+
+    old, new = tmp_path / "old" / "checkpoints", tmp_path / "new" / "checkpoints"
+    new.mkdir(parents=True)
+    (new / "best.ckpt").write_bytes(b"w")
+    saved = ModelCheckpoint(dirpath=str(old), filename="best", monitor="val/loss").state_dict()
+    saved.update(best_model_score=torch.tensor(1.5), best_model_path=str(old / "best.ckpt"),
+                 best_k_models={str(old / "best.ckpt"): torch.tensor(1.5)})  # fmt: skip
+    lightning = ModelCheckpoint(dirpath=str(new), filename="best", monitor="val/loss")
+    with pytest.warns(UserWarning, match="dirpath has changed"):
+        lightning.load_state_dict(dict(saved))
+    assert lightning.best_model_score is None
+    checkpoint = {"callbacks": {"ModelCheckpoint": dict(saved)}}
+    MovedRun(tmp_path / "new").on_load_checkpoint(None, None, checkpoint)
+    ours = ModelCheckpoint(dirpath=str(new), filename="best", monitor="val/loss")
+    ours.load_state_dict(checkpoint["callbacks"]["ModelCheckpoint"])
+    assert ours.best_model_score == 1.5 and ours.best_model_path == str(new / "best.ckpt")
+    assert list(ours.best_k_models) == [str(new / "best.ckpt")]

@@ -22,6 +22,7 @@ from transformer_lab.callbacks import (
     GracefulInterrupt,
     History,
     LoggerVersions,
+    MovedRun,
     StepAxis,
     Summary,
     Throughput,
@@ -58,6 +59,9 @@ warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
 # Lightning says so on every machine where SLURM is installed, to each run that is not a SLURM task; here
 # hydra/launcher=slurm is the way onto the cluster (README), and a run on the login node is meant.
 warnings.filterwarnings("ignore", message=r"The `srun` command is available on your system but is not used")
+# A run's checkpoints/ folder is its own (rundir.py: a resume, or overwrite=true, alone write there), and
+# best.ckpt and last.ckpt are replaced in place (conf/callbacks/default.yaml): nothing to warn of.
+warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
 # Under bf16-mixed the weights stay float32, which is what the model summary's size assumes after this warning.
 warnings.filterwarnings("ignore", message=r"Precision bf16-mixed is not supported by the model summary")
 
@@ -113,7 +117,14 @@ def run(cfg: DictConfig, start_time: float | None = None, prepared: Prepared | N
     summary = Summary()
     interrupt = GracefulInterrupt(output_dir / "checkpoints" / "last.ckpt")
     callbacks = [hydra.utils.instantiate(c) for c in (cfg.callbacks or {}).values() if c is not None]  # null: dropped
-    callbacks += [summary, History(output_dir / "metrics.jsonl"), StepAxis(), interrupt, DiscardOverwritten(output_dir)]
+    callbacks += [
+        summary,
+        History(output_dir / "metrics.jsonl"),
+        StepAxis(),
+        interrupt,
+        DiscardOverwritten(output_dir),
+        MovedRun(output_dir),
+    ]
     if not cfg.trainer.enable_progress_bar:  # Lightning refuses a progress bar callback then
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     if not cfg.trainer.enable_model_summary:  # and a model summary
