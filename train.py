@@ -39,6 +39,9 @@ if __name__ == "__main__":
     CheckFirst.composed = False  # (until Hydra has composed this command line)
     try:
         main()
+    except KeyboardInterrupt:  # Ctrl-C before training took it over (callbacks/interrupt.py): nothing to save
+        print("interrupted (Ctrl-C) before training started: nothing was trained", file=sys.stderr)
+        sys.exit(130)
     except Exception as error:
         if (problem := composition_problem(error, CONFIG_DIR, overrides)) is not None:
             print(f"error: {problem}", file=sys.stderr)

@@ -63,3 +63,16 @@ class FailAtTrainStart(L.Callback):
 
     def on_train_start(self, trainer, pl_module):
         raise RuntimeError("a crash before the first step")
+
+
+class SleepAtSetup(L.Callback):
+    """Sleeps `seconds` in the run's setup, before training starts: a window to stop a run that has claimed
+    its directory (overwrite=true's earlier run set aside) but not trained."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def setup(self, trainer, pl_module, stage):
+        import time
+
+        time.sleep(self.seconds)

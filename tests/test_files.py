@@ -111,6 +111,7 @@ def test_a_run_directory_has_one_writer_and_a_dead_writers_lock_frees_it(tmp_pat
 def test_a_directory_holding_a_run_is_refused_unless_resumed_or_overwritten(tmp_path, summary, last, message):
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "best.ckpt").write_bytes(b"weights")
     (run / "metrics.jsonl").write_text('{"step": 1}\n')
     if summary:
         (run / "summary.json").write_text(json.dumps(summary))
@@ -127,10 +128,13 @@ def test_a_directory_holding_a_run_is_refused_unless_resumed_or_overwritten(tmp_
     with pytest.raises(UserError, match="overwrite=true"):  # resuming another run's checkpoint into it: refused
         claim(run, "hydra.run.dir", tmp_path / "elsewhere" / "last.ckpt", overwrite=False)
     (run / "corpus.txt").write_text("a user's own file beside the run\n")
+    (run / "checkpoints" / "my_resnet.pt").write_bytes(b"the user's")  # in a run's folder, not a run's file
     claim(run, "hydra.run.dir", None, overwrite=True)
-    # what the run wrote is set aside until the new run trains; the user's file stays where it was
-    assert sorted(p.name for p in run.iterdir()) == [LOCK, OVERWRITTEN, "corpus.txt"]
-    assert sorted(p.name for p in (run / OVERWRITTEN).iterdir()) == ["checkpoints", "metrics.jsonl"] + (
+    # what the run wrote is set aside until the new run trains; the user's files stay where they were
+    assert sorted(p.name for p in run.iterdir()) == [LOCK, OVERWRITTEN, "checkpoints", "corpus.txt"]
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["my_resnet.pt"]
+    aside = sorted(str(p.relative_to(run / OVERWRITTEN)) for p in (run / OVERWRITTEN).rglob("*") if p.is_file())
+    assert aside == ["checkpoints/best.ckpt", *(["checkpoints/last.ckpt"] if last else []), "metrics.jsonl"] + (
         ["summary.json"] if summary else []
     )
     release()
@@ -161,5 +165,6 @@ def test_an_overwrite_that_fails_before_training_puts_the_earlier_run_back(tmp_p
     assert {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != LOCK} == before
     claim(run, "hydra.run.dir", None, overwrite=True)
     discard_overwritten(run)  # the new run started training
-    assert sorted(p.name for p in run.iterdir()) == [LOCK, "notes.md"]
+    assert sorted(p.name for p in run.iterdir()) == [LOCK, "checkpoints", "notes.md"]
+    assert not any((run / "checkpoints").iterdir())  # (the new run's checkpoints go there)
     release()

@@ -450,3 +450,55 @@ def test_a_run_directory_moved_or_copied_resumes_as_it_would_in_place(tmp_path, 
             assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]  # no -v1
             assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == step
             assert summary(run)["global_step"] == step and [r["step"] for r in history(run)][-1] == step
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT", "SIGKILL"])
+def test_an_overwrite_stopped_before_it_trains_leaves_the_earlier_run_as_it_was(signum, tmp_path, train_process):
+    import signal
+
+    run = tmp_path / "run"
+    short = [*DATA["modular"], *TINY, "logger=none"]
+    first = train_process.run(*short, "trainer.max_steps=10", f"hydra.run.dir={run}")
+    assert first.returncode == 0, first.stderr[-2000:]
+    finished = snapshot(run)
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), *short, "trainer.max_steps=20", "overwrite=true",
+         f"hydra.run.dir={run}", "+callbacks.sleep._target_=helpers.SleepAtSetup", "+callbacks.sleep.seconds=60"],
+        cwd=ROOT, env={**os.environ, **HELPERS}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.time() + 120
+    while not (run / ".overwritten").is_dir() and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(3)  # (in its setup, asleep)
+    process.send_signal(getattr(signal, signum))
+    _, stderr = process.communicate(timeout=60)
+    if signum != "SIGKILL":  # a stop (Ctrl-C too): the earlier run goes back on the way out
+        assert process.returncode == (143 if signum == "SIGTERM" else 130), stderr[-2000:]
+        assert "Traceback" not in stderr, stderr[-2000:]
+        assert snapshot(run) == finished
+        return
+    assert (run / ".overwritten").is_dir()  # killed outright: the next command that reads the run puts it back
+    evaluated = subprocess.run([sys.executable, "-m", "transformer_lab.evaluate", str(run)], capture_output=True,
+                               text=True, cwd=ROOT)  # fmt: skip
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    assert not (run / ".overwritten").exists()
+    assert {k: v for k, v in snapshot(run).items() if k.parts[0] != ".hydra" and k.name != "eval.json"} == {
+        k: v for k, v in finished.items() if k.parts[0] != ".hydra"
+    }  # (the killed run's own .hydra record aside)
+
+
+@pytest.mark.e2e
+def test_a_resume_that_fails_before_its_first_step_adds_nothing_to_the_run(tmp_path, train_process):
+    run = tmp_path / "run"
+    text = tmp_path / "poem.txt"
+    text.write_text("To be, or not to be, that is the question.\n\n" * 40)
+    corpus = ["data=text", "data.tokenizer=char", f"data.path={text}", f"data.cache_dir={tmp_path / 'cache'}",
+              "data.block_size=16", "data.val_fraction=0.3"]  # fmt: skip
+    first = train_process.run(*corpus, *TINY, "logger=none", "trainer.max_steps=5", f"hydra.run.dir={run}")
+    assert first.returncode == 0, first.stderr[-2000:]
+    finished = snapshot(run)
+    for broken in (f"data.path={tmp_path / 'missing.txt'}", "data.block_size=400"):
+        refused = train_process.run("ckpt_path=last", "trainer.max_steps=10", broken, f"hydra.run.dir={run}")
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-2000:]
+        assert snapshot(run) == finished  # not a .hydra record, not a train.log line

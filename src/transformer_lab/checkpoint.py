@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from transformer_lab.atomic import atomic_write
 from transformer_lab.errors import ConfigError, UserError, first_line
 from transformer_lab.files import existing_file
+from transformer_lab.rundir import recover
 
 # Model keys a resumed run may change; every other one decides the architecture.
 CHANGEABLE_KEYS = ("dropout", "compile")
@@ -158,6 +159,7 @@ def checkpoint_of(target: str | Path) -> Path:
     """A checkpoint file, or a run directory's checkpoints/best.ckpt (last.ckpt where there is no best)."""
     path = Path(target)
     if path.is_dir():
+        recover(path)  # (a run an unfinished overwrite=true set aside: put back)
         for name in ("best.ckpt", "last.ckpt"):
             if (path / "checkpoints" / name).is_file():
                 return path / "checkpoints" / name
@@ -228,6 +230,7 @@ def checkpoint_path(cfg: DictConfig) -> Path | None:
     if cfg.ckpt_path is None:
         return None
     if cfg.ckpt_path == "last":
+        recover(Path(cfg.paths.output_dir))  # (a run an unfinished overwrite=true set aside: put back)
         path = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
         if not path.exists():
             raise ConfigError(

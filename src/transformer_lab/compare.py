@@ -24,6 +24,7 @@ from pathlib import Path
 from transformer_lab.callbacks.history import read_history
 from transformer_lab.errors import UserError, exit_on_user_error
 from transformer_lab.files import BadFile, read_json, read_text
+from transformer_lab.rundir import OVERWRITTEN, recover
 
 DEFAULT_METRICS = (
     "val/loss",
@@ -95,12 +96,17 @@ def resolved_settings(run_dir: Path) -> dict[str, str]:
 
 
 def find_runs(paths: list[str]) -> list[Run]:
+    """The runs under `paths`; a run an unfinished overwrite=true set aside is put back first (rundir.recover),
+    and what such a run set aside is not a run of its own."""
     runs = []
     for path in map(Path, paths):
+        for run_dir in [path, *(p.parent.parent for p in path.rglob(f"{OVERWRITTEN}/summary.json"))]:
+            recover(run_dir)
         for summary in sorted(
             [path / "summary.json"] if (path / "summary.json").exists() else path.rglob("summary.json")
         ):
-            runs.append(Run(summary.parent, read_json(summary), resolved_settings(summary.parent)))
+            if OVERWRITTEN not in summary.parts:
+                runs.append(Run(summary.parent, read_json(summary), resolved_settings(summary.parent)))
     return runs
 
 

@@ -9,6 +9,7 @@ import re
 import shutil
 import sys
 import tempfile
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,10 +79,14 @@ class CheckFirst(Callback):
             config.hydra.runtime.output_dir = str(run_dir)  # (as Hydra sets it next; paths.output_dir reads it)
         HydraConfig.instance().set_config(config)  # (${hydra:...} in the config resolves from it)
         CheckFirst.new_run_dir = None if run_dir.exists() else run_dir
-        with exit_on_user_error():
-            CheckFirst.prepared = prepare(config)
-            if claim_run_dir(CheckFirst.prepared, run_dir, "hydra.run.dir"):
-                sys.exit(0)  # (nothing to do: exits before Hydra writes anything)
+        try:
+            with exit_on_user_error():
+                CheckFirst.prepared = prepare(config)
+                if claim_run_dir(CheckFirst.prepared, run_dir, "hydra.run.dir"):
+                    sys.exit(0)  # (nothing to do: exits before Hydra writes anything)
+        except Exception:  # Hydra would log a callback's failure as a warning and run on: this one stops
+            traceback.print_exc()
+            sys.exit(1)
 
 
 def claim_run_dir(prepared: Prepared, run_dir: Path, key: str, keep: tuple[str, ...] = ()) -> bool:
@@ -117,12 +122,12 @@ def remove_if_unused(run_dir: Path | None) -> None:
 
 
 def put_back_overwritten(run_dir: Path) -> None:
-    """A run that replaced an earlier one (overwrite=true) and failed before it trained: the earlier run's
-    files go back (rundir.py). Only the process that claimed the directory does it."""
-    from transformer_lab.rundir import first_process, restore_overwritten
+    """A run that failed or was stopped before it trained: its directory goes back to what it was when claimed
+    (rundir.unwind). Only the process that claimed the directory does it."""
+    from transformer_lab.rundir import first_process, unwind
 
     if first_process():
-        restore_overwritten(run_dir)
+        unwind(run_dir)
 
 
 def output_dir_problem(argv: list[str]) -> str | None:

@@ -2,16 +2,20 @@
 kill -9 cannot leave it stuck), and a directory holding another run's files is refused unless the command
 resumes that run (`ckpt_path=last`) or asks to start afresh there (`overwrite=true`).
 
-`overwrite=true` removes only what a run writes (RUN_WRITES), and not at once: those entries are moved into
-OVERWRITTEN inside the directory when it is claimed, and removed once the new run starts training (its data
-read, its model built: callbacks/overwrite.py). A run that fails or is stopped before then puts them back
-(`restore_overwritten`), and so does the next claim of a directory where a killed run left them."""
+`overwrite=true` removes only what a run writes (RUN_WRITES: named files, and in its folders the files a run
+names so), and not at once: those are moved into OVERWRITTEN inside the directory when it is claimed, and
+removed once the new run starts training (its data read, its model built: callbacks/overwritten.py). A run
+that fails or is stopped before then (an error, Ctrl-C, SIGTERM) puts them back, and a run killed outright
+(kill -9) is put right by the next command that claims or reads the directory (`recover`)."""
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import os
 import shutil
+import signal
+import threading
 from pathlib import Path
 
 from transformer_lab.atomic import remove_stale_temporaries
@@ -19,11 +23,19 @@ from transformer_lab.errors import UserError
 
 LOCK = ".lock"  # holds the writer's pid; an advisory flock on it is the claim
 RUN_FILES = ("summary.json", "metrics.jsonl", "checkpoints")  # what makes a directory a run's
-# Every entry a run writes into its directory (Hydra's record and log, ours, the loggers' folders); anything
-# else there is the user's, and overwrite=true leaves it.
-RUN_WRITES = (*RUN_FILES, ".hydra", "train.log", "translations", "csv", "tensorboard", "wandb", "lightning_logs")
-OVERWRITTEN = ".overwritten"  # an earlier run's entries while the run replacing it has not started training
+# What a run writes into its directory (Hydra's record and log, ours, the loggers'), as patterns relative to
+# it; anything else there (a user's notes, a corpus, their own checkpoints/my_model.pt) is left alone.
+RUN_WRITES = (
+    "summary.json", "metrics.jsonl", "train.log", ".hydra",
+    "checkpoints/best*.ckpt", "checkpoints/last*.ckpt", "checkpoints/eval*.json", "checkpoints/.*.tmp",
+    "translations/val-step*.jsonl", "translations/test-step*.jsonl",
+    "csv/metrics.csv", "csv/hparams.yaml", "tensorboard/events.out.tfevents.*", "tensorboard/hparams.yaml",
+    "wandb/run-*", "wandb/offline-run-*", "wandb/latest-run", "wandb/debug*.log",
+)  # fmt: skip
+OVERWRITTEN = ".overwritten"  # an earlier run's files while the run replacing it has not started training
 _held: dict[Path, int] = {}  # run directory -> the open lock file of this process's claim
+_aside: set[Path] = set()  # run directories whose earlier run this process set aside and has not settled
+_resumed: dict[Path, tuple[int, set[str]]] = {}  # a resume's directory -> train.log's size, .hydra's entries
 
 
 def first_process() -> bool:
@@ -62,7 +74,8 @@ def release(run_dir: Path | None = None) -> None:
 
 def earlier_run(run_dir: Path) -> str | None:
     """What of another run `run_dir` holds, in words, or None when it holds none."""
-    if not any((run_dir / name).exists() for name in RUN_FILES):
+    written = {p.parts[0] for p in written_by_a_run(run_dir) if p.parts[0] in RUN_FILES}
+    if not written:
         return None
     summary, last = run_dir / "summary.json", run_dir / "checkpoints" / "last.ckpt"
     status, step = None, None
@@ -78,7 +91,7 @@ def earlier_run(run_dir: Path) -> str | None:
         return f"holds a completed run (step {step})"
     if last.is_file():
         return f"holds an unfinished run ({status or 'stopped'}, with a checkpoints/last.ckpt to resume)"
-    found = ", ".join(name for name in RUN_FILES if (run_dir / name).exists())
+    found = ", ".join(name for name in RUN_FILES if name in written)
     return (
         f"holds another run's files ({found}{f'; {status} at step {step}' if status else ''}; no checkpoint to resume)"
     )
@@ -92,13 +105,14 @@ def claim(run_dir: Path, key: str, resumes: Path | None, overwrite: bool, keep: 
         return
     run_dir = Path(run_dir).absolute()
     lock(run_dir, key)
-    restore_overwritten(run_dir)  # (a run killed before it trained, after claiming with overwrite=true)
+    restore_overwritten(run_dir)  # (a run killed with an earlier run set aside: it goes back first)
     remove_stale_temporaries(run_dir / "checkpoints")  # of a writer killed mid-write
     held = earlier_run(run_dir)
     if held is None:
         return
     if resumes is not None and Path(resumes).absolute().is_relative_to(run_dir):
-        return  # resuming the run this directory holds
+        note_resume(run_dir)  # resuming the run this directory holds
+        return
     if overwrite:
         set_aside(run_dir, keep)
         return
@@ -116,31 +130,142 @@ def claim(run_dir: Path, key: str, resumes: Path | None, overwrite: bool, keep: 
     )
 
 
+def written_by_a_run(run_dir: Path, keep: tuple[str, ...] = ()) -> list[Path]:
+    """What of `run_dir` a run wrote (RUN_WRITES), relative to it, less `keep`."""
+    found = {p.relative_to(run_dir) for pattern in RUN_WRITES for p in run_dir.glob(pattern)}
+    return sorted(p for p in found if p.parts[0] not in keep)
+
+
 def set_aside(run_dir: Path, keep: tuple[str, ...] = ()) -> None:
-    """Moves what a run wrote into `run_dir/OVERWRITTEN` (but `keep`: what Hydra already wrote for this run)."""
+    """Moves what a run wrote into `run_dir/OVERWRITTEN` (but `keep`: what Hydra already wrote for this run),
+    keeping its place below (OVERWRITTEN/checkpoints/best.ckpt). A move that fails puts back what had moved
+    and refuses the run, naming why: the earlier run stays as it was."""
     aside = run_dir / OVERWRITTEN
-    aside.mkdir()
-    for name in RUN_WRITES:
-        if name not in keep and (run_dir / name).exists():
-            os.replace(run_dir / name, aside / name)
+    try:
+        aside.mkdir()
+        _aside.add(run_dir)
+        for relative in written_by_a_run(run_dir, keep):
+            (aside / relative).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(run_dir / relative, aside / relative)
+    except OSError as e:
+        restore_overwritten(run_dir)
+        raise UserError(
+            f"hydra.run.dir={run_dir}: overwrite=true cannot set the earlier run's files aside ({e.strerror}: "
+            f"{e.filename}); nothing was changed"
+        ) from None
+    on_stop_put_back()
 
 
 def restore_overwritten(run_dir: Path) -> None:
     """Puts back what `set_aside` moved, replacing what the run that failed to start wrote under those names."""
+    _aside.discard(Path(run_dir))
     aside = Path(run_dir) / OVERWRITTEN
-    if not aside.is_dir():
+    if aside.is_dir():
+        for entry in aside.iterdir():
+            _put_back(entry, Path(run_dir) / entry.name)
+        shutil.rmtree(aside)
+
+
+def _put_back(entry: Path, target: Path) -> None:
+    """`entry` at `target`: moved whole where nothing is there or a file of the new run is, merged into a
+    folder that is there (checkpoints/ may hold the user's own files beside the run's)."""
+    if entry.is_dir() and not entry.is_symlink() and target.is_dir() and not target.is_symlink():
+        for child in entry.iterdir():
+            _put_back(child, target / child.name)
         return
-    for entry in aside.iterdir():
-        _remove(run_dir / entry.name)
-        os.replace(entry, run_dir / entry.name)
-    aside.rmdir()
+    _remove(target)
+    os.replace(entry, target)
 
 
 def discard_overwritten(run_dir: Path) -> None:
     """The run replacing an earlier one has started training: the earlier one's files go."""
+    _aside.discard(Path(run_dir))
     aside = Path(run_dir) / OVERWRITTEN
     if aside.is_dir():
         shutil.rmtree(aside)
+
+
+def recover(run_dir: Path) -> None:
+    """A directory where a run set an earlier one aside and was killed before it could settle it (kill -9):
+    the earlier run goes back, unless a process is writing there now (its own overwrite, under way)."""
+    run_dir = Path(run_dir).absolute()
+    if not (run_dir / OVERWRITTEN).is_dir() or run_dir in _held:
+        return
+    try:
+        fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        restore_overwritten(run_dir)
+    except (BlockingIOError, OSError):
+        pass
+    finally:
+        os.close(fd)
+
+
+def note_resume(run_dir: Path) -> None:
+    """A resume's claim: what it will add to the run's records (a line in train.log, a .hydra/TIME record)
+    is known, to be taken back if it fails before its first step."""
+    log = run_dir / "train.log"
+    _resumed[run_dir] = (log.stat().st_size if log.is_file() else -1, {p.name for p in (run_dir / ".hydra").glob("*")})
+    on_stop_put_back()
+
+
+def started(run_dir: Path) -> None:
+    """This run started training: an earlier run it set aside goes, a resume's records stay."""
+    run_dir = Path(run_dir).absolute()
+    discard_overwritten(run_dir)
+    _resumed.pop(run_dir, None)
+
+
+def unwind(run_dir: Path) -> None:
+    """This run failed or was stopped before it trained: the directory goes back to what it was when it was
+    claimed (an earlier run set aside returns; a resume's train.log lines and .hydra record go)."""
+    run_dir = Path(run_dir).absolute()
+    restore_overwritten(run_dir)
+    size, records = _resumed.pop(run_dir, (None, None))
+    if size is None:
+        return
+    log = run_dir / "train.log"
+    if size < 0:
+        log.unlink(missing_ok=True)
+    elif log.is_file():
+        os.truncate(log, size)
+    for record in (run_dir / ".hydra").glob("*"):
+        if record.name not in records:
+            _remove(record)
+
+
+def put_back_all() -> None:
+    """What this process claimed and has not settled goes back (its exit, however it exits but SIGKILL)."""
+    for run_dir in [*_aside, *_resumed]:
+        unwind(run_dir)
+
+
+_stop_handler_installed = False
+
+
+def on_stop_put_back() -> None:
+    """While an earlier run is set aside, this process's exit puts it back: at exit (an error, Ctrl-C's
+    KeyboardInterrupt) and on SIGTERM, which otherwise ends Python without a word. Once training has
+    started, Lightning's own SIGTERM handling (a checkpoint, then a stop) is left as it is."""
+    global _stop_handler_installed
+    if _stop_handler_installed or threading.current_thread() is not threading.main_thread():
+        return
+    _stop_handler_installed = True
+    atexit.register(put_back_all)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _on_sigterm(signum, frame) -> None:
+    if _aside or _resumed:
+        raise SystemExit(128 + signum)  # (the directory goes back on the way out)
+    if signal.getsignal(signal.SIGTERM) is _on_sigterm:  # ours alone: what SIGTERM does by default
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+    # else: called among Lightning's handlers, which stop the run at the next step
 
 
 def _remove(path: Path) -> None:

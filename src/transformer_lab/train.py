@@ -18,7 +18,6 @@ from omegaconf import DictConfig, OmegaConf
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from transformer_lab.callbacks import (
-    DiscardOverwritten,
     GracefulInterrupt,
     History,
     LoggerVersions,
@@ -26,6 +25,7 @@ from transformer_lab.callbacks import (
     StepAxis,
     Summary,
     Throughput,
+    TrainingStarted,
 )
 from transformer_lab.checkpoint import AtomicCheckpointIO, check_same_data, check_state_fits, init_weights
 from transformer_lab.config import ATTENTION_KERNELS
@@ -122,7 +122,7 @@ def run(cfg: DictConfig, start_time: float | None = None, prepared: Prepared | N
         History(output_dir / "metrics.jsonl"),
         StepAxis(),
         interrupt,
-        DiscardOverwritten(output_dir),
+        TrainingStarted(output_dir),
         MovedRun(output_dir),
     ]
     if not cfg.trainer.enable_progress_bar:  # Lightning refuses a progress bar callback then

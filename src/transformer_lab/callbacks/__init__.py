@@ -1,5 +1,5 @@
 """Lightning callbacks: throughput, the summary.json writer, metric history, graceful interrupts, Grokfast, the
-weights' moving average, the progress bar, last.ckpt at the end, the loggers' runs in checkpoints, an overwritten run's files removed once training starts, a moved run's checkpoint records."""
+weights' moving average, the progress bar, last.ckpt at the end, the loggers' runs in checkpoints, the run directory settled once training starts, a moved run's checkpoint records."""
 
 from transformer_lab.callbacks.ema import EMAWeightAveraging
 from transformer_lab.callbacks.grokfast import GrokfastEMA
@@ -9,13 +9,12 @@ from transformer_lab.callbacks.last_checkpoint import LastCheckpoint
 from transformer_lab.callbacks.logger_versions import LoggerVersions
 from transformer_lab.callbacks.long_run import LongRunWarning
 from transformer_lab.callbacks.moved import MovedRun
-from transformer_lab.callbacks.overwritten import DiscardOverwritten
 from transformer_lab.callbacks.progress import ModelSummary, RichProgressBar
+from transformer_lab.callbacks.started import TrainingStarted
 from transformer_lab.callbacks.summary import Summary
 from transformer_lab.callbacks.throughput import Throughput
 
 __all__ = [
-    "DiscardOverwritten",
     "EMAWeightAveraging",
     "GracefulInterrupt",
     "GrokfastEMA",
@@ -29,4 +28,5 @@ __all__ = [
     "StepAxis",
     "Summary",
     "Throughput",
+    "TrainingStarted",
 ]

@@ -78,6 +78,8 @@ class GracefulInterrupt(L.Callback):
 
     def on_exception(self, trainer, pl_module, exception):
         self._restore()
+        if isinstance(exception, KeyboardInterrupt):  # Ctrl-C before on_fit_start took it over
+            self.by_ctrl_c = True
         if not isinstance(exception, SIGTERMException):
             return
         run_dir = self.ckpt_path.parent.parent
