@@ -11,6 +11,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 _HOST = socket.gethostname().replace("/", "_")
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)  # (read once: setting it is the only way to read it)
 
 
 def _alive(pid: int) -> bool:
@@ -47,6 +49,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb"):
             yield f
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # (mkstemp's 0600: the file gets the mode open() would have given it)
         os.replace(tmp, path)
     except BaseException:
         with suppress(FileNotFoundError):

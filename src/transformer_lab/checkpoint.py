@@ -142,8 +142,9 @@ def check_same_data(path: str, saved_meta: dict, datamodule) -> None:
         changed = [f"{name} (SHA-256 {digest[:12]}…)" for name, digest in now.items() if digest not in saved.values()]
         raise ConfigError(
             "ckpt_path",
-            f"{path} was trained on other data than this run reads: {', '.join(changed)} changed since (the "
-            "checkpoint records its files' SHA-256); resuming would read other splits with another vocabulary. "
+            f"{path} was trained on other data than this run reads: {', '.join(changed)} is not what it read (a "
+            "file changed since, or another file: the checkpoint records its files' SHA-256); resuming would read "
+            "other splits with another vocabulary. "
             "Restore the data, or start a new run from its weights with init_from",
         )
     for key, value in datamodule.checkpoint_meta().items():

@@ -84,7 +84,9 @@ class GracefulInterrupt(L.Callback):
             return
         run_dir = self.ckpt_path.parent.parent
         if trainer.training:  # between two training steps: a consistent state to save
-            trainer.save_checkpoint(self.ckpt_path)
+            trainer.save_checkpoint(
+                self.ckpt_path, weights_only=False
+            )  # (the whole state, to resume: said, not defaulted)
             saved = f"saved {self.ckpt_path}"
         elif trainer.testing:  # after training, whose end last.ckpt holds
             saved = f"testing stopped; {self.ckpt_path} holds the end of training, and resuming it tests"
