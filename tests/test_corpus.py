@@ -112,6 +112,17 @@ def test_a_cache_that_cannot_be_written_is_one_line_naming_it(tmp_path):
         corpus(tmp_path, tokenizer="bytes")
 
 
+def test_a_cache_under_a_file_or_with_a_mistyped_record_is_one_line_or_made_again(tmp_path, caplog):
+    (tmp_path / "a-file").write_text("not a folder\n")
+    with pytest.raises(DataUnavailableError, match=r"^data.cache_dir: cannot write the corpus cache \(Not a directory"):
+        corpus(tmp_path, tokenizer="bytes", cache_dir=str(tmp_path / "a-file" / "cache"))
+    first = corpus(tmp_path, tokenizer="char")
+    (record,) = (tmp_path / "cache" / "shards").glob("*.json")
+    record.write_text(json.dumps({**json.loads(record.read_text()), "train_tokens": "x"}))
+    again = corpus(tmp_path, tokenizer="char")
+    assert "is not one" in caplog.text and len(again.train) == len(first.train)
+
+
 def test_txt_jsonl_parquet_and_a_huggingface_dataset_read_the_same_documents(tmp_path):
     pq = pytest.importorskip("pyarrow.parquet")
     import pyarrow as pa

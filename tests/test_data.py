@@ -283,6 +283,11 @@ def test_every_dataset_evaluates_all_of_a_file_it_did_not_train_on(tmp_path):
         LabelledTextDataModule, tmp_path / "train.tsv", tmp_path / "eval.tsv", data_dir=str(tmp_path), vocab_size=100
     )
     assert len(evaluated.labelled("val")[1]) == 200 and len(run.labelled("val")[1]) == 30
+    from transformer_lab.batching.labelled import LabelledBatches
+
+    batches = LabelledBatches(evaluated, batch_size=8, seed=0)  # (its training split is empty)
+    batches.setup()
+    assert sum(len(y) for _, y in batches.val_dataloader()) == 200
     again = LabelledTextDataModule(path=str(tmp_path / "train.tsv"), data_dir=str(tmp_path), vocab_size=100)
     again.take_checkpoint(
         meta, str(tmp_path / "train.tsv")
@@ -320,9 +325,42 @@ def test_shakespeare_evaluates_all_of_another_text(tmp_path):
     assert len(evaluated.val_tokens) == len(other.read_text()) and len(evaluated.train_tokens) == 0
 
 
-def test_a_corpus_given_as_a_list_or_glob_is_the_runs_own_when_it_is_the_same_spec():
-    from transformer_lab.data.base import is_runs_file
+def test_the_runs_own_data_is_its_files_contents_however_the_path_is_spelled(tmp_path, caplog):
+    from transformer_lab.data.corpus import TextCorpusDataModule
 
-    meta = {"config": {"data": {"path": ["a.txt", "b.txt"]}}, "data_files": {}}
-    assert is_runs_file(["a.txt", "b.txt"], meta) and not is_runs_file(["a.txt"], meta)
-    assert not is_runs_file("shards/*.txt", meta) and not is_runs_file(None, meta)
+    folder = tmp_path / "g"
+    folder.mkdir()
+    for name in ("a", "b"):
+        (folder / f"{name}.txt").write_text("\n\n".join(f"{name} document {i}: the cat sat" for i in range(40)))
+    settings = dict(cache_dir=str(tmp_path / "cache"), tokenizer="char", block_size=8, val_fraction=0.2)
+    run, _, meta = _trained_then_evaluated_on(TextCorpusDataModule, f"{folder}/*.txt", folder / "a.txt", **settings)
+    for spelled in (f"{folder}/*.txt", str(folder), [str(folder / "b.txt"), str(folder / "a.txt")],
+                    f"{tmp_path}/./g/../g/*.txt"):  # fmt: skip
+        again = TextCorpusDataModule(path=spelled, **settings)
+        again.take_checkpoint(meta, spelled)
+        assert not again.whole_file, spelled  # the run's own files: its validation split
+    (folder / "b.txt").write_text("\n\n".join(f"b document {i}: a cat sat" for i in range(90)))  # changed since
+    changed = TextCorpusDataModule(path=f"{folder}/*.txt", **settings)
+    changed.take_checkpoint(meta, f"{folder}/*.txt")
+    changed.setup()
+    assert changed.whole_file and "b.txt has changed since the checkpoint's run" in caplog.text
+    assert len(changed.train) == 0 and len(changed.val) > len(run.val)
+
+
+def test_a_text_evaluated_whole_is_scored_to_its_last_token(tmp_path):
+    """The windows of a file evaluated whole cover every token once: the last one, which ends where the text
+    does, scores only the targets the windows before it did not."""
+    from types import SimpleNamespace
+
+    from transformer_lab.data.tokens import TokenStreams
+
+    tokens = torch.arange(100)
+    for whole, scored in ((False, 99 // 16 * 16), (True, 99)):
+        windows = TextWindows.__new__(TextWindows)
+        windows.data = SimpleNamespace(whole_file=whole, sequence_length=16)
+        windows.streams = TokenStreams(tokens[:0], tokens, 100, decode=str)
+        windows.val_batch_size = 4
+        targets = torch.cat([y.flatten() for _, y in windows.val_dataloader()])
+        kept = targets[targets != -100]
+        assert len(kept) == scored and len(set(kept.tolist())) == scored  # each once
+        assert (99 in kept.tolist()) == whole  # the last token

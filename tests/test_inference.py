@@ -191,13 +191,15 @@ def test_classify_gives_the_models_answer_for_each_equation(trained):
         (first, p1), (_, p2) = ranked
         assert first == p.argmax().item() and p1 == pytest.approx(p.max().item(), abs=1e-6) and p1 >= p2
     warnings = []
-    assert list(classify({"ckpt": str(run_dir)}, ["3 * 5 =", "12 + 1"], warn=warnings.append)) == [
-        ("3 * 5 =", []),
-        ("12 + 1", []),
-    ]
+    lines = ["3 * 5 =", "12 + 1", "  ", "3 + 5 =\t8\textra"]
+    answers = list(classify({"ckpt": str(run_dir)}, lines, warn=warnings.append))
+    assert [text for text, _ in answers] == ["3 * 5 =", "12 + 1", "  ", "3 + 5 ="]
+    assert [ranked for _, ranked in answers[:3]] == [[], [], []] and len(answers[3][1]) == 1
     assert warnings == [
         "line 1: expected an equation of the form `a + b =` (data.op=+, data.terms=2)",
         "line 2: 12: not a number in 0..10 (data.p=11)",
+        "line 3 is empty; its output line holds no class",
+        "line 4 has 3 tab-separated fields: its first is classified",
     ]
 
 

@@ -18,6 +18,8 @@ class LabelledBatches(Batching):
 
     def rows(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
         ids, labels = self.data.labelled(split)
+        if not ids:  # (a file evaluated whole holds nothing out for training: data/base.py whole_file)
+            return torch.zeros(0, 2, dtype=torch.long), torch.zeros(0, dtype=torch.long)
         s = self.specials
         return pad_batch([torch.tensor([s.bos, *row, s.eos]) for row in ids], s.pad), torch.tensor(labels)
 

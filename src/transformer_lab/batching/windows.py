@@ -56,9 +56,19 @@ class TextWindows(Batching):
         starts = torch.arange(n) * block
         starts = starts[torch.randperm(n, generator=torch.Generator().manual_seed(0))]
         offsets = torch.arange(block + 1)
+        # A file evaluated whole (data/base.py whole_file) is scored to its last token: one more window, ending
+        # where the text ends, whose targets the windows before it scored already are left out (-100).
+        tail = len(tokens) - 1 - n * block
+        if tail > 0 and getattr(self.data, "whole_file", False):
+            starts = torch.cat([starts, torch.tensor([len(tokens) - 1 - block])])
+        scored_before = block - tail  # (of the last window's targets)
 
         def windows(rows: range) -> tuple[torch.Tensor, torch.Tensor]:
             w = tokens[starts[rows.start : rows.stop, None] + offsets]
-            return w[:, :-1], w[:, 1:]
+            x, y = w[:, :-1], w[:, 1:]
+            if rows.stop > n:  # the last window, which overlaps the one before it
+                y = y.clone()
+                y[-1, :scored_before] = -100
+            return x, y
 
-        return LazyBatches(n, self.val_batch_size, windows)
+        return LazyBatches(len(starts), self.val_batch_size, windows)

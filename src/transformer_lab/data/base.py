@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from transformer_lab.data.configs import DATA_DECIDED  # noqa: F401 (the factory's contract, re-exported)
 from transformer_lab.data.tokens import Specials
-from transformer_lab.files import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -81,17 +79,18 @@ class DataModule:
         """Raw ids of text, for the inference commands; a ValueError says what cannot be encoded."""
         raise NotImplementedError
 
-    # Evaluating a trained model on a file of the user's (a `data.path` other than the file its run trained
-    # on, or that file changed since) makes every row, document or character of it evaluation data: setup()
-    # then holds nothing out for training and puts all of it in the validation split (and the test split,
-    # where the data has one). take_checkpoint() decides it, for every dataset alike.
+    # Evaluating a trained model on data of the user's (a `data.path` whose files are not those its run read,
+    # as the checkpoint's SHA-256 record says: another file, or that file changed since) makes every row,
+    # document or character of it evaluation data: setup() then holds nothing out for training and puts all of
+    # it in the validation split (and the test split, where the data has one). take_checkpoint() decides it,
+    # for every dataset alike, from data_files(); the run's own files, however their path is spelled, keep
+    # their validation split.
     whole_file: bool = False
 
     def take_checkpoint(self, meta: dict, path=None) -> None:
         """What the commands call before setup() to evaluate or use a trained model (`path`: the run's
-        `data.path` now, a user's dataset's as much as ours): the whole-file rule above, then the dataset's
-        own for_checkpoint()."""
-        self.whole_file = path is not None and not is_runs_file(path, meta)
+        `data.path` now): the whole-file rule above, then the dataset's own for_checkpoint()."""
+        self.whole_file = path is not None and not is_runs_data(path, meta, self.data_files)
         self.for_checkpoint(meta)
 
     def for_checkpoint(self, meta: dict) -> None:
@@ -154,14 +153,20 @@ class DataModule:
         raise NotImplementedError
 
 
-def is_runs_file(path, meta: dict) -> bool:
+def is_runs_data(path, meta: dict, data_files) -> bool:
     """Whether `path` (a data.path given to evaluate a checkpoint: a file, or a corpus's directory, glob or
-    list) is what its run trained on, as it was then; a file changed since is another file (all of it is
-    evaluation data), and a warning says so."""
-    if path is None or path != meta["config"]["data"].get("path"):
-        return False
-    recorded = (meta.get("data_files") or {}).get(str(Path(path).absolute())) if isinstance(path, str) else None
-    if recorded is not None and Path(path).is_file() and sha256_file(path) != recorded:
-        log.warning("data.path: %s has changed since the checkpoint's run: all of it is evaluation data now", path)
-        return False
-    return True
+    list) names what its run trained on, as it was then: the same files' contents (`data_files()` against
+    the checkpoint's record), whatever the path's spelling. A file of the run's changed since is another
+    file (all of it evaluation data), and a warning says so."""
+    recorded = meta.get("data_files")
+    if recorded is None:  # (a checkpoint from before data files were recorded: the path as written)
+        return path == meta["config"]["data"].get("path")
+    now = data_files()
+    if sorted(now.values()) == sorted(recorded.values()):
+        return True
+    changed = [name for name, digest in now.items() if name in recorded and recorded[name] != digest]
+    if changed:
+        log.warning(
+            "data.path: %s has changed since the checkpoint's run: all of it is evaluation data now", changed[0]
+        )
+    return False

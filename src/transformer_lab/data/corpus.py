@@ -440,8 +440,9 @@ def read_shard(folder: Path, key: str, label: str, itemsize: int) -> Shard | Non
     try:
         shard = Shard(**json.loads(record.read_text()))
         shard.train, shard.val = (str(folder / Path(name).name) for name in (shard.train, shard.val))
-        problem = None
-    except (ValueError, TypeError) as e:
+        counts = (shard.train_tokens, shard.val_tokens, shard.documents)
+        problem = None if all(type(n) is int and n >= 0 for n in counts) else f"its record {record.name} is not one"
+    except (ValueError, TypeError, AttributeError) as e:
         problem = f"its record {record.name} is unreadable ({e})"
     for path, count in () if problem else ((shard.train, shard.train_tokens), (shard.val, shard.val_tokens)):
         size = os.path.getsize(path) if os.path.isfile(path) else None
@@ -479,10 +480,10 @@ def prepare(
     cache_dir = Path(config.cache_dir or Path(config.data_dir) / "corpus_cache")
     try:
         return _prepare(config, tokenizer, rank, whole, cache_dir)
-    except OSError as e:  # (reading the corpus's files is BadFile's: this is the cache's writing)
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
+    except OSError as e:  # the cache's writing (reading the corpus's files is BadFile's)
+        where = Path(e.filename or cache_dir).absolute()
+        if not (where.is_relative_to(cache_dir.absolute()) or cache_dir.absolute().is_relative_to(where)):
             raise
-        where = e.filename or cache_dir
         raise DataUnavailableError(
             f"data.cache_dir: cannot write the corpus cache ({e.strerror}: {where}); "
             + ("free space there" if e.errno in (errno.ENOSPC, errno.EDQUOT) else "give a writable folder")
@@ -516,9 +517,10 @@ def _prepare(
     elif missing:
         total = sum(s.size or 0 for s, _ in missing) or None
         started = time.perf_counter()
-        with tqdm(
-            total=total, unit="B", unit_scale=True, desc="data: encoding", mininterval=1, dynamic_ncols=True
-        ) as bar:
+        with tqdm(  # (on a terminal alone, and erased when done: the log line below says what it did)
+            total=total, unit="B", unit_scale=True, desc="data: encoding", mininterval=1, dynamic_ncols=True,
+            disable=None, leave=False,
+        ) as bar:  # fmt: skip
             for source, key in missing:
                 encode_source(config, source, tokenizer, dtype, folder, key, bar, 1.0 if whole else config.val_fraction)
         seconds = time.perf_counter() - started
