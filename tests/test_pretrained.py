@@ -604,17 +604,29 @@ def test_export_checks_its_directory_first_and_replaces_it_whole_only_when_asked
     (run / "summary.json").write_text("{}")
     link = tmp_path / "link"
     link.symlink_to(base)
+    outer = tmp_path / "outer"  # a model directory with a run (and notes) inside it
+    outer.mkdir()
+    (outer / "config.json").write_text("{}")
+    (outer / "notes.txt").write_text("mine\n")
+    (outer / "run").mkdir()
+    (outer / "run" / "summary.json").write_text("{}")
+    (tmp_path / "no-config").mkdir()
+    (tmp_path / "no-config" / "vocab.json").write_text("{}")
     for out, message in (
-        (tmp_path / "notes", "holds no config.json: not a model directory --overwrite may replace"),
-        (run, r"is a run directory \(it holds checkpoints, summary.json\)"),
-        (tmp_path, "which holds"),  # (the checkpoint is in it)
+        (tmp_path / "notes", r"notes holds todo.txt: not a model directory --overwrite replaces \(it deletes"),
+        (run, "run holds checkpoints/, summary.json: not a model directory"),
+        (outer, "outer holds notes.txt, run/: not a model directory"),
+        (tmp_path / "no-config", "no-config has no config.json: not a model directory"),
+        (tmp_path, f"--overwrite would delete {tmp_path}, what holds {ckpt}"),
         (link, "is a symbolic link: give the directory itself"),
-        (Path.cwd(), "which holds"),
-        (Path.home(), "which holds"),
+        (Path.cwd(), "the working directory or one above it"),
+        (Path.cwd().parent, "the working directory or one above it"),
+        (Path.home(), "your home directory"),
     ):
         with pytest.raises(UserError, match=message):
             export(ckpt, out, overwrite=True)
     assert (tmp_path / "notes" / "todo.txt").exists() and (run / "summary.json").exists() and link.is_symlink()
+    assert (outer / "run" / "summary.json").exists() and (outer / "notes.txt").exists()
     export(ckpt, base, overwrite=True)  # asked: the directory is the export's alone
     assert sorted(p.name for p in base.iterdir()) == [
         "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"

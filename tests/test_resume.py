@@ -362,6 +362,9 @@ def test_a_run_directory_belongs_to_one_run(tmp_path, train_process):
     assert not (run / ".overwritten").exists()
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]  # no -v1
     assert len(list((run / ".hydra").glob("*/config.yaml"))) == 0  # one run's record
+    # the run overwrite=true started resumes with nothing repeated (overwrite is no setting of the run's)
+    further = train_process.run("ckpt_path=last", "trainer.max_steps=15", f"hydra.run.dir={run}")
+    assert further.returncode == 0 and summary(run)["global_step"] == 15, further.stderr[-2000:]
 
 
 @pytest.mark.e2e

@@ -8,14 +8,15 @@ load (pretrained.py has the families and their tables).
 Everything is checked before anything is written, and the files are written into a temporary directory
 beside OUT_DIR that is renamed into place: OUT_DIR is new (or an empty directory), or, with --overwrite, the
 directory it was is replaced whole (a model directory's other files would otherwise sit beside the new ones).
-`--overwrite` replaces only a model directory (one holding a config.json), never a run directory, what holds
-the checkpoint exported, the working directory or one above it. A classifier's config.json names its
+`--overwrite` replaces only a model directory (a config.json and a model's other files, nothing else: not a
+run, not your notes), never what holds the checkpoint exported, the working directory or one above it. A classifier's config.json names its
 classes (`id2label`, `label2id`) as its data named them, and its tokenizer adds the `[CLS] ... [SEP]` it read.
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import logging
 import os
@@ -27,7 +28,6 @@ from pathlib import Path
 import torch
 
 from transformer_lab.errors import ConfigError, UserError, exit_on_user_error
-from transformer_lab.rundir import RUN_FILES
 
 log = logging.getLogger(__name__)
 
@@ -143,36 +143,52 @@ def with_classifier_specials(tokenizer, meta: dict):
     return tokenizer
 
 
+# What a Transformers model directory holds (save_pretrained's files, a hub repository's): --overwrite replaces a
+# directory of these alone; anything else in it (a run, notes, a subfolder) is refused by name.
+MODEL_FILES = (
+    "config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin",
+    "*.bin.index.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+    "vocab.json", "vocab.txt", "merges.txt", "*.model", "*.spm", "README.md", ".gitattributes",
+)  # fmt: skip
+
+
 def check_out_dir(out: Path, overwrite: bool, checkpoint: Path) -> None:
     """OUT_DIR may be written: a new path, an empty directory, or, with --overwrite, a model directory to
-    replace (one holding a config.json). Never what holds the checkpoint being exported, a run directory, the
-    working directory or one above it, the home directory or the root."""
+    replace (MODEL_FILES alone, a config.json among them). Never what holds the checkpoint being exported,
+    the working directory or one above it, the home directory or the root."""
     if out.is_symlink():
         raise UserError(f"export: {out} is a symbolic link: give the directory itself ({out.resolve()})")
     if out.exists() and not out.is_dir():
         raise UserError(f"export: {out} is a file, not a directory: give a directory to write the model into")
-    held = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    held = sorted(out.iterdir()) if out.is_dir() else []
     if held and not overwrite:
-        listed = ", ".join(held[:4]) + (", ..." if len(held) > 4 else "")
+        listed = ", ".join(p.name for p in held[:4]) + (", ..." if len(held) > 4 else "")
         raise UserError(
             f"export: {out} is not empty ({listed}): choose a new directory, or add --overwrite to replace the "
             "model directory it is whole"
         )
-    real = out.resolve()
-    protected = {Path("/"), Path.home().resolve(), *Path.cwd().resolve().parents, Path.cwd().resolve()}
-    if held and (real in protected or checkpoint.resolve().is_relative_to(real)):
-        raise UserError(
-            f"export: --overwrite would delete {out}, which holds {checkpoint} or your work: choose a new directory"
-        )
-    if held and any(name in held for name in (*RUN_FILES, ".hydra")):
-        raise UserError(
-            f"export: {out} is a run directory (it holds {', '.join(n for n in held if n in (*RUN_FILES, '.hydra'))}): choose a new directory"
-        )
-    if held and "config.json" not in held:
-        raise UserError(
-            f"export: {out} holds no config.json: not a model directory --overwrite may replace; choose a new directory"
-        )
-    parent = real.parent
+    if held:
+        real, here = out.resolve(), Path.cwd().resolve()
+        why = (
+            "the root" if real == Path("/") else "your home directory" if real == Path.home().resolve()
+            else "the working directory or one above it" if real == here or real in here.parents
+            else f"what holds {checkpoint}" if checkpoint.resolve().is_relative_to(real) else None
+        )  # fmt: skip
+        if why:
+            raise UserError(f"export: --overwrite would delete {out}, {why}: choose a new directory")
+        foreign = [p.name + ("/" if p.is_dir() else "") for p in held
+                   if p.is_dir() or not any(fnmatch.fnmatch(p.name, pattern) for pattern in MODEL_FILES)]  # fmt: skip
+        if foreign or not (out / "config.json").is_file():
+            what = (
+                f"holds {', '.join(foreign[:4])}{', ...' if len(foreign) > 4 else ''}"
+                if foreign
+                else "has no config.json"
+            )
+            raise UserError(
+                f"export: {out} {what}: not a model directory --overwrite replaces (it deletes the directory "
+                "whole); choose a new directory"
+            )
+    parent = out.resolve().parent
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir():

@@ -38,7 +38,7 @@ class Resumed:
 
 def run_overrides(path: Path, meta: dict) -> list[str] | None:
     """The overrides the checkpoint's run was composed from, less those that only started it (the weights
-    it was initialised from: a checkpoint of the run holds its own)."""
+    it was initialised from: a checkpoint of the run holds its own; overwrite=true, which made room for it)."""
     if meta.get("overrides") is not None:
         overrides = list(meta["overrides"])
     else:
@@ -46,7 +46,7 @@ def run_overrides(path: Path, meta: dict) -> list[str] | None:
         if not record.is_file():
             return None
         overrides = list(OmegaConf.load(record))
-    return [o for o in overrides if override_key(o) not in ("init_from", "init_strict")]
+    return [o for o in overrides if override_key(o) not in ("init_from", "init_strict", "overwrite")]
 
 
 def merge_overrides(base: list[str], top: list[str]) -> list[str]:
