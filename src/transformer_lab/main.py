@@ -121,7 +121,7 @@ def remove_if_unused(run_dir: Path | None) -> None:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def put_back_overwritten(run_dir: Path) -> None:
+def unwind_claim(run_dir: Path) -> None:
     """A run that failed or was stopped before it trained: its directory goes back to what it was when claimed
     (rundir.unwind). Only the process that claimed the directory does it."""
     from transformer_lab.rundir import first_process, unwind
@@ -304,7 +304,7 @@ def main(cfg: DictConfig, start_time: float | None = None) -> float | None:
                     try:
                         summary = run(cfg, None, prepared)
                     except BaseException:
-                        put_back_overwritten(job_dir)
+                        unwind_claim(job_dir)
                         raise
                 value = objective_value(cfg, summary) if summary else None
             except (UserError, TrialFailed) as e:
@@ -322,7 +322,7 @@ def main(cfg: DictConfig, start_time: float | None = None) -> float | None:
             prepared, CheckFirst.prepared = CheckFirst.prepared, None  # (this run's, once)
             summary = run(cfg, start_time, prepared)
     except BaseException as e:
-        put_back_overwritten(Path(cfg.paths.output_dir))
+        unwind_claim(Path(cfg.paths.output_dir))
         if isinstance(e, SystemExit):
             remove_if_unused(CheckFirst.new_run_dir)
         raise

@@ -4,7 +4,7 @@ resumes that run (`ckpt_path=last`) or asks to start afresh there (`overwrite=tr
 
 `overwrite=true` removes only what a run writes (RUN_WRITES: named files, and in its folders the files a run
 names so), and not at once: those are moved into OVERWRITTEN inside the directory when it is claimed, and
-removed once the new run starts training (its data read, its model built: callbacks/overwritten.py). A run
+removed once the new run starts training (its data read, its model built: callbacks/started.py). A run
 that fails or is stopped before then (an error, Ctrl-C, SIGTERM) puts them back, and a run killed outright
 (kill -9) is put right by the next command that claims or reads the directory (`recover`)."""
 
@@ -192,16 +192,15 @@ def recover(run_dir: Path) -> None:
     if not (run_dir / OVERWRITTEN).is_dir() or run_dir in _held:
         return
     try:
-        fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError:
+        lock(run_dir, "run directory")
+    except (UserError, OSError):  # another process holds it (its overwrite, under way), or it is read-only
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         restore_overwritten(run_dir)
-    except (BlockingIOError, OSError):
+    except OSError:
         pass
     finally:
-        os.close(fd)
+        release(run_dir)
 
 
 def note_resume(run_dir: Path) -> None:
