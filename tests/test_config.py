@@ -300,7 +300,7 @@ def test_schemas_are_the_settings_dataclasses_the_classes_declare(tmp_path):
             if group == "model":
                 fields = {k: v for k, v in fields.items() if k not in DATA_DECIDED}
                 assert section.compile is False and section.get("block_size", None) is None
-            not_settings = {"_target_", "name", "compile"}
+            not_settings = {"_target_", "name", "compile", "model_defaults"}
             assert set(section) - not_settings == set(fields) | ({"block_size"} & set(section)), target
             for key, default in fields.items():
                 if key not in ("data_dir", "seed", "batches", "metrics"):  # paths.data_dir, seed; a task's YAML
@@ -325,6 +325,37 @@ def test_modular_data_sizes_the_default_model_for_its_task(tmp_path):
     assert compose_cfg(["data=modular", "model.n_layer=3"], tmp_path).model.n_layer == 3  # the command line decides
     assert compose_cfg(["experiment=grokking"], tmp_path).model.n_layer == 1  # and a preset
     assert compose_cfg([], tmp_path).model.n_layer == 6  # other data: the model's own defaults
+
+
+def test_a_models_yaml_keeps_its_sizes_on_modular_data(tmp_path):
+    # The data suggests sizes (data.model_defaults) only for the settings a model leaves at their defaults.
+    (tmp_path / "conf" / "model").mkdir(parents=True)
+    (tmp_path / "conf" / "model" / "narrow.yaml").write_text(
+        "defaults:\n  - /schema/model@_here_: gpt\n  - /task@_global_.task: lm\n  - _self_\nname: narrow\nn_embd: 64\n"
+    )
+    searchpath = f"hydra.searchpath=[file://{tmp_path / 'conf'}]"
+    cfg = compose_cfg(["model=narrow", "data=modular", searchpath], tmp_path)
+    assert (cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd) == (2, 4, 64)  # its YAML's n_embd wins
+    cfg = compose_cfg(["model=narrow", "data=modular", "data.model_defaults.n_layer=5", searchpath], tmp_path)
+    assert cfg.model.n_layer == 5
+
+
+def test_a_model_without_the_suggested_keys_takes_those_its_dataclass_has():
+    from dataclasses import dataclass
+
+    from omegaconf import OmegaConf
+
+    from transformer_lab.factory import suggested_by_data
+
+    @dataclass
+    class Recurrent:
+        vocab_size: int = 0
+        n_embd: int = 32
+        cell: str = "gru"
+
+    cfg = OmegaConf.create({"data": {"model_defaults": {"n_layer": 2, "n_head": 4, "n_embd": 128}}})
+    assert suggested_by_data(Recurrent, cfg, {"cell": "gru"}) == {"n_embd": 128}  # no n_layer, n_head: not given
+    assert suggested_by_data(Recurrent, cfg, {"n_embd": 48}) == {}  # its YAML's value wins
 
 
 def test_the_bases_name_every_attribute_read_from_a_dataset_and_from_a_tasks_batches():
@@ -375,3 +406,68 @@ def test_a_task_yamls_batches_and_metrics_are_checked_before_the_run(tmp_path, o
     with pytest.raises(ConfigError) as refused:
         check_buildable(compose_cfg(["model=gpt", "data=shakespeare", override], tmp_path))
     assert str(refused.value).startswith(message)
+
+
+NO_GENERATE = '''
+from dataclasses import dataclass
+from torch import nn
+
+
+@dataclass
+class BareConfig:
+    vocab_size: int = 0
+    n_embd: int = 8
+
+
+class Bare(nn.Module):
+    architecture = "decoder"
+    config_class = BareConfig
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.vocab_size)
+
+    def forward(self, idx):
+        return self.embed(idx)
+'''
+
+
+@pytest.mark.parametrize(
+    "overrides, lacks",
+    [
+        (
+            ["data=shakespeare"],
+            "data=shakespeare: forward_flops() (callbacks.throughput=null does without it), "
+            "generate() (task.sample.enabled=false does without it)",
+        ),
+        (["data=shakespeare", "task.sample.enabled=false", "callbacks.throughput=null"], None),
+        (
+            ["data=translation", "callbacks.throughput=null", "task.decode.beam_size=1"],
+            "data=translation: generate() (needed)",
+        ),
+        (
+            ["data=translation", "callbacks.throughput=null", "task.decode.beam_size=4"],
+            "data=translation: generate() (needed), "
+            "new_cache() (task.decode.beam_size=1 task.decode.val_beam_size=1 does without it)",
+        ),
+        (["data=modular", "callbacks.throughput=null"], None),  # answer accuracy calls nothing more
+    ],
+)
+def test_what_a_task_calls_on_a_model_is_checked_before_the_run(tmp_path, monkeypatch, overrides, lacks):
+    from transformer_lab.errors import ConfigError
+    from transformer_lab.factory import check_buildable
+
+    (tmp_path / "bare.py").write_text(NO_GENERATE)
+    (tmp_path / "conf" / "model").mkdir(parents=True)
+    (tmp_path / "conf" / "model" / "bare.yaml").write_text(
+        "defaults:\n  - /task@_global_.task: lm\n  - _self_\n_target_: bare.Bare\nname: bare\nn_embd: 8\ncompile: false\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = compose_cfg(["model=bare", *overrides, f"hydra.searchpath=[file://{tmp_path / 'conf'}]"], tmp_path)
+    if lacks is None:
+        check_buildable(cfg)
+        return
+    with pytest.raises(ConfigError) as error:
+        check_buildable(cfg)
+    assert str(error.value) == f"model: model=bare (Bare) lacks what task=lm calls on it with {lacks}"

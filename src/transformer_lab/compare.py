@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import transformer_lab.config  # noqa: F401  (the resolvers of .hydra/config.yaml: ${suggested:...})
 from transformer_lab.callbacks.history import read_history
 from transformer_lab.errors import UserError, exit_on_user_error
 from transformer_lab.files import BadFile, read_json, read_text

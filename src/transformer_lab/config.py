@@ -12,7 +12,7 @@ import typing
 from dataclasses import MISSING, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
@@ -52,7 +52,20 @@ DATA = {
 SETTINGS = {target: config_class for target, config_class in (*MODELS.values(), *DATA.values(), *TASKS.values())}
 
 
-def _schema(name: str, target: str, config_class: type, model: bool) -> type:
+def suggested(key: str, default) -> str:
+    """A model's numeric setting left at its default, `${suggested:KEY,DEFAULT}`: the data's suggestion,
+    `data.model_defaults.KEY` (data=modular: a 2 x 128 GPT for 4-token equations), else the default. A value in
+    the model's YAML, an experiment or the command line replaces this whole expression, so it always wins; a
+    model without the key never sees the suggestion (factory.build_model gives it to a user's model that leaves
+    the key out)."""
+    return f"${{suggested:{key},{default}}}"
+
+
+def data_suggestion(key: str, default, *, _root_):
+    return OmegaConf.select(_root_, f"data.model_defaults.{key}", default=default)
+
+
+def _schema(name: str, target: str, config_class: type, model: bool, data: bool = False) -> type:
     """A model, data or task option's schema: the settings dataclass's fields (for a model, less what the data decides;
     block_size, where the model has one, becomes an optional maximum), the class it builds (`_target_`)
     and the option's name."""
@@ -65,9 +78,13 @@ def _schema(name: str, target: str, config_class: type, model: bool) -> type:
             default = (
                 field(default=f.default) if f.default_factory is MISSING else field(default_factory=f.default_factory)
             )
+            if model and hints[f.name] in (int, float) and f.default_factory is MISSING:
+                default = field(default=suggested(f.name, f.default))
             fields.append((f.name, hints[f.name], default))
     if model:
         fields.append(("compile", bool, field(default=False)))  # torch.compile the model (in place)
+    if data:  # the settings it suggests to a model that leaves them at their defaults (see suggested)
+        fields.append(("model_defaults", Dict[str, Any], field(default_factory=dict)))
     return dataclasses.make_dataclass(f"{config_class.__name__}Schema", fields)
 
 
@@ -232,11 +249,12 @@ def register() -> None:
     OmegaConf.register_new_resolver("cpu_precision", cpu_precision, replace=True)
     OmegaConf.register_new_resolver("if_bf16", if_bf16, replace=True)
     OmegaConf.register_new_resolver("config_subdir", config_subdir, replace=True)
+    OmegaConf.register_new_resolver("suggested", data_suggestion, replace=True)
     OmegaConf.register_new_resolver("tasks_per_node", tasks_per_node, replace=True)
     cs = ConfigStore.instance()
     # Kept out of the data/ and model/ groups, so `--help` and error messages list only real options.
     for name, (target, config_class) in DATA.items():
-        cs.store(group="schema/data", name=name, node=_schema(name, target, config_class, model=False))
+        cs.store(group="schema/data", name=name, node=_schema(name, target, config_class, model=False, data=True))
     for name, (target, config_class) in MODELS.items():
         cs.store(group="schema/model", name=name, node=_schema(name, target, config_class, model=True))
     cs.store(name="trainer_schema", node=TrainerConfig, package="trainer")

@@ -192,6 +192,24 @@ def make_datamodule(cfg: DictConfig) -> Batching:
     return datamodule
 
 
+def check_model(cfg: DictConfig, datamodule: Batching) -> None:
+    """The model has every method the task and its metrics call on it (Task.model_needs): one missing is
+    refused before the run, naming the method and the option that does without it."""
+    model_cls, task_cls = model_class(cfg), task_class(cfg)
+    named = (cfg.task.get("metrics") or {}).get(datamodule.form) or []
+    metrics = [import_class(path, "task.metrics", Metric) for path in named]
+    missing = {m: o for m, o in task_cls.model_needs(cfg, metrics).items() if not callable(getattr(model_cls, m, None))}
+    if missing:
+        listed = ", ".join(
+            f"{method}() ({f'{without} does without it' if without else 'needed'})" for method, without in missing.items()
+        )
+        raise ConfigError(
+            "model",
+            f"model={cfg.model.name} ({model_cls.__qualname__}) lacks what task={cfg.task.name} calls on it with "
+            f"data={cfg.data.name}: {listed}",
+        )
+
+
 def check_buildable(cfg: DictConfig) -> Batching:
     """The checks of build() that need the classes but read no file: the model and data declarations fit,
     the data module's and the model's own checks of their settings, and Lightning's of the trainer's.
@@ -203,6 +221,7 @@ def check_buildable(cfg: DictConfig) -> Batching:
         check_settings(cfg, "task", task_cls.config_class)
     for i, path in enumerate((cfg.task.get("metrics") or {}).get(datamodule.form) or []):
         import_class(path, f"task.metrics.{datamodule.form}[{i}]", Metric)
+    check_model(cfg, datamodule)
     check_trainer(cfg)
     check_callbacks(cfg)
     check_length(cfg, datamodule)
@@ -242,6 +261,14 @@ def data_decided(config_class: type, datamodule: Batching, settings: dict) -> di
     return {
         key: value for key, value in values.items() if key in fields and value is not None and settings.get(key) is None
     }
+
+
+def suggested_by_data(config_class: type, cfg: DictConfig, model_cfg: dict) -> dict:
+    """The data's suggested settings (`data.model_defaults`) for the fields of a model's dataclass its YAML leaves
+    out (a model whose schema is ours takes them while composing: config.suggested)."""
+    fields = {f.name for f in dataclasses.fields(config_class)}
+    suggestions = OmegaConf.to_container(cfg.data.get("model_defaults") or DictConfig({}), resolve=True)
+    return {key: value for key, value in suggestions.items() if key in fields and key not in model_cfg}
 
 
 def check_length(cfg: DictConfig, datamodule: Batching) -> None:
@@ -286,7 +313,11 @@ def build_model(cfg: DictConfig, datamodule: Batching) -> tuple[torch.nn.Module,
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True)
     sizes = OmegaConf.to_container(cfg.model_sizes) if cfg.get("model_sizes") else {}  # (init_from=hf: sets them)
     check_sizes({**model_cfg, **sizes}, datamodule, sizes)
-    from_data = {**data_decided(cls.config_class, datamodule, {**model_cfg, **sizes}), **sizes}
+    from_data = {
+        **suggested_by_data(cls.config_class, cfg, model_cfg),
+        **data_decided(cls.config_class, datamodule, {**model_cfg, **sizes}),
+        **sizes,
+    }
     model = instantiate(cls, model_cfg, from_data)
     if cfg.model.compile:
         model.compile()  # in place: the state dict keeps its keys, so checkpoints are the same either way

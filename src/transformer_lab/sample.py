@@ -29,6 +29,8 @@ MINIMUMS = {"max_new_tokens": 1, "num_samples": 1, "temperature": 0, "top_k": 1,
 def sample(args: dict) -> list[str]:
     args = with_defaults(args, DEFAULTS, MINIMUMS, nullable=("top_k",))
     model, datamodule = load(args["ckpt"], "sample", args["device"])
+    if not callable(getattr(model, "generate", None)):
+        raise UserError(f"{type(model).__qualname__} has no generate(): `sample` continues a prompt with it")
     try:
         prompt_ids = encoder(datamodule)(str(args["prompt"]))
     except ValueError as e:

@@ -23,7 +23,7 @@ from transformer_lab.errors import require as _require
 MAX_SEED = 2**32 - 1  # numpy's limit, and so Lightning's seed_everything's
 
 # Keys of a model or data section that select and describe, not settings of its dataclass.
-NOT_SETTINGS = ("_target_", "name", "compile")
+NOT_SETTINGS = ("_target_", "name", "compile", "model_defaults")
 
 
 def _torch():
@@ -92,6 +92,13 @@ def validate(cfg: DictConfig) -> None:
     _require(isinstance(seed, int) and not isinstance(seed, bool), "seed", f"must be an integer, got {seed!r}")
     _require(0 <= seed <= MAX_SEED, "seed", f"must be in [0, {MAX_SEED}] (what seed_everything takes), got {seed}")
 
+    suggestions = data.get("model_defaults")
+    _require(
+        suggestions is None
+        or (OmegaConf.is_dict(suggestions) and all(isinstance(v, (int, float)) for v in suggestions.values())),
+        "data.model_defaults",
+        f"must map model settings to numbers (e.g. {{n_layer: 2}}), got {suggestions!r}",
+    )
     # this repository's models, data and tasks check their own settings here; a user's own, once imported
     # (factory.py)
     for section in ("model", "data", "task"):

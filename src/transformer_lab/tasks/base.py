@@ -29,6 +29,24 @@ class Task(L.LightningModule):
     # trains, a model class's `architecture` ("decoder", "encoder" or "encoder-decoder"). The batches it reads
     # and the metrics it shows, per form of data, its YAML names (`batches`, `metrics`; batching/, metrics.py).
     architecture: str
+    # What it calls on the model beyond forward(), as its metrics do (factory.check_model, before the run):
+    # each method and the option that does without it (None: none does); `decoding_needs`, what its
+    # continuations() call when a metric decodes (BLEU).
+    model_calls: dict[str, str | None] = {"forward_flops": "callbacks.throughput=null"}  # (throughput and MFU)
+
+    @classmethod
+    def decoding_needs(cls, settings: dict) -> dict[str, str | None]:
+        return {}
+
+    @classmethod
+    def model_needs(cls, cfg, metrics: list[type]) -> dict[str, str | None]:
+        """Each method a run's model must have, and the option that does without it: the task's own calls
+        (forward_flops only with the throughput callback) and those of the metrics it shows for the data."""
+        settings = OmegaConf.to_container(cfg.task, resolve=True)
+        calls = {k: v for k, v in cls.model_calls.items() if k != "forward_flops" or cfg.callbacks.get("throughput")}
+        for metric in metrics:
+            calls.update(metric.model_needs(settings, cls))
+        return calls
 
     def __init__(
         self,

@@ -49,6 +49,13 @@ class LanguageModelTask(Task):
         """(inputs, predicted, expected) of one answer per row, the last target (AnswerAccuracy)."""
         return batch[0], logits[:, -1].argmax(-1), batch[1][:, -1]
 
+    @classmethod
+    def decoding_needs(cls, settings: dict) -> dict[str, str | None]:
+        """Greedy continuations call generate(); beam search, the key/value cache (decoding.PrefixLM)."""
+        beams = {settings["decode"]["beam_size"], settings["decode"]["val_beam_size"]}
+        greedy = "task.decode.beam_size=1 task.decode.val_beam_size=1"
+        return {**({"generate": None} if 1 in beams else {}), **({"new_cache": greedy} if beams - {1} else {})}
+
     def continuations(self, batch, beam_size: int) -> Decoded:
         """Continuations of `<bos> source <sep>` (one prompt length per batch) up to <eos>, greedy or by beam
         search, within the model's block_size: an output that reaches it first is cut there (counted as

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torchmetrics import MeanMetric, SumMetric
 
-from transformer_lab.errors import ConfigError, require
+from transformer_lab.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,12 @@ log = logging.getLogger(__name__)
 class Metric(torch.nn.Module):
     def __init__(self, settings: dict, datamodule, model: torch.nn.Module):
         super().__init__()
+
+    @classmethod
+    def model_needs(cls, settings: dict, task_cls: type) -> dict[str, str | None]:
+        """What this metric calls on the model beyond its forward pass, with these task settings: each method,
+        and the option that does without it (None: none does). Checked before the run (factory.check_model)."""
+        return {}
 
     def train_step(self, task, batch, logits) -> None:
         pass
@@ -94,6 +100,10 @@ class TextSamples(Metric):
             raise ConfigError("data.sample_prompt", str(e)) from None
         self.decode = datamodule.decode
 
+    @classmethod
+    def model_needs(cls, settings: dict, task_cls: type) -> dict[str, str | None]:
+        return {"generate": "task.sample.enabled=false"} if settings["sample"]["enabled"] else {}
+
     def end(self, task, split: str) -> None:
         if not self.sample["enabled"] or task.trainer.sanity_checking:
             return
@@ -148,17 +158,13 @@ class Bleu(Metric):
     def __init__(self, settings: dict, datamodule, model: torch.nn.Module):
         super().__init__(settings, datamodule, model)
         self.beams = {"val": settings["decode"]["val_beam_size"], "test": settings["decode"]["beam_size"]}
-        if not hasattr(model, "new_cache"):  # beam search continues outputs with a key/value cache
-            for key in ("beam_size", "val_beam_size"):
-                require(
-                    settings["decode"][key] == 1,
-                    f"task.decode.{key}",
-                    f"{type(model).__name__} has no key/value cache (new_cache()) for beam search: set it to 1 "
-                    "(greedy)",
-                )
         self.datamodule = datamodule
         self.hypotheses: dict[int, str] = {}  # row of the evaluation split -> decoded output
         self.truncated = 0  # of this evaluation's outputs, those stopped at the model's length limit
+
+    @classmethod
+    def model_needs(cls, settings: dict, task_cls: type) -> dict[str, str | None]:
+        return task_cls.decoding_needs(settings)  # what the task's continuations() call
 
     def step(self, task, batch, logits) -> None:
         if task.trainer.sanity_checking:

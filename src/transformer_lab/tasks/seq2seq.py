@@ -59,6 +59,11 @@ class Seq2SeqTask(Task):
         """(inputs, predicted, expected) of the first target token, one answer per row (AnswerAccuracy)."""
         return batch[0], logits[:, 0].argmax(-1), batch[1][:, 1]
 
+    @classmethod
+    def decoding_needs(cls, settings: dict) -> dict[str, str | None]:
+        """The encoder and decoder halves, and the decoder's key/value cache (decoding.greedy, beam_search)."""
+        return {"encode": None, "decode": None, "new_cache": None}
+
     def continuations(self, batch, beam_size: int) -> decoding.Decoded:
         """The sources' outputs, greedy or by beam search (Bleu)."""
         src, d = batch[0], self.decode_cfg
