@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from transformer_lab.atomic import atomic_write
 from transformer_lab.errors import ConfigError, UserError, first_line
 from transformer_lab.files import existing_file
+from transformer_lab.origins import restore_code
 from transformer_lab.rundir import recover
 
 # Model keys a resumed run may change; every other one decides the architecture.
@@ -223,6 +224,7 @@ def load_model(path: str | Path, map_location: str = "cpu") -> tuple[torch.nn.Mo
 
     checkpoint = read_checkpoint(path)
     meta = checkpoint["transformer_lab"]
+    restore_code(meta, str(path))  # (a user's model: the folder its run imported it from)
     return model_from_checkpoint(meta, model_state(checkpoint)).to(map_location).eval(), meta
 
 

@@ -48,6 +48,7 @@ def evaluate(
     from transformer_lab.checkpoint import check_compatible, check_state_fits, checkpoint_of, read_checkpoint
     from transformer_lab.errors import ConfigError
     from transformer_lab.factory import build, check_buildable
+    from transformer_lab.origins import recorded_searchpath, restore_code, with_searchpath
     from transformer_lab.resume import merge_overrides, run_overrides
     from transformer_lab.trainer_args import trainer_arguments
     from transformer_lab.validate import validate
@@ -70,8 +71,11 @@ def evaluate(
         f"paths.data_dir={meta['config']['paths']['data_dir']}",
     ]
     fixed = [f"paths.root_dir={Path.cwd()}", f"paths.output_dir={path.parent}"]
-    given = merge_overrides(merge_overrides(run_overrides(path, meta) or [], defaults), list(overrides))
-    searchpath = [o for o in given if o.split("=", 1)[0] == "hydra.searchpath"]
+    restore_code(meta, str(path))
+    recorded = with_searchpath(run_overrides(path, meta) or [], list(overrides))
+    recorded_searchpath(recorded, str(path))  # (one given here replaces the run's)
+    given = merge_overrides(merge_overrides(recorded, defaults), list(overrides))
+    searchpath = [o for o in given if o.split("=", 1)[0].lstrip("+") == "hydra.searchpath"]
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         try:
             cfg = compose("train", overrides=[o for o in given if o not in searchpath] + fixed + searchpath)

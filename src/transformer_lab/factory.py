@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from transformer_lab.batching.base import Batching
 from transformer_lab.data.base import DATA_DECIDED
 from transformer_lab.errors import ConfigError, first_line
+from transformer_lab.origins import code_roots
 from transformer_lab.tasks.metrics import Metric
 from transformer_lab.trainer_args import check_trainer
 from transformer_lab.validate import NOT_SETTINGS, check_pair, check_settings
@@ -347,6 +348,7 @@ def build(
         "vocab": None,
         **datamodule.checkpoint_meta(),
         "data_files": datamodule.data_files(),
+        "code_roots": code_roots(cfg),  # where a user's classes were imported from (origins.py)
     }
     task = task_class(cfg).build(cfg, model, datamodule, meta)
     return datamodule, model, task

@@ -20,6 +20,7 @@ from transformer_lab.checkpoint import check_compatible, checkpoint_path, read_c
 from transformer_lab.errors import ConfigError, UserError
 from transformer_lab.files import read_json
 from transformer_lab.main import override_key
+from transformer_lab.origins import recorded_searchpath, restore_code, searchpath_override, with_searchpath
 
 log = logging.getLogger(__name__)
 
@@ -61,11 +62,10 @@ def merge_overrides(base: list[str], top: list[str]) -> list[str]:
 
 
 def _recompose(overrides: list[str]) -> DictConfig:
+    """The config composed again from a run's overrides (its search path among them, origins.py)."""
     from hydra import compose
 
-    hydra_cfg = HydraConfig.get()
-    searchpath = [o for o in hydra_cfg.overrides.hydra if o.split("=", 1)[0].lstrip("+") == "hydra.searchpath"]
-    return compose(config_name=hydra_cfg.job.config_name, overrides=[*overrides, *searchpath])
+    return compose(config_name=HydraConfig.get().job.config_name, overrides=overrides)
 
 
 def record_config(cfg: DictConfig, overrides: list[str] | None) -> None:
@@ -95,7 +95,9 @@ def resume_config(cfg: DictConfig) -> tuple[DictConfig, Resumed | None, list[str
     """The config to run, the checkpoint it resumes (None for a new run), and the overrides the run's
     config is composed from (kept in its checkpoints; None outside a Hydra app). A requeued SLURM job
     resumes its own run directory's last.ckpt (its first start's init_from is in there already)."""
-    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else None
+    overrides = None
+    if HydraConfig.initialized():  # what composed this config: the command line and the search path it gives
+        overrides = [*HydraConfig.get().overrides.task, *searchpath_override(HydraConfig.get().searchpath)]
     if requeued(cfg):
         log.info("SLURM requeued this job (restart %s): resuming from its last.ckpt", os.environ["SLURM_RESTART_COUNT"])
         with open_dict(cfg):
@@ -111,6 +113,14 @@ def resume_config(cfg: DictConfig) -> tuple[DictConfig, Resumed | None, list[str
     except UserError as e:
         raise ConfigError("ckpt_path", str(e)) from None
     meta = checkpoint["transformer_lab"]
+    try:  # the run's own code and config groups, wherever this command runs (origins.py)
+        restore_code(meta, str(path))
+        stored = run_overrides(path, meta)
+        if stored is not None:  # (a search path this command gives replaces the run's)
+            stored = with_searchpath(stored, overrides or [])
+            recorded_searchpath(stored, str(path))
+    except UserError as e:
+        raise ConfigError("ckpt_path", str(e)) from None
     shapes = {k: tuple(v.shape) for k, v in checkpoint["state_dict"].items()}
     step, loggers = int(checkpoint.get("global_step") or 0), dict(checkpoint.get("loggers") or {})
     resumed = Resumed(str(path), meta["config"], shapes, step, meta, loggers)
@@ -124,7 +134,6 @@ def resume_config(cfg: DictConfig) -> tuple[DictConfig, Resumed | None, list[str
                 "ckpt_path",
                 f"{path} was trained with {group}={resumed.config[group]['name']}, this run has {group}={option}",
             )
-    stored = run_overrides(path, meta)
     if stored is not None and overrides is not None:
         overrides = merge_overrides(stored, overrides)
         cfg = _recompose(overrides)
