@@ -33,7 +33,7 @@ def sweep(tmp_path_factory):
 
 def compare(*args):
     return subprocess.run(
-        [sys.executable, "-m", "transformer_lab.compare", *map(str, args)],
+        [sys.executable, "-m", "transformer_lab", "compare", *map(str, args)],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -45,17 +45,10 @@ def compare(*args):
 def test_table_shows_what_differs_and_the_summaries(sweep, tmp_path):
     result = compare(
         sweep,
-        "--metrics",
-        "val/loss",
-        "val/acc",
-        "global_step",
-        "--sort",
-        "val/loss",
-        "--plot",
-        "train/loss",
-        "val/acc",
-        "--out",
-        tmp_path / "curves.png",
+        "metrics=val/loss,val/acc,global_step",
+        "sort=val/loss",
+        "plot=[train/loss,val/acc]",
+        f"out={tmp_path / 'curves.png'}",
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -111,7 +104,7 @@ def test_table_shows_resolved_settings_that_differ_in_100_columns(tmp_path, caps
         fake_run(tmp_path / "small_p", ["data=modular", "data.p=11", "model.n_layer=1"], 3.0),
     ]
     monkeypatch.setenv("COLUMNS", "100")
-    assert main([*map(str, runs), "--plot", "val/loss"]) == 0
+    assert main([*map(str, runs), "plot=val/loss"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert max(len(line) for line in lines) <= 100
@@ -136,7 +129,7 @@ def test_a_torn_metrics_line_is_left_out_and_a_broken_summary_is_one_line(tmp_pa
     (run / "metrics.jsonl").write_text(
         '{"step": 1, "train/loss": 2.5}\n{"step": 2, "train/loss": 2.2}\n{"step": 3, "tr'
     )
-    assert main([str(run), "--plot", "train/loss", "--out", str(tmp_path / "plot.png")]) == 0
+    assert main([str(run), "plot=train/loss", f"out={tmp_path / 'plot.png'}"]) == 0
     assert (tmp_path / "plot.png").is_file() and "interrupted" in capsys.readouterr().out
 
     (run / ".hydra").mkdir()
@@ -153,3 +146,78 @@ def test_a_torn_metrics_line_is_left_out_and_a_broken_summary_is_one_line(tmp_pa
     assert (
         exit_.value.code == 2 and err == f"error: {run / 'summary.json'}:2: is not JSON (Expecting value, column 12)\n"
     )
+
+
+@pytest.fixture
+def seeded(tmp_path):
+    """Five runs: two learning rates, three and two seeds; val/loss chosen by hand."""
+    losses = {("1e-3", 0): 2.0, ("1e-3", 1): 2.5, ("1e-3", 2): 3.0, ("3e-3", 0): 1.0, ("3e-3", 1): 1.4}
+    return [
+        fake_run(tmp_path / f"lr{lr}_s{seed}", ["data=modular", f"optim.lr={lr}", f"seed={seed}"], loss)
+        for (lr, seed), loss in losses.items()
+    ]
+
+
+def test_group_by_gives_mean_and_sample_std_and_the_number_of_runs(seeded, capsys, monkeypatch):
+    import statistics
+
+    from transformer_lab.compare import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main([*map(str, seeded), "group_by=optim.lr", "metrics=val/loss,global_step"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["optim.lr", "n", "val/loss", "global_step"]
+    rows = {line.split()[0]: line.split() for line in lines[2:]}
+    low = statistics.stdev([2.0, 2.5, 3.0])  # 0.5, by hand: sqrt(((-.5)^2 + 0 + .5^2) / 2)
+    high = statistics.stdev([1.0, 1.4])
+    assert rows["0.001"] == ["0.001", "3", "2.5", "±", f"{low:.4g}", "10", "±", "0"]
+    assert rows["0.003"] == ["0.003", "2", "1.2", "±", f"{high:.4g}", "10", "±", "0"]
+    assert list(rows) == ["0.003", "0.001"]  # sorted by the mean val/loss
+
+
+def test_a_plot_draws_a_configuration_once_with_its_band_and_labels_only_what_varies(seeded, tmp_path):
+    from transformer_lab.compare import Run, curve, label_keys, mean_std, resolved_settings, seed_groups
+
+    runs = [Run(p, json.loads((p / "summary.json").read_text()), resolved_settings(p)) for p in seeded]
+    # seed and data.seed (which follows it) differ, and optim.lr; only optim.lr tells the groups apart
+    assert label_keys(runs) == ["optim.lr"]
+    assert label_keys(runs, ["seed"]) == ["seed"]
+    groups = seed_groups(runs)
+    assert [(name, len(members)) for name, members in groups] == [("optim.lr=0.001", 3), ("optim.lr=0.003", 2)]
+    steps, values = curve(groups[0][1], "val/loss")
+    assert steps == [5, 10] and values[0] == [2.2, 2.7, 3.2]  # val_loss + 1/5 of each seed
+    assert mean_std(values[0]) == pytest.approx((2.7, 0.5))
+
+    out = tmp_path / "seeds.png"
+    from transformer_lab.compare import main
+
+    assert main([*map(str, seeded), "plot=val/loss", f"out={out}", "band=minmax"]) == 0
+    image = matplotlib.image.imread(out)[..., :3]
+    legend = image[int(image.shape[0] * 0.85) :]  # under the panel: each group's line in the legend, whole
+    for colour in ("C0", "C1"):
+        assert (abs(legend - matplotlib.colors.to_rgb(colour)).max(-1) < 0.05).sum() > 20, colour
+    for colour in ("C0", "C1"):  # two lines, not five, and each group's band in a paler shade of its colour
+        rgb = matplotlib.colors.to_rgb(colour)
+        assert (abs(image - rgb).max(-1) < 0.05).sum() > 100, colour
+        pale = [0.8 * 1 + 0.2 * c for c in rgb]  # alpha 0.2 over white
+        assert (abs(image - pale).max(-1) < 0.03).sum() > 100, colour
+    assert (abs(image - matplotlib.colors.to_rgb("C2")).max(-1) < 0.05).sum() == 0  # no third line
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--plot", "val/loss"], "error: unknown flag '--plot': options are key=value; compare takes: paths,"),
+        (["band=wide"], "error: band: must be one of std, minmax, none, got 'wide'"),
+        (["label=nope"], "error: label: no run has the setting 'nope' (.hydra/config.yaml)"),
+        (["group_by=nope"], "error: label: no run has the setting 'nope' (.hydra/config.yaml)"),
+        (["logx=maybe"], "error: logx: must be true or false, got 'maybe'"),
+    ],
+)
+def test_compares_mistakes_are_one_line(seeded, capsys, arguments, message):
+    from transformer_lab.compare import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main([*map(str, seeded), *arguments, "plot=val/loss"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith(message) and err.count("\n") == 1

@@ -408,7 +408,7 @@ def test_a_task_yamls_batches_and_metrics_are_checked_before_the_run(tmp_path, o
     assert str(refused.value).startswith(message)
 
 
-NO_GENERATE = '''
+NO_GENERATE = """
 from dataclasses import dataclass
 from torch import nn
 
@@ -430,7 +430,7 @@ class Bare(nn.Module):
 
     def forward(self, idx):
         return self.embed(idx)
-'''
+"""
 
 
 @pytest.mark.parametrize(

@@ -595,7 +595,7 @@ def test_export_checks_its_directory_first_and_replaces_it_whole_only_when_asked
     if not __import__("os").access(readonly, __import__("os").W_OK):  # (root writes anywhere)
         with pytest.raises(UserError, match="cannot write into"):
             export(ckpt, readonly / "out")
-    # --overwrite never replaces what is not a model directory, what holds the checkpoint, or the working directory
+    # overwrite=true never replaces what is not a model directory, what holds the checkpoint, or the working directory
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "todo.txt").write_text("mine\n")
     run = tmp_path / "run"
@@ -613,11 +613,11 @@ def test_export_checks_its_directory_first_and_replaces_it_whole_only_when_asked
     (tmp_path / "no-config").mkdir()
     (tmp_path / "no-config" / "vocab.json").write_text("{}")
     for out, message in (
-        (tmp_path / "notes", r"notes holds todo.txt: not a model directory --overwrite replaces \(it deletes"),
+        (tmp_path / "notes", r"notes holds todo.txt: not a model directory overwrite=true replaces \(it deletes"),
         (run, "run holds checkpoints/, summary.json: not a model directory"),
         (outer, "outer holds notes.txt, run/: not a model directory"),
         (tmp_path / "no-config", "no-config has no config.json: not a model directory"),
-        (tmp_path, f"--overwrite would delete {tmp_path}, what holds {ckpt}"),
+        (tmp_path, f"overwrite=true would delete {tmp_path}, what holds {ckpt}"),
         (link, "is a symbolic link: give the directory itself"),
         (Path.cwd(), "the working directory or one above it"),
         (Path.cwd().parent, "the working directory or one above it"),

@@ -55,10 +55,12 @@ def test_multirun_jobs_are_named_grouped_tagged_with_resolved_config(tmp_path):
         ids.add(run["run_id"])
         assert f"data.p={p}" in run["display_name"] and "trainer.max_steps=23" in run["display_name"]
         assert run["run_group"] == str(tmp_path) and sorted(run["tags"]) == [
+            f"data.p={p}",  # the setting the sweep varies
             "data=modular",
             "hardware=cpu",
             "model=gpt",
         ]
+        assert run["job_type"] == f"data.p={p}"  # W&B's grouping by job type: one line per configuration
         (config,) = [c["update"] for c in run_records["config"] if "data" in c["update"]]
         assert config["data"]["p"] == int(p) and config["paths"]["output_dir"] == str(tmp_path / job)  # resolved
         assert config["data"]["seed"] == config["seed"] == 1337  # an interpolation, resolved
@@ -127,3 +129,14 @@ def test_a_resumed_run_continues_its_wandb_run_at_the_right_step(tmp_path):
     assert fork.returncode == 0, fork.stderr[-3000:]
     (forked,) = (tmp_path / "fork" / "wandb").glob("offline-run-*")
     assert history_of(forked)[0]["run_id"] != first["run_id"]
+
+
+def test_a_sweeps_varied_settings_without_seeds_are_its_jobs_job_type():
+    from transformer_lab.loggers import swept
+
+    overrides = ["data=modular", "optim.lr=0.003", "seed=1", "data.seed=4", "trainer.max_steps=50"]
+    argv = ["-m", "data=modular", "optim.lr=1e-3,3e-3", "seed=range(3)", "data.seed=4,5", "trainer.max_steps=50"]
+    assert swept(overrides, argv, None) == ["optim.lr=0.003"]  # seeds are a configuration's repeats
+    assert swept(overrides, ["-m", "model.n_layer=[1,2]"], {"trainer.max_steps": "choice(50, 100)"}) == [
+        "trainer.max_steps=50"  # a list value is no sweep; the sweeper's params are
+    ]

@@ -1,14 +1,14 @@
 """Classify with a trained BERT-style classifier: one input a line, its class and probability.
 
-    python -m transformer_lab.classify outputs/DATE/TIME text="3 + 5 ="
-    python -m transformer_lab.classify outputs/DATE/TIME top=3 < equations.txt
+    python -m transformer_lab classify outputs/DATE/TIME text="3 + 5 ="
+    python -m transformer_lab classify outputs/DATE/TIME top=3 < equations.txt
 
 The first argument is a run directory (its checkpoints/best.ckpt, else last.ckpt) or a checkpoint file.
 Every input line gets one output line, tab-separated: the input, then the `top` most likely classes, each
 with its probability (`3 + 5 =<TAB>8<TAB>0.974`). A line the model cannot read gets the input alone and
 a warning on stderr, as does an empty line; a line as long as the model reads is classified on what fits, with
 a warning. A `text<TAB>label` line (a data=labelled file) is classified on its text alone, and its output line
-holds the text; `python -m transformer_lab.evaluate RUN data.path=FILE` scores such a file.
+holds the text; `python -m transformer_lab evaluate RUN data.path=FILE` scores such a file.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
-from transformer_lab.inference import batched, encoder, input_lines, load, run_command, warn, with_defaults
+from transformer_lab.cli import Command, run
+from transformer_lab.inference import batched, encoder, input_lines, load, warn, with_defaults
 
 DEFAULTS = {"ckpt": None, "text": None, "top": 1, "batch_size": 256, "device": "cpu"}
 MINIMUMS = {"top": 1, "batch_size": 1}
@@ -60,12 +61,16 @@ def classify(
         yield from outputs
 
 
-def main(argv: list[str] | None = None) -> None:
-    def lines(args: dict):
-        for line, ranked in classify(args, input_lines(args.pop("text")), names=True):
-            yield "\t".join([line, *(f"{c}\t{p:.3f}" for c, p in ranked)])
+def lines(args: dict):
+    for line, ranked in classify(args, input_lines(args.pop("text", None)), names=True):
+        yield "\t".join([line, *(f"{c}\t{p:.3f}" for c, p in ranked)])
 
-    run_command(argv, __doc__, DEFAULTS, lines)
+
+COMMAND = Command("classify", __doc__, DEFAULTS, lines, text=("text", "device"))
+
+
+def main(argv: list[str] | None = None) -> None:
+    run("classify", argv)
 
 
 if __name__ == "__main__":

@@ -1,29 +1,38 @@
 """Compare runs without a server: a table of what differs between runs and their results, and plots.
 
-    python -m transformer_lab.compare outputs/2026-11-22/*            # run directories
-    python -m transformer_lab.compare multirun/2026-11-22/10-00-00    # a sweep: every run under it
-    python -m transformer_lab.compare RUNS... --sort val/acc --metrics val/acc train/loss
-    python -m transformer_lab.compare RUNS... --plot train/acc val/acc --logx --out curves.png
+    python -m transformer_lab compare outputs/2026-11-22/*            # run directories
+    python -m transformer_lab compare multirun/2026-11-22/10-00-00    # a sweep: every run under it
+    python -m transformer_lab compare RUNS... sort=val/acc descending=true metrics=val/acc,train/loss
+    python -m transformer_lab compare RUNS... group_by=optim.lr       # mean ± std per learning rate, n seeds
+    python -m transformer_lab compare RUNS... plot=train/loss,val/acc logx=true out=curves.png label=optim.lr
 
 A run directory is one with a summary.json. The table shows the settings that differ between the runs'
 resolved configs (.hydra/config.yaml: a default that differs counts as much as an override; settings
 that only name the run's own directory are left out), then their results; a table wider than the
-terminal (100 columns when not one) is turned so that each run is a column, in groups that fit. Curves
-come from metrics.jsonl; the plot goes to the first run's directory unless --out says where.
+terminal (100 columns when not one) is turned so that each run is a column, in groups that fit.
+`group_by=KEY[,KEY]`: one row per value of those settings, each metric as mean ± std (the sample standard
+deviation, n - 1) over its runs, and n, their number.
+
+Curves come from metrics.jsonl. Runs that differ only in their seeds (`seed`, `*.seed`) are one line, the
+mean at each step, with a band: `band=std` (mean ± sample std, the default), `band=minmax` (the lowest
+to the highest run) or `band=none` (the mean alone); a group's label ends in its number of runs. Labels
+hold the settings that vary across the groups (a setting that only follows another, as data.seed follows
+seed, is left out), or those `label=KEY[,KEY]` names. The plot goes to the first run's directory unless
+`out=FILE` says where.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import transformer_lab.config  # noqa: F401  (the resolvers of .hydra/config.yaml: ${suggested:...})
+from transformer_lab import cli
 from transformer_lab.callbacks.history import read_history
-from transformer_lab.errors import UserError, exit_on_user_error
+from transformer_lab.config import is_seed  # (and the resolvers of .hydra/config.yaml: ${suggested:...})
+from transformer_lab.errors import UserError
 from transformer_lab.files import BadFile, read_json, read_text
 from transformer_lab.rundir import OVERWRITTEN, recover
 
@@ -169,66 +178,188 @@ def _aligned(rows: list[list[str]]) -> list[str]:
     return lines
 
 
-def plot(runs: list[Run], metrics: list[str], out: Path, logx: bool = False) -> Path:
+def label_keys(runs: list[Run], chosen: list[str] | None = None) -> list[str]:
+    """The settings that tell the runs' groups apart: those that differ, less the seeds, and less a setting
+    whose values only follow another's (callbacks.long_run.model follows model.name): the one every run has,
+    an option's name, or the shorter name stays."""
+    if chosen:
+        unknown = [k for k in chosen if not any(k in r.settings for r in runs)]
+        if unknown:
+            raise UserError(f"label: no run has the setting {unknown[0]!r} (.hydra/config.yaml)")
+        return list(chosen)
+    kept: list[str] = []
+    seen: set[tuple] = set()
+
+    def rank(key: str) -> tuple:  # a key every run has first, then an option's name (model.name), then the shortest
+        return (any(key not in r.settings for r in runs), not key.endswith(".name"), key.count("."), len(key), key)
+
+    for key in sorted((k for k in differing_keys(runs) if not is_seed(k)), key=rank):
+        partition = _partition(runs, key)
+        if partition not in seen:
+            seen.add(partition)
+            kept.append(key)
+    return sorted(kept)
+
+
+def _partition(runs: list[Run], key: str) -> tuple:
+    """Which runs share a value of `key`: the runs' indices grouped, independent of the values themselves."""
+    groups: dict[str | None, list[int]] = {}
+    for i, run in enumerate(runs):
+        groups.setdefault(run.settings.get(key), []).append(i)
+    return tuple(sorted(tuple(g) for g in groups.values()))
+
+
+def groups_by(runs: list[Run], keys: list[str]) -> list[tuple[str, list[Run]]]:
+    """The runs grouped by their values of `keys`, in the order first seen; each group's label."""
+    groups: dict[tuple, list[Run]] = {}
+    for run in runs:
+        groups.setdefault(tuple(run.settings.get(k) for k in keys), []).append(run)
+    return [(label(members[0], keys) if keys else "all runs", members) for members in groups.values()]
+
+
+def seed_groups(runs: list[Run]) -> list[tuple[str, list[Run]]]:
+    """Runs that differ only in their seeds, together, labelled by the settings that vary across groups."""
+    return groups_by(runs, [k for k in differing_keys(runs) if not is_seed(k)])
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """The mean and the sample standard deviation (n - 1; 0 for one value)."""
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, 0.0
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def grouped_table(runs: list[Run], keys: list[str], metrics: list[str], sort: str | None, descending: bool):
+    """Header and rows for group_by: the keys' values, n, and each metric's mean ± std over the group."""
+    rows = []
+    for _, members in groups_by(runs, keys):
+        cells, order = [], None
+        for metric in metrics:
+            values = [r.summary[metric] for r in members if _number(r.summary.get(metric))]
+            if not values:
+                cells.append("-")
+                continue
+            mean, std = mean_std(values)
+            cells.append(f"{fmt(mean)} ± {fmt(std)}" + (f" ({len(values)})" if len(values) < len(members) else ""))
+            if metric == sort:
+                order = mean
+        rows.append(([members[0].settings.get(k, "-") for k in keys], len(members), cells, order))
+    if sort:
+        rows.sort(key=lambda row: (row[3] is None, -(row[3] or 0) if descending else (row[3] or 0)))
+    return [[*keys, "n", *metrics], *[[*values, str(n), *cells] for values, n, cells, _ in rows]]
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def curve(members: list[Run], metric: str) -> tuple[list[int], list[list[float]]]:
+    """A group's curve of `metric`: the steps every member logged it at, and the members' values there."""
+    histories = [{r["step"]: r[metric] for r in run.history() if _number(r.get(metric))} for run in members]
+    steps = sorted(set.intersection(*(set(h) for h in histories))) if histories else []
+    return steps, [[h[s] for h in histories] for s in steps]
+
+
+def plot(
+    runs: list[Run], metrics: list[str], out: Path, logx: bool = False, band: str = "std", labels: list | None = None
+) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display needed
     import matplotlib.pyplot as plt
 
-    keys = differing_keys(runs)
-    fig, axes = plt.subplots(
-        1, len(metrics), figsize=(5 * len(metrics), 3.8 + 0.25 * len(runs) * (len(runs) > 1)), squeeze=False
-    )
+    keys = label_keys(runs, labels)
+    groups = [(label(members[0], keys) if keys else _name(members), members) for _, members in seed_groups(runs)]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 3.8), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
-        for i, run in enumerate(runs):
-            points = [(r["step"], r[metric]) for r in run.history() if metric in r]
-            if points:
-                steps, values = zip(*points)
-                ax.plot(steps, values, color=f"C{i % 10}", marker="o" if len(points) < 30 else None, markersize=3)
+        for i, (_, members) in enumerate(groups):
+            steps, values = curve(members, metric)
+            if not steps:
+                continue
+            mean = [sum(v) / len(v) for v in values]
+            colour = f"C{i % 10}"
+            ax.plot(steps, mean, color=colour, marker="o" if len(steps) < 30 else None, markersize=3)
+            if len(members) > 1 and band != "none":
+                if band == "std":
+                    spread = [mean_std(v)[1] for v in values]
+                    low, high = [m - s for m, s in zip(mean, spread)], [m + s for m, s in zip(mean, spread)]
+                else:
+                    low, high = [min(v) for v in values], [max(v) for v in values]
+                ax.fill_between(steps, low, high, color=colour, alpha=0.2, linewidth=0)
         ax.set_title(metric)
         ax.set_xlabel("step")
         if logx:
             ax.set_xscale("log")
         ax.grid(alpha=0.3)
-    if len(runs) > 1:  # one legend for all panels, under them
-        handles = [plt.Line2D([], [], color=f"C{i % 10}") for i in range(len(runs))]
-        fig.legend(
-            handles, [label(r, keys)[:100] for r in runs], loc="lower center", fontsize="small", ncol=1, frameon=False
-        )
-        fig.subplots_adjust(bottom=0.18 + 0.05 * len(runs), wspace=0.3)
-    else:
-        fig.tight_layout()
+    if len(groups) > 1 or any(len(m) > 1 for _, m in groups):  # one legend for all panels, under them
+        what = {"std": "mean ± std", "minmax": "mean, min–max", "none": "mean"}[band]
+        names = [
+            _cut(name, 60) + (f"  ({len(members)} runs, {what})" if len(members) > 1 else "")
+            for name, members in groups
+        ]
+        handles = [plt.Line2D([], [], color=f"C{i % 10}") for i in range(len(groups))]
+        columns = max(1, min(len(names), int(5 * len(metrics) * 110 / (7 * max(len(n) for n in names) + 60))))
+        fig.legend(handles, names, loc="upper center", bbox_to_anchor=(0.5, 0.0), fontsize="small", ncol=columns,
+                   frameon=False)  # fmt: skip
+    fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
+    fig.savefig(out, dpi=110, bbox_inches="tight")  # (the legend below the panels is kept whole)
     plt.close(fig)
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m transformer_lab.compare", description=__doc__.split("\n")[0])
-    parser.add_argument("paths", nargs="+", help="run directories, or directories holding runs (a sweep)")
-    parser.add_argument("--metrics", nargs="+", help="summary.json keys to show (default: the common ones present)")
-    parser.add_argument("--sort", help="sort by this metric (default: val/loss when present)")
-    parser.add_argument("--descending", action="store_true", help="largest first (e.g. for val/acc, test/bleu)")
-    parser.add_argument("--plot", nargs="+", metavar="METRIC", help="plot these metrics against step")
-    parser.add_argument("--logx", action="store_true", help="logarithmic step axis")
-    parser.add_argument("--out", help="where the plot goes (default: compare.png in the first run's directory)")
-    args = parser.parse_args(argv)
-    with exit_on_user_error():  # a summary.json or metrics.jsonl that is not what it claims: one line
-        return compare(args)
+def _name(members: list[Run]) -> str:
+    return members[0].path.name if len(members) == 1 else f"{members[0].path.parent.name}/*"
 
 
-def compare(args: argparse.Namespace) -> int:
-    runs = find_runs(args.paths)
+BANDS = ("std", "minmax", "none")
+OPTIONS = {
+    "paths": [],
+    "metrics": [],
+    "sort": None,
+    "descending": False,
+    "group_by": [],
+    "plot": [],
+    "band": "std",
+    "label": [],
+    "logx": False,
+    "out": None,
+}
+
+
+def compared(args: dict):
+    """The command: the table, and the plot where asked."""
+    options = {**OPTIONS, **args}
+    for key in ("descending", "logx"):
+        if not isinstance(options[key], bool):
+            raise UserError(f"{key}: must be true or false, got {options[key]!r}")
+    if options["band"] not in BANDS:
+        raise UserError(f"band: must be one of {', '.join(BANDS)}, got {options['band']!r}")
+    if not options["paths"]:
+        raise UserError("which runs? python -m transformer_lab compare RUN_DIR_OR_SWEEP ... (--help)")
+    runs = find_runs(options["paths"])
     if not runs:
-        print(f"error: no run directories (with a summary.json) under {' '.join(args.paths)}", file=sys.stderr)
-        return 2
-    metrics = args.metrics or [m for m in DEFAULT_METRICS if any(m in r.summary for r in runs)]
-    sort = args.sort or ("val/loss" if any("val/loss" in r.summary for r in runs) else None)
-    print(render(table(runs, metrics, sort, args.descending), shutil.get_terminal_size((100, 24)).columns))
-    if args.plot:
-        out = Path(args.out) if args.out else runs[0].path / "compare.png"
-        print(f"plot: {plot(runs, args.plot, out, args.logx)}")
+        raise UserError(f"no run directories (with a summary.json) under {' '.join(options['paths'])}")
+    metrics = options["metrics"] or [m for m in DEFAULT_METRICS if any(m in r.summary for r in runs)]
+    sort = options["sort"] or ("val/loss" if any("val/loss" in r.summary for r in runs) else None)
+    width = shutil.get_terminal_size((100, 24)).columns
+    if options["group_by"]:
+        keys = label_keys(runs, options["group_by"])
+        numeric = [m for m in metrics if m != "status"]
+        yield render(grouped_table(runs, keys, numeric, sort, options["descending"]), width)
+    else:
+        yield render(table(runs, metrics, sort, options["descending"]), width)
+    if options["plot"]:
+        out = Path(options["out"]) if options["out"] else runs[0].path / "compare.png"
+        yield f"plot: {plot(runs, options['plot'], out, options['logx'], options['band'], options['label'])}"
+
+
+COMMAND = cli.Command("compare", __doc__, OPTIONS, compared, paths=("paths",), text=("sort", "band", "out"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    cli.run("compare", argv)
     return 0
 
 

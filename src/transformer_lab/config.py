@@ -52,6 +52,12 @@ DATA = {
 SETTINGS = {target: config_class for target, config_class in (*MODELS.values(), *DATA.values(), *TASKS.values())}
 
 
+def is_seed(key: str) -> bool:
+    """A setting that only seeds randomness: `seed`, or a section's (data.seed, task.sample.seed); runs that
+    differ only in these are one configuration's repeats (compare averages them; W&B's job_type omits them)."""
+    return key == "seed" or key.endswith(".seed")
+
+
 def suggested(key: str, default) -> str:
     """A model's numeric setting left at its default, `${suggested:KEY,DEFAULT}`: the data's suggestion,
     `data.model_defaults.KEY` (data=modular: a 2 x 128 GPT for 4-token equations), else the default. A value in

@@ -1,10 +1,10 @@
 """Evaluate a trained model on its run's data, without training: loss and perplexity, accuracy, BLEU.
 
-    python -m transformer_lab.evaluate RUN_DIR_OR_CKPT [split=val|test] [out=FILE] [weights=trained] [overrides ...]
+    python -m transformer_lab evaluate RUN_DIR_OR_CKPT [split=val|test] [out=FILE] [weights=trained] [overrides ...]
 
-    python -m transformer_lab.evaluate outputs/DATE/TIME split=test task.decode.beam_size=8
-    python -m transformer_lab.evaluate outputs/DATE/TIME/checkpoints/last.ckpt trainer.limit_val_batches=50
-    python -m transformer_lab.evaluate outputs/DATE/TIME data.path=my_text.txt
+    python -m transformer_lab evaluate outputs/DATE/TIME split=test task.decode.beam_size=8
+    python -m transformer_lab evaluate outputs/DATE/TIME/checkpoints/last.ckpt trainer.limit_val_batches=50
+    python -m transformer_lab evaluate outputs/DATE/TIME data.path=my_text.txt
 
 A run directory means its checkpoints/best.ckpt (last.ckpt where there is no best). The config is the
 checkpoint's run's (its overrides, as resume uses them) with these overrides on top: decoding
@@ -20,12 +20,12 @@ default, and the trained weights beside it: `weights=trained` evaluates those (w
 from __future__ import annotations
 
 import json
-import sys
 import warnings
 from pathlib import Path
 
+from transformer_lab.cli import Command, run
 from transformer_lab.config import CONF
-from transformer_lab.errors import UserError, exit_on_user_error
+from transformer_lab.errors import UserError
 
 USAGE = __doc__.split("\n\n")[1]
 
@@ -120,30 +120,31 @@ def evaluate(
     return result
 
 
+def evaluated(args: dict):
+    if not args.get("ckpt"):
+        raise UserError(f"which run? {USAGE.strip()}")
+    result = evaluate(
+        args["ckpt"], args.get("split", "val"), args["overrides"], args.get("out"), args.get("weights", "saved")
+    )
+    width = max(len(name) for name in result["metrics"])
+    yield f"{result['checkpoint']} (step {result['step']}), split={result['split']}:"
+    for name, value in result["metrics"].items():
+        yield f"  {name:<{width}}  {value:.4f}"
+    yield f"written to {Path(args['out']) if args.get('out') else Path(result['checkpoint']).parent / 'eval.json'}"
+
+
+COMMAND = Command(
+    "evaluate",
+    __doc__,
+    {"ckpt": None, "split": "val", "out": None, "weights": "saved"},
+    evaluated,
+    text=("split", "out", "weights"),
+    overrides=True,
+)
+
+
 def main(argv: list[str] | None = None) -> None:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__.strip())
-        return
-    with exit_on_user_error():
-        target, options = argv[0], {"split": "val", "out": None, "weights": "saved"}
-        overrides = []
-        for item in argv[1:]:
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise UserError(f"expected key=value, got {item!r}\nusage: {USAGE.strip()}")
-            if key in options:
-                options[key] = value
-            else:
-                overrides.append(item)
-        result = evaluate(target, options["split"], overrides, options["out"], options["weights"])
-        width = max(len(name) for name in result["metrics"])
-        print(f"{result['checkpoint']} (step {result['step']}), split={result['split']}:")
-        for name, value in result["metrics"].items():
-            print(f"  {name:<{width}}  {value:.4f}")
-        print(
-            f"written to {Path(options['out']) if options['out'] else Path(result['checkpoint']).parent / 'eval.json'}"
-        )
+    run("evaluate", argv)
 
 
 if __name__ == "__main__":

@@ -2,20 +2,19 @@
 tokenizer_config.json, which `AutoModelFor...from_pretrained(OUT_DIR)` and `AutoTokenizer.from_pretrained(OUT_DIR)`
 load (pretrained.py has the families and their tables).
 
-    python -m transformer_lab.export outputs/DATE/TIME exported/   # a run directory (its best.ckpt) or a .ckpt
-    python -m transformer_lab.export outputs/DATE/TIME exported/ --overwrite   # replace what exported/ holds
+    python -m transformer_lab export outputs/DATE/TIME exported/   # a run directory (its best.ckpt) or a .ckpt
+    python -m transformer_lab export outputs/DATE/TIME exported/ overwrite=true   # replace what exported/ holds
 
 Everything is checked before anything is written, and the files are written into a temporary directory
-beside OUT_DIR that is renamed into place: OUT_DIR is new (or an empty directory), or, with --overwrite, the
+beside OUT_DIR that is renamed into place: OUT_DIR is new (or an empty directory), or, with overwrite=true, the
 directory it was is replaced whole (a model directory's other files would otherwise sit beside the new ones).
-`--overwrite` replaces only a model directory (a config.json and a model's other files, nothing else: not a
+`overwrite=true` replaces only a model directory (a config.json and a model's other files, nothing else: not a
 run, not your notes), never what holds the checkpoint exported, the working directory or one above it. A classifier's config.json names its
 classes (`id2label`, `label2id`) as its data named them, and its tokenizer adds the `[CLS] ... [SEP]` it read.
 """
 
 from __future__ import annotations
 
-import argparse
 import fnmatch
 import json
 import logging
@@ -27,7 +26,8 @@ from pathlib import Path
 
 import torch
 
-from transformer_lab.errors import ConfigError, UserError, exit_on_user_error
+from transformer_lab.cli import Command, run
+from transformer_lab.errors import ConfigError, UserError
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ def with_classifier_specials(tokenizer, meta: dict):
     return tokenizer
 
 
-# What a Transformers model directory holds (save_pretrained's files, a hub repository's): --overwrite replaces a
+# What a Transformers model directory holds (save_pretrained's files, a hub repository's): overwrite=true replaces a
 # directory of these alone; anything else in it (a run, notes, a subfolder) is refused by name.
 MODEL_FILES = (
     "config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin",
@@ -153,7 +153,7 @@ MODEL_FILES = (
 
 
 def check_out_dir(out: Path, overwrite: bool, checkpoint: Path) -> None:
-    """OUT_DIR may be written: a new path, an empty directory, or, with --overwrite, a model directory to
+    """OUT_DIR may be written: a new path, an empty directory, or, with overwrite=true, a model directory to
     replace (MODEL_FILES alone, a config.json among them). Never what holds the checkpoint being exported,
     the working directory or one above it, the home directory or the root."""
     if out.is_symlink():
@@ -164,7 +164,7 @@ def check_out_dir(out: Path, overwrite: bool, checkpoint: Path) -> None:
     if held and not overwrite:
         listed = ", ".join(p.name for p in held[:4]) + (", ..." if len(held) > 4 else "")
         raise UserError(
-            f"export: {out} is not empty ({listed}): choose a new directory, or add --overwrite to replace the "
+            f"export: {out} is not empty ({listed}): choose a new directory, or add overwrite=true to replace the "
             "model directory it is whole"
         )
     if held:
@@ -175,7 +175,7 @@ def check_out_dir(out: Path, overwrite: bool, checkpoint: Path) -> None:
             else f"what holds {checkpoint}" if checkpoint.resolve().is_relative_to(real) else None
         )  # fmt: skip
         if why:
-            raise UserError(f"export: --overwrite would delete {out}, {why}: choose a new directory")
+            raise UserError(f"export: overwrite=true would delete {out}, {why}: choose a new directory")
         foreign = [p.name + ("/" if p.is_dir() else "") for p in held
                    if p.is_dir() or not any(fnmatch.fnmatch(p.name, pattern) for pattern in MODEL_FILES)]  # fmt: skip
         if foreign or not (out / "config.json").is_file():
@@ -185,7 +185,7 @@ def check_out_dir(out: Path, overwrite: bool, checkpoint: Path) -> None:
                 else "has no config.json"
             )
             raise UserError(
-                f"export: {out} {what}: not a model directory --overwrite replaces (it deletes the directory "
+                f"export: {out} {what}: not a model directory overwrite=true replaces (it deletes the directory "
                 "whole); choose a new directory"
             )
     parent = out.resolve().parent
@@ -275,18 +275,22 @@ def replace_dir(new: Path, out: Path) -> Path | None:
     return old
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m transformer_lab.export", description=__doc__.split("\n\n")[0])
-    parser.add_argument("run", help="a run directory (its checkpoints/best.ckpt, else last.ckpt) or a .ckpt file")
-    parser.add_argument("out_dir", help="the Transformers directory to write (new, or empty)")
-    parser.add_argument(
-        "--overwrite", action="store_true", help="replace OUT_DIR whole where it holds a model (a config.json)"
-    )
-    args = parser.parse_args(argv)
+def exported(args: dict):
+    if not args.get("ckpt") or not args.get("out"):
+        raise UserError("usage: python -m transformer_lab export RUN_DIR_OR_CKPT OUT_DIR [overwrite=true]")
+    overwrite = args.get("overwrite", False)
+    if not isinstance(overwrite, bool):
+        raise ConfigError("overwrite", f"must be true or false, got {overwrite!r}")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    with exit_on_user_error():
-        out = export(args.run, args.out_dir, args.overwrite)
-    print(f"wrote {out}: AutoModel*.from_pretrained({str(out)!r}), AutoTokenizer.from_pretrained({str(out)!r})")
+    out = export(args["ckpt"], args["out"], overwrite)
+    yield f"wrote {out}: AutoModel*.from_pretrained({str(out)!r}), AutoTokenizer.from_pretrained({str(out)!r})"
+
+
+COMMAND = Command("export", __doc__, {"ckpt": None, "out": None, "overwrite": False}, exported, paths=("ckpt", "out"))
+
+
+def main(argv: list[str] | None = None) -> None:
+    run("export", argv)
 
 
 if __name__ == "__main__":

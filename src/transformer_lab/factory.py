@@ -202,7 +202,8 @@ def check_model(cfg: DictConfig, datamodule: Batching) -> None:
     missing = {m: o for m, o in task_cls.model_needs(cfg, metrics).items() if not callable(getattr(model_cls, m, None))}
     if missing:
         listed = ", ".join(
-            f"{method}() ({f'{without} does without it' if without else 'needed'})" for method, without in missing.items()
+            f"{method}() ({f'{without} does without it' if without else 'needed'})"
+            for method, without in missing.items()
         )
         raise ConfigError(
             "model",

@@ -1,7 +1,7 @@
 """Fill the gaps of a text with a trained T5 (span corruption) model.
 
-    python -m transformer_lab.fill outputs/DATE/TIME text="To be, or not <X0> be: that is the <X1>"
-    python -m transformer_lab.fill outputs/DATE/TIME < gapped.txt > filled.txt   # a text a line
+    python -m transformer_lab fill outputs/DATE/TIME text="To be, or not <X0> be: that is the <X1>"
+    python -m transformer_lab fill outputs/DATE/TIME < gapped.txt > filled.txt   # a text a line
 
 The first argument is a run directory (its checkpoints/best.ckpt, else last.ckpt) or a checkpoint file.
 Mark each gap with a sentinel, <X0>, <X1>, ... in order, as the training examples show them. Every input
@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterable, Iterator
 import torch
 
 from transformer_lab.batching.span_corruption import fill_spans
-from transformer_lab.inference import batched, encoder, input_lines, load, run_command, warn, with_defaults
+from transformer_lab.cli import Command, run
+from transformer_lab.inference import batched, encoder, input_lines, load, warn, with_defaults
 from transformer_lab.tasks.decoding import fill_spans_greedy
 
 DEFAULTS = {"ckpt": None, "text": None, "max_len": 100, "spans": False, "batch_size": 64, "device": "cpu"}
@@ -52,8 +53,13 @@ def fill(args: dict, lines: Iterable[str], warn: Callable[[str], None] = warn) -
         yield from outputs
 
 
+COMMAND = Command(
+    "fill", __doc__, DEFAULTS, lambda args: fill(args, input_lines(args.pop("text", None))), text=("text", "device")
+)
+
+
 def main(argv: list[str] | None = None) -> None:
-    run_command(argv, __doc__, DEFAULTS, lambda args: fill(args, input_lines(args.pop("text"))))
+    run("fill", argv)
 
 
 if __name__ == "__main__":

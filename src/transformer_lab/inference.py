@@ -1,15 +1,13 @@
-"""What the inference commands (sample, translate, fill, classify) share: the command line (a run directory
-or checkpoint, then key=value options), and loading a checkpoint of the kind the command serves, with the
-data module that turns its text into ids and back (built from the checkpoint alone, no file read)."""
+"""What the inference commands (sample, translate, fill, classify) share: their options' checks, and loading a
+checkpoint of the kind the command serves, with the data module that turns its text into ids and back (built
+from the checkpoint alone, no file read). Their command line is cli.py's."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Iterator
 
-import yaml
-
-from transformer_lab.errors import ConfigError, UserError, exit_on_user_error, require
+from transformer_lab.errors import ConfigError, UserError, require
 
 
 def load(target: str | None, command: str, device: str = "cpu"):
@@ -19,7 +17,7 @@ def load(target: str | None, command: str, device: str = "cpu"):
     from transformer_lab.factory import datamodule_from_checkpoint
 
     if not target:
-        raise UserError(f"which model? python -m transformer_lab.{command} RUN_DIR_OR_CKPT [key=value ...] (--help)")
+        raise UserError(f"which model? python -m transformer_lab {command} RUN_DIR_OR_CKPT [key=value ...] (--help)")
     path = checkpoint_of(target)
     model, meta = load_model(path, map_location=device)
     datamodule = datamodule_from_checkpoint(meta)
@@ -27,9 +25,9 @@ def load(target: str | None, command: str, device: str = "cpu"):
     if serves != command:
         config = meta["config"]
         hint = (
-            f"python -m transformer_lab.{serves} {target}"
+            f"python -m transformer_lab {serves} {target}"
             if serves
-            else f"it has no inference command; python -m transformer_lab.evaluate {target} gives its metrics"
+            else f"it has no inference command; python -m transformer_lab evaluate {target} gives its metrics"
         )
         raise UserError(
             f"{path} holds a model={config['model']['name']} data={config['data']['name']} checkpoint, "
@@ -51,46 +49,6 @@ def encoder(datamodule) -> Callable[[str], list[int]]:
             ) from None
 
     return encode
-
-
-def run_command(
-    argv: list[str] | None,
-    doc: str,
-    defaults: dict,
-    outputs: Callable[[dict], Iterable[str]],
-    text_keys: tuple[str, ...] = ("ckpt", "text", "device"),
-) -> None:
-    """A command's main: --help, or its options parsed and each line of `outputs(options)` printed as soon
-    as it comes; a user's mistake is one `error:` line and exit code 2."""
-    argv = argv if argv is not None else sys.argv[1:]
-    if {"-h", "--help"} & set(argv):
-        return print_help(doc, defaults)
-    with exit_on_user_error():
-        for line in outputs(parse_args(argv, defaults, text_keys)):
-            print(line, flush=True)
-
-
-def print_help(doc: str, defaults: dict) -> None:
-    print(doc.strip())
-    print("\noptions (key=value) and their defaults:")
-    for key, value in defaults.items():
-        print(f"  {key}=" + ("RUN_DIR_OR_CKPT (or the first argument)" if key == "ckpt" else repr(value)))
-
-
-def parse_args(argv: list[str], defaults: dict, text_keys: tuple[str, ...]) -> dict:
-    """The first argument may be the run directory or checkpoint (else `ckpt=`); then key=value pairs,
-    whose values are YAML scalars except those of text_keys, which stay text. Unknown keys are refused."""
-    args = {}
-    for i, item in enumerate(argv):
-        key, sep, value = item.partition("=")
-        if not sep:
-            if i == 0:
-                args["ckpt"] = item
-                continue
-            raise UserError(f"expected key=value, got {item!r} (--help lists the options)")
-        args[key] = value if key in text_keys else yaml.safe_load(value)
-    unknown_options(args, defaults)
-    return {**defaults, **args}  # (checked by the command: with_defaults)
 
 
 def unknown_options(args: dict, defaults: dict) -> None:

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import sys
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+
+from transformer_lab.config import is_seed
 
 log = logging.getLogger(__name__)
 
@@ -26,21 +30,39 @@ def has_wandb_credentials() -> bool:
         return False
 
 
+W_AND_B_LIMIT = 64  # characters of a job_type or a tag
+
+
+def swept(overrides: list[str], argv: list[str], params) -> list[str]:
+    """A multirun job's overrides of the settings its sweep varies, seeds left out: those the command line
+    gave several values (`a,b`, `range(...)`, `choice(...)`) or the sweeper's `params` name."""
+    keys = set(params or {})
+    for argument in argv:
+        key, sep, value = argument.partition("=")
+        if sep and not value.startswith(("[", "{")) and ("," in value or re.match(r"\w+\(", value)):
+            keys.add(key.lstrip("+~"))
+    return [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in keys and not is_seed(o.split("=", 1)[0])]
+
+
 def wandb_identity(cfg: DictConfig, section: DictConfig) -> dict:
-    """A W&B run's name (its overrides), group (its sweep, in a multirun) and tags (model, data, hardware),
-    wherever its logger section leaves them unset."""
-    name, group, hardware = None, None, None
+    """A W&B run's name (its overrides), group (its sweep, in a multirun), job_type (the settings its sweep
+    varies, seeds left out: W&B's grouping by job type averages a configuration's seeds) and tags (model,
+    data, hardware, and those settings), wherever its logger section leaves them unset."""
+    name, group, hardware, varied = None, None, None, []
     if HydraConfig.initialized():
         hydra_cfg = HydraConfig.get()
         overrides = [o for o in hydra_cfg.overrides.task if not o.startswith(("hydra.", "logger."))]
         name = ",".join(overrides) or None
         if hydra_cfg.mode == RunMode.MULTIRUN:
             group = str(Path(hydra_cfg.sweep.dir))
+            varied = swept(overrides, sys.argv[1:], hydra_cfg.sweeper.get("params"))
         hardware = hydra_cfg.runtime.choices.get("hardware")
     tags = [f"model={cfg.model.name}", f"data={cfg.data.name}"] + ([f"hardware={hardware}"] if hardware else [])
+    tags += [t for t in varied if len(t) <= W_AND_B_LIMIT]
     return {
         "name": section.name or name,
         "group": section.group or group,
+        "job_type": section.get("job_type") or (",".join(varied)[:W_AND_B_LIMIT] or None),
         "tags": list(section.tags or []) + [t for t in tags if t not in (section.tags or [])],
     }
 

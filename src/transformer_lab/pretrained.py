@@ -1,4 +1,4 @@
-"""Transformers checkpoints in and out: `init_from=hf:NAME_OR_DIR` and `python -m transformer_lab.export`.
+"""Transformers checkpoints in and out: `init_from=hf:NAME_OR_DIR` and `python -m transformer_lab export`.
 
 A checkpoint's config.json names its `model_type`; each family here (GPT-2, Llama / Mistral / Qwen2, BERT,
 T5, Marian) says which of our models computes what it computes, with which settings, and how its tensors

@@ -1,6 +1,6 @@
 """Sample text from a trained language model (any decoder-only model trained on text).
 
-    python -m transformer_lab.sample outputs/DATE/TIME prompt="ROMEO:" max_new_tokens=500 num_samples=2 \
+    python -m transformer_lab sample outputs/DATE/TIME prompt="ROMEO:" max_new_tokens=500 num_samples=2 \
         temperature=0.8 top_k=200 seed=0
 
 The first argument is a run directory (its checkpoints/best.ckpt, else last.ckpt) or a checkpoint file.
@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import torch
 
+from transformer_lab.cli import Command, run
 from transformer_lab.errors import UserError
-from transformer_lab.inference import encoder, load, run_command, with_defaults
+from transformer_lab.inference import encoder, load, with_defaults
 
 DEFAULTS = {
     "ckpt": None,
@@ -41,12 +42,16 @@ def sample(args: dict) -> list[str]:
     return [datamodule.decode(row.tolist()) for row in out]
 
 
-def main(argv: list[str] | None = None) -> None:
-    def samples(args: dict):
-        for i, text in enumerate(sample(args)):
-            yield from (["-" * 40] if i else []) + [text]
+def samples(args: dict):
+    for i, text in enumerate(sample(args)):
+        yield from (["-" * 40] if i else []) + [text]
 
-    run_command(argv, __doc__, DEFAULTS, samples, text_keys=("prompt", "ckpt", "device"))
+
+COMMAND = Command("sample", __doc__, DEFAULTS, samples, text=("prompt", "device"), minimums=MINIMUMS)
+
+
+def main(argv: list[str] | None = None) -> None:
+    run("sample", argv)
 
 
 if __name__ == "__main__":

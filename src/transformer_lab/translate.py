@@ -1,9 +1,9 @@
 """Translate with a trained translation model: an encoder-decoder, or a decoder-only model trained on
 translation pairs (a prefix LM, `<bos> source <sep>` continued up to <eos>).
 
-    python -m transformer_lab.translate outputs/DATE/TIME text="Ein Mann fährt Fahrrad." \\
+    python -m transformer_lab translate outputs/DATE/TIME text="Ein Mann fährt Fahrrad." \\
         [beam_size=4 length_penalty=0.6 max_extra_len=50]
-    python -m transformer_lab.translate outputs/DATE/TIME < sentences.txt > translations.txt   # a sentence a line
+    python -m transformer_lab translate outputs/DATE/TIME < sentences.txt > translations.txt   # a sentence a line
 
 The first argument is a run directory (its checkpoints/best.ckpt, else last.ckpt) or a checkpoint file.
 Every input line gets exactly one output line, written as soon as its batch is translated. An input the
@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
-from transformer_lab.inference import batched, input_lines, load, run_command, warn, with_defaults
+from transformer_lab.cli import Command, run
+from transformer_lab.inference import batched, input_lines, load, warn, with_defaults
 from transformer_lab.tasks.decoding import Decoded, continue_prompts, decode
 
 DEFAULTS = {
@@ -118,8 +119,17 @@ def translate(args: dict, lines: Iterable[str], warn: Callable[[str], None] = wa
         warn(f"{truncated} output(s) reached the model's length ({model.config.block_size} tokens) and stop there")
 
 
+COMMAND = Command(
+    "translate",
+    __doc__,
+    DEFAULTS,
+    lambda args: translate(args, input_lines(args.pop("text", None))),
+    text=("text", "device"),
+)
+
+
 def main(argv: list[str] | None = None) -> None:
-    run_command(argv, __doc__, DEFAULTS, lambda args: translate(args, input_lines(args.pop("text"))))
+    run("translate", argv)
 
 
 if __name__ == "__main__":
