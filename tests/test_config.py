@@ -371,9 +371,9 @@ def test_the_bases_name_every_attribute_read_from_a_dataset_and_from_a_tasks_bat
             src / "data" / "base.py",
             src / "batching",
             r"\bself\.data\.([a-z_]+)",
-            {"token_streams", "pairs", "equations"},
+            {"token_streams", "pairs", "equations", "labelled"},
         ),
-        (src / "batching" / "base.py", src, r"\bdatamodule\.([a-z_]+)", {"references", "source_tokenizer", "eos_id"}),
+        (src / "batching" / "base.py", src, r"\bdatamodule\.([a-z_]+)", {"references", "source_input", "eos_id"}),
     ):
         read = {name for path in where.rglob("*.py") for name in re.findall(pattern, path.read_text())}
         assert known <= read, base  # (the search finds them)

@@ -4,6 +4,7 @@ own model or dataset"), trained through train.py with no edit to src/."""
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -435,3 +436,179 @@ def test_own_task_trains_a_model_and_checks_its_settings(user_files, user_proces
     )
     refused = user_process.run("model=bert", "data=textfile", "task=focal", *searchpath, f"hydra.run.dir={tmp_path}")
     assert "error: task: task=focal trains a decoder-only model, model=bert is an encoder-only model" in refused.stderr
+
+
+# The datasets of docs/extending.md ("Your own dataset"), one of each form, copied from the page as it is written.
+DOCS = ROOT / "docs" / "extending.md"
+HEADER = re.compile(r"^# (mydata/\w+\.py|myconf/\w+/\w+\.yaml)$")
+
+
+def documented_files() -> dict[str, str]:
+    """Every indented block of the page that starts with `# mydata/NAME.py` or `# myconf/GROUP/NAME.yaml`,
+    up to the next such line or the end of the block: path -> its text."""
+    files, current = {}, None
+    for line in DOCS.read_text().splitlines():
+        if line.startswith("    ") or (not line.strip() and current is not None):
+            text = line[4:]
+            if HEADER.match(text):
+                current = text[2:]
+                files[current] = ""
+            elif current is not None:
+                files[current] += text + "\n"
+        else:
+            current = None
+    return {path: text.strip("\n") + "\n" for path, text in files.items()}
+
+
+@pytest.fixture(scope="module")
+def documented(tmp_path_factory):
+    """The page's files in a user's folder, and a poem for the text dataset."""
+    user = tmp_path_factory.mktemp("documented")
+    for path, text in documented_files().items():
+        (user / path).parent.mkdir(parents=True, exist_ok=True)
+        (user / path).write_text(text)
+    (user / "poem.txt").write_text(TEXT)
+    return user
+
+
+def test_the_page_has_a_complete_dataset_of_each_form():
+    files = documented_files()
+    assert {p for p in files if p.startswith("mydata/")} == {
+        "mydata/charfile.py",
+        "mydata/reverse.py",
+        "mydata/maxof.py",
+        "mydata/shouting.py",
+    }
+    for path, text in files.items():
+        assert "..." not in text, path  # no body left out
+        if path.endswith(".py"):
+            compile(text, path, "exec")
+
+
+def in_folder(user, *arguments, cwd, env=None, timeout=300):
+    return subprocess.run(
+        [sys.executable, *map(str, arguments)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "WANDB_SILENT": "true", **(env or {})},
+    )
+
+
+TINY_MODEL = ["model.n_layer=1", "model.n_head=2", "model.n_embd=32"]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    "form, overrides, chance, command",
+    [
+        ("reverse", ["model=encdec", *TINY_MODEL, "trainer.max_steps=60"], math.log(15), ["translate", "text=a b c"]),
+        ("maxof", ["trainer.max_steps=60"], math.log(12), ["classify"]),  # gpt: no command (evaluate serves it)
+        ("shouting", ["model=bert", *TINY_MODEL, "trainer.max_steps=40"], math.log(2), ["classify", "text=BAD CHEF!"]),
+    ],
+)
+def test_each_documented_form_trains_and_its_command_runs_from_the_run_directory_alone(
+    documented, tmp_path, form, overrides, chance, command
+):
+    run = tmp_path / "run"
+    trained = in_folder(
+        documented,
+        ROOT / "train.py",
+        f"data={form}",
+        *overrides,
+        *FAST,
+        "trainer.val_check_interval=20",
+        f"hydra.searchpath=[file://{documented / 'myconf'}]",
+        f"hydra.run.dir={run}",
+        cwd=documented,
+        env={"PYTHONPATH": "mydata"},
+    )
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    summary = read_summary(run)
+    assert summary["status"] == "completed" and summary["val/loss_best"] < chance - 0.1  # from chance: it learns
+    if form == "maxof":  # the data's suggested sizes, for a model left at its defaults
+        assert "n_layer: 1" in (run / ".hydra" / "config.yaml").read_text() or summary["n_params"] < 20_000
+    # Elsewhere, with neither PYTHONPATH nor the search path: the run directory is enough.
+    evaluated = in_folder(
+        documented, "-m", "transformer_lab", "evaluate", run, "trainer.limit_val_batches=4", cwd=tmp_path
+    )  # (the batches its training validated on: its best.ckpt's val/loss again)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert json.loads((run / "checkpoints" / "eval.json").read_text())["metrics"]["val/loss"] == pytest.approx(
+        summary["val/loss_best"], rel=1e-4
+    )
+    served = in_folder(documented, "-m", "transformer_lab", command[0], run, *command[1:], cwd=tmp_path, env={})
+    if form == "maxof":  # a language model's answer token: classify is a classifier's command, refused by name
+        assert served.returncode == 2 and "which `classify` cannot use" in served.stderr
+        return
+    assert served.returncode == 0, served.stderr[-3000:]
+    (line,) = served.stdout.splitlines()
+    if form == "reverse":
+        assert set(line.split()) <= set("abcdefghij")  # the dataset's decode(): letters between spaces
+    else:
+        text, label, probability = line.split("\t")[:3]
+        assert text == "BAD CHEF!" and label in ("calm", "shouting") and 0 < float(probability) <= 1
+
+
+@pytest.mark.e2e
+def test_a_documented_text_run_resumes_evaluates_samples_exports_and_compares_from_its_directory(documented, tmp_path):
+    run = tmp_path / "poem"
+    trained = in_folder(
+        documented,
+        ROOT / "train.py",
+        "data=charfile",
+        *TINY_MODEL,
+        "trainer.max_steps=30",
+        *FAST,
+        f"hydra.searchpath=[file://{documented / 'myconf'}]",
+        f"hydra.run.dir={run}",
+        cwd=documented,
+        env={"PYTHONPATH": "mydata"},
+    )
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    # Elsewhere (a sibling folder), nothing repeated: resume, evaluate, sample, export, compare.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    resumed = in_folder(
+        documented, ROOT / "train.py", "ckpt_path=last", f"hydra.run.dir={run}", "trainer.max_steps=40", cwd=documented
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert read_summary(run)["global_step"] == 40
+    # The data file is named relative to where the run was trained: evaluate from there, or be told.
+    evaluated = in_folder(documented, "-m", "transformer_lab", "evaluate", run, cwd=documented)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    lost = in_folder(documented, "-m", "transformer_lab", "evaluate", run, cwd=elsewhere)
+    assert lost.returncode == 2 and lost.stderr == (
+        f"error: data=charfile: cannot read poem.txt: No such file or directory; a relative path is read from {elsewhere}\n"
+    )
+    for arguments in (
+        ["export", run, tmp_path / "exported"],
+        ["compare", run, "plot=val/loss", f"out={tmp_path / 'curves.png'}"],
+    ):
+        done = in_folder(documented, "-m", "transformer_lab", *arguments, cwd=elsewhere)
+        assert done.returncode == 0, (arguments[0], done.stderr[-3000:])
+    sample = in_folder(
+        documented, "-m", "transformer_lab", "sample", run, "prompt=the ", "max_new_tokens=12", cwd=elsewhere
+    )
+    assert sample.stdout.startswith("the ") and len(sample.stdout.rstrip("\n")) == 4 + 12
+    refused = in_folder(documented, "-m", "transformer_lab", "sample", run, "prompt=Ω", cwd=elsewhere)
+    assert refused.returncode == 2 and refused.stderr == "error: prompt: has characters not in the vocabulary: ['Ω']\n"
+    assert (tmp_path / "exported" / "config.json").is_file()
+
+    # The code moved away: one line naming it; the configs moved: one line naming them.
+    (documented / "mydata").rename(documented / "mydata_moved")
+    try:
+        gone = in_folder(documented, "-m", "transformer_lab", "sample", run, cwd=elsewhere)
+        assert gone.returncode == 2 and gone.stderr.startswith(f"error: {run / 'checkpoints'}")
+        assert f"its run imported `charfile` from {documented / 'mydata'}, which is missing" in gone.stderr
+    finally:
+        (documented / "mydata_moved").rename(documented / "mydata")
+    (documented / "myconf").rename(documented / "myconf_moved")
+    try:
+        before = sorted(p.name for p in (run / ".hydra").iterdir())
+        gone = in_folder(documented, ROOT / "train.py", "ckpt_path=last", f"hydra.run.dir={run}", cwd=elsewhere)
+        assert gone.returncode == 2 and gone.stderr.strip().splitlines()[-1].startswith("error: ckpt_path: ")
+        assert f"found its config groups in {documented / 'myconf'} (hydra.searchpath), which is missing" in gone.stderr
+        assert sorted(p.name for p in (run / ".hydra").iterdir()) == before  # a refused resume writes nothing
+    finally:
+        (documented / "myconf_moved").rename(documented / "myconf")

@@ -19,6 +19,7 @@ import dataclasses
 import importlib
 import inspect
 from functools import cache
+from pathlib import Path
 
 import torch
 from hydra.utils import get_class
@@ -339,8 +340,14 @@ def build(
     datamodule = datamodule or check_buildable(cfg)
     if checkpoint_meta is not None:
         datamodule.for_checkpoint(checkpoint_meta, cfg.data.get("path"))
-    datamodule.prepare_data()
-    datamodule.setup("fit")
+    try:
+        datamodule.prepare_data()
+        datamodule.setup("fit")
+    except FileNotFoundError as e:  # (a user's dataset opening a path that is not there)
+        where = (
+            f"; a relative path is read from {Path.cwd()}" if e.filename and not Path(e.filename).is_absolute() else ""
+        )
+        raise ConfigError(f"data={cfg.data.name}", f"cannot read {e.filename}: {e.strerror}{where}") from None
     model, from_data = build_model(cfg, datamodule)
     meta = {
         "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 import torch
 
 from transformer_lab.cli import Command, run
-from transformer_lab.inference import batched, input_lines, load, warn, with_defaults
+from transformer_lab.inference import batched, encoder, input_lines, load, warn, with_defaults
 from transformer_lab.tasks.decoding import Decoded, continue_prompts, decode
 
 DEFAULTS = {
@@ -71,25 +71,26 @@ def translate(args: dict, lines: Iterable[str], warn: Callable[[str], None] = wa
     """One translation per line of `lines`, in order, batch by batch."""
     args = with_defaults(args, DEFAULTS, MINIMUMS)
     model, datamodule = load(args["ckpt"], "translate", args["device"])
-    source_tokenizer, outputs_of = datamodule.source_tokenizer, OUTPUTS[type(model).architecture]
+    outputs_of = OUTPUTS[type(model).architecture]
+    encode = encoder(datamodule.data)  # the dataset's own: a source sentence's ids
     limit = datamodule.max_source_tokens  # source tokens the model read in training
-    unknown = source_tokenizer.token_to_id("<unk>")  # (ours: UNK; a pretrained tokenizer's own)
     cut: list[tuple[int, int]] = []  # (line number, tokens) of the lines cut to the limit
     truncated = 0
     for chunk in batched(lines, args["batch_size"]):
         outputs = [""] * len(chunk)
         todo: dict[int, list[int]] = {}  # position in the chunk -> the model's input
-        for i, ((number, line), encoding) in enumerate(
-            zip(chunk, source_tokenizer.encode_batch([text for _, text in chunk], add_special_tokens=False))
-        ):
+        for i, (number, line) in enumerate(chunk):
             if not line.strip():
                 warn(f"line {number} is empty; its output line is empty")
-            elif not source_tokenizer.decode([t for t in encoding.ids if t != unknown]).strip():
-                warn(f"line {number} has no character the model's vocabulary knows; its output line is empty")
-            else:
-                if len(encoding.ids) > limit:
-                    cut.append((number, len(encoding.ids)))
-                todo[i] = datamodule.source_input(encoding.ids)
+                continue
+            try:
+                ids = encode(line)
+            except ValueError as e:  # (what the dataset cannot encode, in its words)
+                warn(f"line {number} {e}; its output line is empty")
+                continue
+            if limit is not None and len(ids) > limit:
+                cut.append((number, len(ids)))
+            todo[i] = datamodule.source_input(ids)
         # A batch that fails is tried line by line, so one bad line costs only its own output.
         groups = [list(todo)] if todo else []
         while groups:

@@ -126,12 +126,8 @@ class Batching(L.LightningDataModule):
     def sources(self, split: str) -> list[str]:
         return self.data.sources(split)
 
-    # The translate command's: the source tokenizer (a HF `tokenizers.Tokenizer`), the source tokens a model
-    # read at most in training, and a source's ids as the model reads them.
-    @property
-    def source_tokenizer(self):
-        return self.data.source_tokenizer
-
+    # The translate command's: the source tokens a model read at most in training, and a source's ids (the
+    # dataset's encode()) as the model reads them.
     @property
     def max_source_tokens(self) -> int | None:
         return self.data.max_tokens

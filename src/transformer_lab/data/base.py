@@ -127,8 +127,7 @@ class DataModule:
     # "pairs": ids without special tokens (data.tokens' SPECIALS are the vocabulary's first ids), each side
     # cut to `max_tokens`; the source side has its own tokenizer and vocabulary where `source_vocab_size`
     # is not None.
-    source_tokenizer: Any = None  # a HF `tokenizers.Tokenizer` (the translate command encodes with it)
-    max_tokens: int | None = None
+    max_tokens: int | None = None  # (the translate command encodes a source sentence with encode())
 
     @property
     def source_vocab_size(self) -> int | None:
@@ -150,6 +149,18 @@ class DataModule:
     n_answers: int | None = None  # answers are the ids 0 .. n_answers - 1 (the numbers)
 
     def equations(self) -> Equations:
+        raise NotImplementedError
+
+    # "labelled": ids without special tokens (each text cut to sequence_length - 2: [CLS] ... [SEP] are added),
+    # and the classes' names, an id each (labels[i] is class i's)
+    labels: list[str] = []
+
+    @property
+    def n_classes(self) -> int | None:
+        return len(self.labels) or None
+
+    def labelled(self, split: str) -> tuple[list[list[int]], list[int]]:
+        """(text ids, class ids) of a split's rows ("train", "val")."""
         raise NotImplementedError
 
 

@@ -246,8 +246,12 @@ class TranslationDataModule(DataModule):
             )
 
     def encode(self, text: str) -> list[int]:
-        """A source sentence's ids."""
-        return self.source_tokenizer.encode(text, add_special_tokens=False).ids
+        """A source sentence's ids; a ValueError for one with nothing the vocabulary knows."""
+        ids = self.source_tokenizer.encode(text, add_special_tokens=False).ids
+        unknown = self.source_tokenizer.token_to_id("<unk>")  # (ours: UNK; a pretrained tokenizer's own)
+        if text.strip() and not self.source_tokenizer.decode([t for t in ids if t != unknown]).strip():
+            raise ValueError("has no character the model's vocabulary knows")
+        return ids
 
     def decode(self, ids) -> str:
         """Text of token ids, without <pad>/<bos>/<eos>/<sep> (<unk> is the last special and stays); a
