@@ -10,9 +10,7 @@ import shutil
 import sys
 import tempfile
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
@@ -21,41 +19,11 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from transformer_lab.errors import UserError, exit_on_user_error, no_such_key
 from transformer_lab.files import read_json
+from transformer_lab.overrides import override_key
+from transformer_lab.prepare import Prepared, prepare
 from transformer_lab.rundir import LOCK, release
-from transformer_lab.validate import validate
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Prepared:
-    """A run's config, checked, and its data module built (not set up): what `prepare` hands the run."""
-
-    cfg: DictConfig  # the config to run: a resumed run's is composed again from its checkpoint's overrides
-    resumed: Any  # the checkpoint it resumes (resume.Resumed), or None
-    overrides: list[str] | None  # what the config is composed from (checkpoints keep them)
-    recomposed: bool  # cfg is a new composition (a resume's), to be recorded in the run's .hydra/
-    datamodule: Any
-
-
-def prepare(config: DictConfig) -> Prepared:
-    """The one validation pass of a run, and its one construction of the data module: what needs no torch
-    first (a new run's mistakes answer before torch is imported), then the config a resume composes from
-    its checkpoint, the model's, task's and data's declarations and settings, and the Trainer's arguments."""
-    validated = config.get("ckpt_path") is None
-    if validated:
-        validate(config)
-    from transformer_lab.factory import check_buildable  # (imports torch and Lightning)
-    from transformer_lab.resume import resume_config
-
-    cfg, resumed, overrides = resume_config(config)
-    if str(cfg.get("init_from") or "").startswith("hf:"):  # a Transformers checkpoint decides the model's settings
-        from transformer_lab.pretrained import apply
-
-        cfg, overrides = apply(cfg, overrides)
-    if cfg is not config or not validated:
-        validate(cfg)
-    return Prepared(cfg, resumed, overrides, cfg is not config, check_buildable(cfg))
 
 
 class CheckFirst(Callback):
@@ -203,11 +171,6 @@ def task_having(key: str, composed: DictConfig) -> str:
         if at_top
         else f" (a setting of {tasks}; this run's is task={composed.task.name})"
     )
-
-
-def override_key(override: str) -> str:
-    """The key an override sets, without its `+` (add) or `~` (delete) prefix."""
-    return override.split("=", 1)[0].lstrip("+~")
 
 
 def print_help(config_dir: str, overrides: list[str]) -> None:

@@ -19,8 +19,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from transformer_lab.checkpoint import check_compatible, checkpoint_path, read_checkpoint
 from transformer_lab.errors import ConfigError, UserError
 from transformer_lab.files import read_json
-from transformer_lab.main import override_key
 from transformer_lab.origins import recorded_searchpath, restore_code, searchpath_override, with_searchpath
+from transformer_lab.overrides import override_key
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from transformer_lab.factory import build
 from transformer_lab.files import read_json
 from transformer_lab.launch import ddp_process_command  # noqa: F401  (importing it patches Lightning's DDP launcher)
 from transformer_lab.loggers import build_loggers
-from transformer_lab.main import Prepared, prepare
+from transformer_lab.prepare import Prepared, prepare
 from transformer_lab.resume import logger_versions, record_config
 from transformer_lab.trainer_args import trainer_arguments
 
