@@ -13,7 +13,15 @@ import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 import transformer_lab.config  # noqa: E402,F401  (registers the config schemas)
-from transformer_lab.main import CheckFirst, composition_problem, output_dir_problem, print_help, sweep_problem  # noqa: E402
+from transformer_lab.main import (  # noqa: E402
+    CheckFirst,
+    command_overrides,
+    composition_problem,
+    output_dir_problem,
+    print_help,
+    searchpath_problem,
+    sweep_problem,
+)
 from transformer_lab.main import main as run_main  # noqa: E402
 
 CONFIG_DIR = str(Path(__file__).resolve().parent / "conf")
@@ -26,11 +34,11 @@ def main(cfg: DictConfig) -> float | None:
 
 if __name__ == "__main__":
     arguments = sys.argv[1:]
-    overrides = [a for a in arguments if not a.startswith("-")]
+    overrides = command_overrides(arguments)
     if {"--help", "-h"} & set(arguments):
         print_help(CONFIG_DIR, overrides)
         sys.exit(0)
-    if problem := output_dir_problem(arguments):
+    if problem := output_dir_problem(arguments) or searchpath_problem(overrides):
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
     # What Hydra cannot compose, and what ends a sweep, come here (Hydra would print them in many lines),

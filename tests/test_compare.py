@@ -221,3 +221,19 @@ def test_compares_mistakes_are_one_line(seeded, capsys, arguments, message):
         main([*map(str, seeded), *arguments, "plot=val/loss"])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err.startswith(message) and err.count("\n") == 1
+
+
+def test_a_resumed_runs_settings_are_its_newest_records(tmp_path):
+    import time
+
+    from omegaconf import OmegaConf
+
+    from transformer_lab.compare import resolved_settings
+
+    run = fake_run(tmp_path / "run", ["data=modular", "trainer.max_steps=400"], 1.0)
+    assert resolved_settings(run)["trainer.max_steps"] == "400"
+    time.sleep(0.01)
+    later = run / ".hydra" / "2026-11-25_12-00-00"  # a resume's record (resume.record_config)
+    later.mkdir()
+    OmegaConf.save(compose_cfg(["data=modular", "trainer.max_steps=150"], output_dir=str(run)), later / "config.yaml")
+    assert resolved_settings(run)["trainer.max_steps"] == "150"

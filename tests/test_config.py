@@ -471,3 +471,33 @@ def test_what_a_task_calls_on_a_model_is_checked_before_the_run(tmp_path, monkey
     with pytest.raises(ConfigError) as error:
         check_buildable(cfg)
     assert str(error.value) == f"model: model=bare (Bare) lacks what task=lm calls on it with {lacks}"
+
+
+def test_hydras_flags_and_their_values_are_no_overrides():
+    from transformer_lab.main import command_overrides, searchpath_problem
+
+    assert command_overrides(["--cfg", "job", "model.bogus=1", "-m", "seed=1,2", "-cn", "train"]) == [
+        "model.bogus=1",
+        "seed=1,2",
+    ]
+    assert searchpath_problem(["hydra.searchpath=[file:///no/such/folder]"]) == (
+        "hydra.searchpath: /no/such/folder is not a folder (of config groups: model/, data/, ...)"
+    )
+    assert searchpath_problem([f"hydra.searchpath=[file://{ROOT / 'conf'},pkg://x]"]) is None
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["data.model_defaults.n_layer=-1"], "data.model_defaults.n_layer: must be a positive integer, got -1"),
+        (["data.model_defaults.n_embd=130"], "data.model_defaults.n_embd: 130 is not divisible by model.n_head=4"),
+        (["model.n_layer=-1"], "model.n_layer: must be a positive integer, got -1"),  # set by hand: its own name
+    ],
+)
+def test_a_bad_suggestion_is_named_where_it_was_written(tmp_path, overrides, message):
+    from transformer_lab.errors import ConfigError
+    from transformer_lab.validate import validate
+
+    with pytest.raises(ConfigError) as error:
+        validate(compose_cfg(["data=modular", *overrides], tmp_path))
+    assert str(error.value) == message

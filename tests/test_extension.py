@@ -77,7 +77,6 @@ name: mine
 n_embd: 48
 cell: gru
 block_size: null  # the data's
-compile: false
 """
 
 DATA = '''
@@ -345,6 +344,11 @@ def test_a_pair_that_cannot_work_lists_those_that_can(user_files, user_process, 
     [
         ("model.cell=rnn", "error: model.cell: must be one of gru, lstm, got 'rnn'"),
         ("model.n_embd=33", "error: model.n_embd: must be even, got 33"),
+        (
+            "model.depth=3",
+            "error: model.depth: no such key; model has: _target_, name, n_embd, cell, block_size (a setting of "
+            "mine.TinyGRU that its YAML leaves out is given with +model.depth=VALUE, or listed in the YAML)",
+        ),
     ],
 )
 def test_own_model_checks_its_settings_before_anything_runs(user_files, user_process, tmp_path, override, message):
@@ -505,6 +509,12 @@ TINY_MODEL = ["model.n_layer=1", "model.n_head=2", "model.n_embd=32"]
     [
         ("reverse", ["model=encdec", *TINY_MODEL, "trainer.max_steps=60"], math.log(15), ["translate", "text=a b c"]),
         ("maxof", ["trainer.max_steps=60"], math.log(12), ["classify"]),  # gpt: no command (evaluate serves it)
+        (
+            "charfile",
+            ["model=t5", *TINY_MODEL, "model.d_ff=64", "task.input_length=24", "trainer.max_steps=30"],
+            math.log(len(set(TEXT)) + 2 + 100),  # t5: <pad>, <eos> and 100 sentinels
+            ["fill", "text=the quick <X0> fox"],  # the dataset's own encode(), around the sentinel
+        ),
         ("shouting", ["model=bert", *TINY_MODEL, "trainer.max_steps=40"], math.log(2), ["classify", "text=BAD CHEF!"]),
     ],
 )
@@ -545,6 +555,8 @@ def test_each_documented_form_trains_and_its_command_runs_from_the_run_directory
     (line,) = served.stdout.splitlines()
     if form == "reverse":
         assert set(line.split()) <= set("abcdefghij")  # the dataset's decode(): letters between spaces
+    elif form == "charfile":
+        assert line.startswith("the quick ") and line.endswith(" fox") and "<X0>" not in line  # the gap, filled
     else:
         text, label, probability = line.split("\t")[:3]
         assert text == "BAD CHEF!" and label in ("calm", "shouting") and 0 < float(probability) <= 1
@@ -570,16 +582,20 @@ def test_a_documented_text_run_resumes_evaluates_samples_exports_and_compares_fr
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     resumed = in_folder(
-        documented, ROOT / "train.py", "ckpt_path=last", f"hydra.run.dir={run}", "trainer.max_steps=40", cwd=documented
-    )
+        documented, "-m", "transformer_lab", "train", "ckpt_path=last", f"hydra.run.dir={run}", "trainer.max_steps=40",
+        cwd=elsewhere,
+    )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert read_summary(run)["global_step"] == 40
-    # The data file is named relative to where the run was trained: evaluate from there, or be told.
-    evaluated = in_folder(documented, "-m", "transformer_lab", "evaluate", run, cwd=documented)
-    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
-    lost = in_folder(documented, "-m", "transformer_lab", "evaluate", run, cwd=elsewhere)
+    # A file the dataset refuses (a character its vocabulary lacks), and one that is not there: one line each.
+    (elsewhere / "greek.txt").write_text("the Ω")
+    refused = in_folder(documented, "-m", "transformer_lab", "evaluate", run, "data.path=greek.txt", cwd=elsewhere)
+    assert refused.returncode == 2 and refused.stderr == (
+        "error: data=charfile: CharFile.setup(): has characters not in the vocabulary: ['Ω']\n"
+    )
+    lost = in_folder(documented, "-m", "transformer_lab", "evaluate", run, "data.path=poems.txt", cwd=elsewhere)
     assert lost.returncode == 2 and lost.stderr == (
-        f"error: data=charfile: cannot read poem.txt: No such file or directory; a relative path is read from {elsewhere}\n"
+        f"error: data=charfile: cannot read poems.txt: No such file or directory; a relative path is read from {elsewhere}\n"
     )
     for arguments in (
         ["export", run, tmp_path / "exported"],
@@ -594,6 +610,13 @@ def test_a_documented_text_run_resumes_evaluates_samples_exports_and_compares_fr
     refused = in_folder(documented, "-m", "transformer_lab", "sample", run, "prompt=Ω", cwd=elsewhere)
     assert refused.returncode == 2 and refused.stderr == "error: prompt: has characters not in the vocabulary: ['Ω']\n"
     assert (tmp_path / "exported" / "config.json").is_file()
+    wrong = in_folder(
+        documented, "-m", "transformer_lab", "train", "ckpt_path=last", f"hydra.run.dir={run}",
+        f"hydra.searchpath=[file://{tmp_path / 'nowhere'}]", cwd=elsewhere,
+    )  # fmt: skip
+    assert wrong.returncode == 2 and wrong.stderr == (
+        f"error: hydra.searchpath: {tmp_path / 'nowhere'} is not a folder (of config groups: model/, data/, ...)\n"
+    )
 
     # The code moved away: one line naming it; the configs moved: one line naming them.
     (documented / "mydata").rename(documented / "mydata_moved")

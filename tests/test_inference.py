@@ -382,3 +382,38 @@ def test_evaluate_writes_into_a_folder_it_creates(trained, tmp_path):
     out = tmp_path / "new" / "folder" / "eval.json"
     evaluate(str(trained("gpt_equations")), out=str(out))
     assert out.is_file() and "val/loss" in out.read_text()
+
+
+def test_an_encode_failing_its_own_way_is_that_lines_warning():
+    from transformer_lab.inference import encoder
+
+    class Mine:
+        def encode(self, text):
+            return [{"a": 0}[c] for c in text]  # a KeyError for any other character
+
+    encode = encoder(Mine())
+    assert encode("aa") == [0, 0]
+    with pytest.raises(ValueError, match=r"^Mine.encode\(\) failed on it \(KeyError: 'x'\)$"):
+        encode("ax")
+
+
+def test_translate_refuses_a_model_without_what_decoding_calls():
+    from torch import nn
+
+    from transformer_lab.errors import ConfigError
+    from transformer_lab.translate import check_decoding
+
+    class Greedy(nn.Module):
+        architecture = "decoder"
+
+        def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None): ...
+
+    check_decoding(Greedy(), 1)
+    with pytest.raises(ConfigError, match=r"^beam_size: Greedy has no new_cache\(\) to translate with; beam_size=1"):
+        check_decoding(Greedy(), 4)
+
+    class Halves(nn.Module):
+        architecture = "encoder-decoder"
+
+    with pytest.raises(ConfigError, match=r"^ckpt: Halves has no encode\(\), decode\(\), new_cache\(\) to translate"):
+        check_decoding(Halves(), 1)

@@ -128,7 +128,7 @@ def usage() -> str:
         first = " ".join(command(name).doc.strip().split("\n\n")[0].split())
         summary = first.split(": ")[0].split(". ")[0].rstrip(".")
         lines.append(f"  {name:<10} {summary}")
-    lines.append(f"  {'train':<10} python train.py [group=option ...] [key=value ...] (README.md)")
+    lines.append(f"  {'train':<10} python train.py's: [group=option ...] [key=value ...] (README.md)")
     return "\n".join(lines)
 
 
@@ -138,8 +138,24 @@ def main(argv: list[str] | None = None) -> None:
         print(usage())
         return
     name, rest = argv[0], argv[1:]
-    if name not in COMMANDS:
-        hint = " (training: python train.py ...)" if name == "train" else ""
-        print(f"error: no command {name!r}{hint}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
+    if name == "train":
+        train(rest)
+    elif name not in COMMANDS:
+        print(f"error: no command {name!r}; commands: {', '.join(COMMANDS)}, train", file=sys.stderr)
         sys.exit(2)
-    run(name, rest)
+    else:
+        run(name, rest)
+
+
+def train(argv: list[str]) -> None:
+    """`train ARGS`: the repository's train.py with these arguments, as `python train.py ARGS` runs it."""
+    import runpy
+
+    from transformer_lab.config import CONF
+
+    script = CONF.parent / "train.py"
+    if not script.is_file():
+        print(f"error: train: no train.py beside {CONF} (an installed copy without its repository)", file=sys.stderr)
+        sys.exit(2)
+    sys.argv = [str(script), *argv]
+    runpy.run_path(str(script), run_name="__main__")

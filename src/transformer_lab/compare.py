@@ -77,13 +77,18 @@ def hydra_record(path: Path, edit=lambda text: text):
 
 
 def resolved_settings(run_dir: Path) -> dict[str, str]:
-    """The run's composed config (.hydra/config.yaml) resolved, as `key: value` text, less what names
-    the run's own directory. Hydra's `${hydra:...}` values are read from .hydra/hydra.yaml."""
+    """The run's composed config (.hydra/config.yaml, or a resume's newer .hydra/TIME/config.yaml) resolved,
+    as `key: value` text, less what names the run's own directory. Hydra's `${hydra:...}` values are read from .hydra/hydra.yaml."""
     from omegaconf import OmegaConf
 
-    config_file, hydra_file = run_dir / ".hydra" / "config.yaml", run_dir / ".hydra" / "hydra.yaml"
-    if not config_file.exists():
+    records = [p.parent for p in (run_dir / ".hydra").glob("**/config.yaml")]
+    if not records:
         return {}
+    # the newest record: a resumed run's (.hydra/TIME/, its settings as composed again: resume.record_config)
+    record = max(records, key=lambda p: (p / "config.yaml").stat().st_mtime)
+    config_file, hydra_file = record / "config.yaml", record / "hydra.yaml"
+    if not hydra_file.exists():
+        hydra_file = run_dir / ".hydra" / "hydra.yaml"
     config = hydra_record(config_file, lambda text: text.replace("${hydra:", "${hydra."))
     if hydra_file.exists():
         config.hydra = {"runtime": hydra_record(hydra_file).hydra.runtime}  # what ${hydra:runtime.*} reads

@@ -46,9 +46,9 @@ def evaluate(
 
     import transformer_lab.config  # noqa: F401  (registers the config schemas)
     from transformer_lab.checkpoint import check_compatible, check_state_fits, checkpoint_of, read_checkpoint
-    from transformer_lab.errors import ConfigError
+    from transformer_lab.errors import ConfigError, first_line
     from transformer_lab.factory import build, check_buildable
-    from transformer_lab.origins import recorded_searchpath, restore_code, with_searchpath
+    from transformer_lab.origins import recorded_searchpath, restore_code, root_dir, with_searchpath
     from transformer_lab.resume import merge_overrides, run_overrides
     from transformer_lab.trainer_args import trainer_arguments
     from transformer_lab.validate import validate
@@ -70,17 +70,19 @@ def evaluate(
         "trainer.limit_test_batches=null",
         f"paths.data_dir={meta['config']['paths']['data_dir']}",
     ]
-    fixed = [f"paths.root_dir={Path.cwd()}", f"paths.output_dir={path.parent}"]
+    fixed = [*(root_dir(meta, list(overrides)) or [f"paths.root_dir={Path.cwd()}"]), f"paths.output_dir={path.parent}"]
     restore_code(meta, str(path))
     recorded = with_searchpath(run_overrides(path, meta) or [], list(overrides))
     recorded_searchpath(recorded, str(path))  # (one given here replaces the run's)
+    recorded_searchpath(list(overrides), None)
     given = merge_overrides(merge_overrides(recorded, defaults), list(overrides))
     searchpath = [o for o in given if o.split("=", 1)[0].lstrip("+") == "hydra.searchpath"]
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         try:
             cfg = compose("train", overrides=[o for o in given if o not in searchpath] + fixed + searchpath)
         except Exception as e:  # noqa: BLE001  (Hydra's composition errors: a mistyped key or option)
-            raise UserError(f"{e}{': ' + str(e.__cause__) if e.__cause__ else ''}") from None
+            cause = f": {first_line(e.__cause__)}" if e.__cause__ else ""
+            raise UserError(f"{first_line(e)}{cause}") from None
         validate(cfg)
         check_compatible(meta["config"], cfg, str(path))
         datamodule = check_buildable(cfg)

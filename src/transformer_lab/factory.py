@@ -22,12 +22,11 @@ from functools import cache
 from pathlib import Path
 
 import torch
-from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.batching.base import Batching
 from transformer_lab.data.base import DATA_DECIDED
-from transformer_lab.errors import ConfigError, first_line
+from transformer_lab.errors import ConfigError, UserError, first_line
 from transformer_lab.origins import code_roots
 from transformer_lab.tasks.metrics import Metric
 from transformer_lab.trainer_args import check_trainer
@@ -119,6 +118,16 @@ def _options(group: str, searchpath: tuple[str, ...]) -> dict[str, tuple[str, st
     return options
 
 
+@cache
+def _located(path: str) -> type | None:
+    """The class at a dotted path, or None, quietly (hydra's get_class logs each failure: one a combination)."""
+    module, _, name = str(path).rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except Exception:  # noqa: BLE001  (an option whose code cannot be imported here is left out)
+        return None
+
+
 def working_combinations(cfg: DictConfig) -> list[tuple[str, str, str, bool]]:
     """(model, data, task, whether it is the model's own task) for every combination of the config groups'
     options whose declarations fit."""
@@ -138,7 +147,8 @@ def working_combinations(cfg: DictConfig) -> list[tuple[str, str, str, bool]]:
         for data, (data_target, _, _) in datas.items():
             for task, (task_target, _, batches) in tasks.items():
                 try:
-                    if fits(get_class(model_target), get_class(task_target), batches, get_class(data_target)):
+                    classes = [_located(target) for target in (model_target, task_target, data_target)]
+                    if None not in classes and fits(classes[0], classes[1], batches, classes[2]):
                         found.append((model, data, task, task == default_task))
                 except Exception:  # noqa: BLE001
                     continue
@@ -322,7 +332,7 @@ def build_model(cfg: DictConfig, datamodule: Batching) -> tuple[torch.nn.Module,
         **sizes,
     }
     model = instantiate(cls, model_cfg, from_data)
-    if cfg.model.compile:
+    if cfg.model.get("compile"):  # (a user's model YAML may leave it out)
         model.compile()  # in place: the state dict keeps its keys, so checkpoints are the same either way
     return model, from_data
 
@@ -348,6 +358,12 @@ def build(
             f"; a relative path is read from {Path.cwd()}" if e.filename and not Path(e.filename).is_absolute() else ""
         )
         raise ConfigError(f"data={cfg.data.name}", f"cannot read {e.filename}: {e.strerror}{where}") from None
+    except UserError:
+        raise
+    except ValueError as e:  # (a user's dataset refusing what it read, in its words: one line)
+        raise ConfigError(
+            f"data={cfg.data.name}", f"{type(datamodule.data).__name__}.setup(): {first_line(e)}"
+        ) from None
     model, from_data = build_model(cfg, datamodule)
     meta = {
         "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),

@@ -47,6 +47,10 @@ def encoder(datamodule) -> Callable[[str], list[int]]:
             raise UserError(
                 f"{dataset} has no encode(): text cannot be turned into this model's input (data/base.py)"
             ) from None
+        except ValueError:
+            raise
+        except Exception as e:  # noqa: BLE001  (a user's encode() failing its own way: that line's warning)
+            raise ValueError(f"{dataset}.encode() failed on it ({type(e).__name__}: {e})") from None
 
     return encode
 

@@ -98,6 +98,36 @@ def unwind_claim(run_dir: Path) -> None:
         unwind(run_dir)
 
 
+# Hydra's flags that take a value (`--cfg job`): the value is no override
+FLAGS_WITH_VALUE = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
+                    "--config-dir", "-cd", "--experimental-rerun")  # fmt: skip
+
+
+def command_overrides(argv: list[str]) -> list[str]:
+    """The overrides of a train.py command line: its words less Hydra's flags and their values."""
+    overrides, skip = [], False
+    for argument in argv:
+        if skip:
+            skip = False
+        elif argument.startswith("-"):
+            skip = argument in FLAGS_WITH_VALUE
+        else:
+            overrides.append(argument)
+    return overrides
+
+
+def searchpath_problem(overrides: list[str]) -> str | None:
+    """A hydra.searchpath folder that is not there (Hydra passes over it, and its options go missing)."""
+    from transformer_lab.errors import UserError
+    from transformer_lab.origins import recorded_searchpath
+
+    try:
+        recorded_searchpath(overrides, None)
+    except UserError as e:
+        return str(e)
+    return None
+
+
 def output_dir_problem(argv: list[str]) -> str | None:
     """Why the run directory cannot be created, checked before Hydra tries (its failure is a traceback)."""
     dirs = [
@@ -146,8 +176,20 @@ def composition_problem(error: BaseException, config_dir: str, overrides: list[s
             composed = compose("train", overrides=rest)
         known = OmegaConf.select(composed, parent) if parent else composed
         message = str(no_such_key(key, list(known) if OmegaConf.is_dict(known) else []))
-        return message + task_having(key, composed)
+        return message + task_having(key, composed) + added_setting(key, composed)
     return f"{key}: {str(cause).split(chr(10))[0]}"
+
+
+def added_setting(key: str, composed: DictConfig) -> str:
+    """For a key of a user's own model, data or task section (one without our schema): how to give a setting of
+    its class that its YAML leaves out."""
+    from transformer_lab.config import SETTINGS
+
+    section = key.split(".")[0]
+    target = OmegaConf.select(composed, f"{section}._target_", default=None)
+    if section not in ("model", "data", "task") or target is None or target in SETTINGS or key.count(".") != 1:
+        return ""
+    return f" (a setting of {target} that its YAML leaves out is given with +{key}=VALUE, or listed in the YAML)"
 
 
 def task_having(key: str, composed: DictConfig) -> str:

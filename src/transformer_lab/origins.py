@@ -74,9 +74,13 @@ def code_roots(config: DictConfig | dict) -> dict[str, str]:
 
 
 def restore_code(meta: dict, source: str) -> None:
-    """The code roots a checkpoint records, put first on the import path (and PYTHONPATH) where its modules
-    are not importable already; one missing, and its module found nowhere else, is one line naming it."""
+    """The code roots a checkpoint records, put first on the import path (and PYTHONPATH), unless PYTHONPATH
+    names another copy of a module; one missing, and its module found nowhere else, is one line naming it."""
+    given = [Path(p).resolve() for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     for module, root in (meta.get("code_roots") or {}).items():
+        spec = importlib.util.find_spec(module) if given else None
+        if spec is not None and spec.origin and any(Path(spec.origin).resolve().is_relative_to(g) for g in given):
+            continue  # (PYTHONPATH names another copy of it: that one)
         if Path(root).is_dir():
             if root not in sys.path:
                 sys.path.insert(0, root)
@@ -89,19 +93,24 @@ def restore_code(meta: dict, source: str) -> None:
             )
 
 
-def recorded_searchpath(overrides: list[str] | None, source: str) -> list[str]:
-    """The search path a run's overrides record, each folder of it checked to exist."""
+def recorded_searchpath(overrides: list[str] | None, source: str | None) -> list[str]:
+    """The search path a run's overrides record (`source`: the checkpoint), or this command gives (None),
+    each folder of it checked to exist."""
     for override in overrides or ():
         key, _, value = override.partition("=")
         if key.lstrip("+") != SEARCHPATH:
             continue
         for entry in value.strip("[]").split(","):
             entry = entry.strip().strip("'\"")
-            if entry.startswith("file://") and not Path(entry.removeprefix("file://")).is_dir():
-                raise UserError(
-                    f"{source}: its run found its config groups in {entry.removeprefix('file://')} "
-                    f"({SEARCHPATH}), which is missing: put it back, or give {SEARCHPATH}=[file://DIR] with them"
-                )
+            folder = entry.removeprefix("file://")
+            if not entry.startswith("file://") or Path(folder).is_dir():
+                continue
+            if source is None:
+                raise UserError(f"{SEARCHPATH}: {folder} is not a folder (of config groups: model/, data/, ...)")
+            raise UserError(
+                f"{source}: its run found its config groups in {folder} ({SEARCHPATH}), which is missing: put "
+                f"it back, or give {SEARCHPATH}=[file://DIR] with them"
+            )
     return [o for o in overrides or () if o.split("=", 1)[0].lstrip("+") == SEARCHPATH]
 
 
@@ -109,3 +118,17 @@ def with_searchpath(overrides: list[str], given: list[str]) -> list[str]:
     """A run's overrides, its recorded search path replaced by one this command gives."""
     theirs = [o for o in given if o.split("=", 1)[0].lstrip("+") == SEARCHPATH]
     return [o for o in overrides if not (theirs and o.split("=", 1)[0].lstrip("+") == SEARCHPATH)]
+
+
+def root_dir(meta: dict, given: list[str]) -> list[str]:
+    """`paths.root_dir=` the folder the run was started from (where paths.data_dir and `${paths.root_dir}/...`
+    paths pointed), for a command on it from elsewhere; nothing where this command sets the paths, or where
+    that folder is gone."""
+    recorded = ((meta.get("config") or {}).get("paths") or {}).get("root_dir")
+    if (
+        not recorded
+        or not Path(recorded).is_dir()
+        or any(o.split("=", 1)[0].lstrip("+").startswith("paths.") for o in given)
+    ):
+        return []
+    return [f"paths.root_dir={recorded}"]

@@ -17,9 +17,9 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from transformer_lab.checkpoint import check_compatible, checkpoint_path, read_checkpoint
-from transformer_lab.errors import ConfigError, UserError
+from transformer_lab.errors import ConfigError, UserError, first_line
 from transformer_lab.files import read_json
-from transformer_lab.origins import recorded_searchpath, restore_code, searchpath_override, with_searchpath
+from transformer_lab.origins import recorded_searchpath, restore_code, root_dir, searchpath_override, with_searchpath
 from transformer_lab.overrides import override_key
 
 log = logging.getLogger(__name__)
@@ -119,6 +119,9 @@ def resume_config(cfg: DictConfig) -> tuple[DictConfig, Resumed | None, list[str
         if stored is not None:  # (a search path this command gives replaces the run's)
             stored = with_searchpath(stored, overrides or [])
             recorded_searchpath(stored, str(path))
+            recorded_searchpath(overrides, None)
+            if Path(cfg.paths.root_dir).absolute() != Path(meta["config"]["paths"]["root_dir"]):
+                stored += root_dir(meta, overrides or [])  # (resumed from elsewhere: its data where it was)
     except UserError as e:
         raise ConfigError("ckpt_path", str(e)) from None
     shapes = {k: tuple(v.shape) for k, v in checkpoint["state_dict"].items()}
@@ -136,7 +139,16 @@ def resume_config(cfg: DictConfig) -> tuple[DictConfig, Resumed | None, list[str
             )
     if stored is not None and overrides is not None:
         overrides = merge_overrides(stored, overrides)
-        cfg = _recompose(overrides)
+        try:
+            cfg = _recompose(overrides)
+        except Exception as e:  # noqa: BLE001  (Hydra's: an option or key the config groups no longer have)
+            from hydra.errors import MissingConfigException
+
+            what = first_line(e)
+            if isinstance(e, MissingConfigException) and e.missing_cfg_file:
+                group, _, option = e.missing_cfg_file.rpartition("/")
+                what = f"{group}={option} is in none of its config groups' folders (hydra.searchpath)"
+            raise ConfigError("ckpt_path", f"{path}: its run's config cannot be composed again: {what}") from None
     check_compatible(resumed.config, cfg, resumed.path)
     saved_optimizer = (resumed.config.get("optim") or {}).get("name")
     if saved_optimizer is not None and saved_optimizer != cfg.optim.name:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 import torch
 
 from transformer_lab.cli import Command, run
+from transformer_lab.errors import ConfigError
 from transformer_lab.inference import batched, encoder, input_lines, load, warn, with_defaults
 from transformer_lab.tasks.decoding import Decoded, continue_prompts, decode
 
@@ -67,11 +68,32 @@ def prefix_lm_outputs(model, inputs: list[list[int]], args: dict, specials) -> D
 OUTPUTS = {"encoder-decoder": encoder_decoder_outputs, "decoder": prefix_lm_outputs}  # by the model's architecture
 
 
+def check_decoding(model, beam_size: int) -> None:
+    """The model has what decoding calls (tasks' decoding_needs): greedy continuations of a decoder call
+    generate(), beam search the key/value cache; an encoder-decoder's decoding both halves and the cache."""
+    if type(model).architecture == "encoder-decoder":
+        needs = ["encode", "decode", "new_cache"]
+    else:
+        needs = ["generate"] if beam_size == 1 else ["new_cache"]
+    missing = [m for m in needs if not callable(getattr(model, m, None))]
+    if missing:
+        hint = (
+            "; beam_size=1 decodes greedily with generate()"
+            if missing == ["new_cache"] and hasattr(model, "generate")
+            else ""
+        )
+        raise ConfigError(
+            "beam_size" if hint else "ckpt",
+            f"{type(model).__name__} has no {'(), '.join(missing)}() to translate with{hint}",
+        )
+
+
 def translate(args: dict, lines: Iterable[str], warn: Callable[[str], None] = warn) -> Iterator[str]:
     """One translation per line of `lines`, in order, batch by batch."""
     args = with_defaults(args, DEFAULTS, MINIMUMS)
     model, datamodule = load(args["ckpt"], "translate", args["device"])
     outputs_of = OUTPUTS[type(model).architecture]
+    check_decoding(model, args["beam_size"])
     encode = encoder(datamodule.data)  # the dataset's own: a source sentence's ids
     limit = datamodule.max_source_tokens  # source tokens the model read in training
     cut: list[tuple[int, int]] = []  # (line number, tokens) of the lines cut to the limit

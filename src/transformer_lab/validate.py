@@ -53,13 +53,28 @@ def check_settings(cfg: DictConfig, section: str, config_class: type, strict: bo
     try:
         config_class(**settings)
     except ConfigError as e:
-        key = e.key if e.key.startswith(f"{section}.") else f"{section}.{e.key}"
-        raise ConfigError(key, e.message) from None
+        key = e.key.removeprefix(f"{section}.")
+        raise ConfigError(named(cfg, section, key) if key in cfg[section] else f"{section}.{key}", e.message) from None
+
+
+def named(cfg: DictConfig, section: str, key: str) -> str:
+    """How a setting is named in a message: `model.KEY`, or `data.model_defaults.KEY` where the model took
+    its value from the data's suggestion (config.suggested)."""
+    node = cfg[section]
+    suggested = (
+        section == "model"
+        and OmegaConf.is_interpolation(node, key)
+        and str(node._get_node(key)._value()).startswith("${suggested:")
+        and OmegaConf.select(cfg, f"data.model_defaults.{key}", default=None) is not None
+    )
+    return f"data.model_defaults.{key}" if suggested else f"{section}.{key}"
 
 
 def _positive(cfg: DictConfig, section: str, key: str) -> None:
     value = cfg[section][key]
-    _require(isinstance(value, int) and value >= 1, f"{section}.{key}", f"must be a positive integer, got {value!r}")
+    _require(
+        isinstance(value, int) and value >= 1, named(cfg, section, key), f"must be a positive integer, got {value!r}"
+    )
 
 
 def check_pair(cfg: DictConfig, datamodule) -> None:
@@ -119,7 +134,7 @@ def validate(cfg: DictConfig) -> None:
     if "n_embd" in model and "n_head" in model:
         _require(
             model.n_embd % model.n_head == 0,
-            "model.n_embd",
+            named(cfg, "model", "n_embd"),
             f"{model.n_embd} is not divisible by model.n_head={model.n_head}",
         )
     if "dropout" in model:

@@ -6,6 +6,7 @@ attribute the task, the factory and the commands read from it is named here.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import lightning as L
@@ -151,11 +152,16 @@ class FromTokenStreams(Batching):
 
     def for_checkpoint(self, meta: dict, path=None) -> None:
         super().for_checkpoint(meta, path)
-        self.streams = with_pad_and_eos(self.data.token_streams())
+        self.streams = with_pad_and_eos(self.text_streams())
 
     def make(self) -> None:
-        self.streams = with_pad_and_eos(self.data.token_streams())
+        self.streams = with_pad_and_eos(self.text_streams())
         self.make_validation()
+
+    def text_streams(self) -> TokenStreams:
+        """The data's token streams, encoding text with the dataset's own encode() where they name none."""
+        streams = self.data.token_streams()
+        return streams if streams.encode is not None else dataclasses.replace(streams, encode=self.data.encode)
 
     def make_validation(self) -> None:
         """The fixed validation batches, from `streams.val`."""
