@@ -210,15 +210,28 @@ def test_a_plot_draws_a_configuration_once_with_its_band_and_labels_only_what_va
         (["--plot", "val/loss"], "error: unknown flag '--plot': options are key=value; compare takes: paths,"),
         (["band=wide"], "error: band: must be one of std, minmax, none, got 'wide'"),
         (["label=nope"], "error: label: no run has the setting 'nope' (.hydra/config.yaml)"),
-        (["group_by=nope"], "error: label: no run has the setting 'nope' (.hydra/config.yaml)"),
+        (["group_by=nope"], "error: group_by: no run has the setting 'nope' (.hydra/config.yaml)"),
+        (
+            ["group_by=val/loss"],
+            "error: group_by: no run has the setting 'val/loss' (.hydra/config.yaml) (a metric: sort=",
+        ),
+        (["label=seed"], "error: label: seed=0 names more than one line: choose settings that tell them apart"),
+        (
+            ["sort=val/nope"],
+            "error: sort: no run's summary.json has val/nope (they have: global_step, status, val/loss)",
+        ),
+        (["metrics=nope"], "error: metrics: no run's summary.json has nope (they have: global_step, status, val/loss)"),
+        (["out=x.jpeg2"], "error: out=x.jpeg2: matplotlib cannot write .jpeg2 files; give one of: "),
+        (["plot=val/nope"], "error: plot: no run logged val/nope (their metrics.jsonl have: val/loss)"),
         (["logx=maybe"], "error: logx: must be true or false, got 'maybe'"),
     ],
 )
 def test_compares_mistakes_are_one_line(seeded, capsys, arguments, message):
     from transformer_lab.compare import main
 
+    plot = [] if any(a.startswith("plot=") for a in arguments) else ["plot=val/loss"]
     with pytest.raises(SystemExit) as exit_:
-        main([*map(str, seeded), *arguments, "plot=val/loss"])
+        main([*map(str, seeded), *arguments, *plot])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err.startswith(message) and err.count("\n") == 1
 
@@ -237,3 +250,38 @@ def test_a_resumed_runs_settings_are_its_newest_records(tmp_path):
     later.mkdir()
     OmegaConf.save(compose_cfg(["data=modular", "trainer.max_steps=150"], output_dir=str(run)), later / "config.yaml")
     assert resolved_settings(run)["trainer.max_steps"] == "150"
+
+
+def test_paths_a_run_twice_and_where_the_plot_goes(seeded, tmp_path, capsys, monkeypatch):
+    from transformer_lab.compare import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    sweep = seeded[0].parent
+    # paths= is the words' list; a run named twice (a glob over a sweep and the sweep) is counted once
+    assert main([f"paths={seeded[0]},{seeded[1]}", "group_by=optim.lr", "metrics=val/loss"]) == 0
+    assert capsys.readouterr().out.splitlines()[2].split()[:2] == ["0.001", "2"]
+    assert main([str(sweep), str(seeded[0]), "group_by=optim.lr", "metrics=val/loss"]) == 0
+    assert [line.split()[1] for line in capsys.readouterr().out.splitlines()[2:]] == ["2", "3"]
+    # out= a folder: its compare.png; without an extension: .png; and the line says where it went
+    (tmp_path / "figures").mkdir()
+    for out, written in (
+        (tmp_path / "figures", tmp_path / "figures" / "compare.png"),
+        (tmp_path / "noext", tmp_path / "noext.png"),
+    ):
+        assert main([str(sweep), "plot=val/loss", f"out={out}"]) == 0
+        assert capsys.readouterr().out.splitlines()[-1] == f"plot: {written}" and written.is_file()
+
+
+def test_group_by_leaves_failed_runs_out_and_says_what_it_pools(seeded, capsys, monkeypatch):
+    from transformer_lab.compare import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    summary = json.loads((seeded[2] / "summary.json").read_text())
+    (seeded[2] / "summary.json").write_text(json.dumps({**summary, "status": "failed"}))
+    other = fake_run(seeded[0].parent / "other_p", ["data=modular", "data.p=11", "optim.lr=1e-3"], 9.0)
+    assert main([*map(str, seeded), str(other), "group_by=optim.lr", "metrics=val/loss"]) == 0
+    captured = capsys.readouterr()
+    rows = {line.split()[0]: line.split() for line in captured.out.splitlines()[2:]}
+    assert rows["0.001"][:3] == ["0.001", "3", "4.5"]  # (2.0 + 2.5 + 9.0) / 3: the failed 3.0 left out
+    assert f"warning: {seeded[2]} failed: left out of the groups' statistics" in captured.err
+    assert "warning: optim.lr=0.001 pools runs that differ in data.p: add them to group_by" in captured.err

@@ -417,3 +417,37 @@ def test_translate_refuses_a_model_without_what_decoding_calls():
 
     with pytest.raises(ConfigError, match=r"^ckpt: Halves has no encode\(\), decode\(\), new_cache\(\) to translate"):
         check_decoding(Halves(), 1)
+
+
+def test_the_grammars_words_and_values():
+    from transformer_lab.cli import command, parse
+
+    sample = command("sample")
+    assert parse(["run", "max_new_tokens=1e3", "temperature=1"], sample) == {
+        "ckpt": "run",
+        "max_new_tokens": 1000,
+        "temperature": 1,
+    }
+    with pytest.raises(UserError, match=r"^expected key=value, got 'run' \(ckpt= is given too\)$"):
+        parse(["ckpt=x", "run"], sample)
+    assert parse(["overwrite=yes"], command("export"))["overwrite"] == "yes"  # (then refused: true or false)
+    assert parse(["a,b"], command("compare"))["paths"] == ["a,b"] and parse(["paths=a,b"], command("compare"))[
+        "paths"
+    ] == ["a", "b"]
+
+
+def test_a_path_holding_an_equals_sign_is_a_path(tmp_path, monkeypatch):
+    from transformer_lab.cli import command, parse
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "lr=0.1").mkdir()
+    assert parse(["lr=0.1"], command("sample")) == {"ckpt": "lr=0.1"}
+    assert parse(["lr=0.1", "split=test"], command("evaluate")) == {"ckpt": "lr=0.1", "split": "test", "overrides": []}
+
+
+def test_a_file_that_is_no_checkpoint_is_named_so(tmp_path):
+    from transformer_lab.checkpoint import read_checkpoint
+
+    (tmp_path / "summary.json").write_text("{}")
+    with pytest.raises(UserError, match=r"summary.json is not a checkpoint \(a .ckpt that train.py wrote\)"):
+        read_checkpoint(tmp_path / "summary.json")

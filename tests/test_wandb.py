@@ -140,3 +140,24 @@ def test_a_sweeps_varied_settings_without_seeds_are_its_jobs_job_type():
     assert swept(overrides, ["-m", "model.n_layer=[1,2]"], {"trainer.max_steps": "choice(50, 100)"}) == [
         "trainer.max_steps=50"  # a list value is no sweep; the sweeper's params are
     ]
+
+
+def test_a_job_type_w_and_b_cannot_take_is_left_out_and_tags_are_each_once(monkeypatch):
+    from omegaconf import OmegaConf
+
+    from transformer_lab import loggers
+
+    class Hydra:
+        overrides = OmegaConf.create({"task": ["model=gpt", "optim.lr=0.00054846122550776511234567890123456789012345678901234567890"]})
+        mode = loggers.RunMode.MULTIRUN
+        sweep = OmegaConf.create({"dir": "multirun/x"})
+        sweeper = OmegaConf.create({"params": {"optim.lr": "interval(1e-4, 1e-2)"}})
+        runtime = OmegaConf.create({"choices": {"hardware": "cpu"}})
+
+    monkeypatch.setattr(loggers.HydraConfig, "initialized", staticmethod(lambda: True))
+    monkeypatch.setattr(loggers.HydraConfig, "get", staticmethod(lambda: Hydra))
+    monkeypatch.setattr(loggers.sys, "argv", ["train.py", "-m", "model=gpt,bert"])
+    cfg = OmegaConf.create({"model": {"name": "gpt"}, "data": {"name": "modular"}})
+    identity = loggers.wandb_identity(cfg, OmegaConf.create({"name": None, "group": None, "tags": []}))
+    assert identity["job_type"] is None  # over W&B's 64 characters: a trial of its own, grouping nothing
+    assert identity["tags"] == ["model=gpt", "data=modular", "hardware=cpu"]  # the swept model=gpt once

@@ -12,9 +12,11 @@ prints the command's page and its options. A mistake is one `error:` line and ex
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import yaml
 
@@ -51,11 +53,12 @@ def parse(argv: list[str], cmd: Command) -> dict:
     words = []
     for item in argv:
         key, sep, value = item.partition("=")
-        if not sep or key.startswith("-") or "/" in key:  # a path (a sweep's `lr=0.1,seed=0` folder: ./ it)
-            words.append(item)
+        if not sep or key.startswith("-") or "/" in key or (key not in cmd.options and Path(item).exists()):
+            words.append(item)  # a path (a sweep's `lr=0.1,seed=0` folder too, where it exists)
             continue
         if key in cmd.options and key not in given:
-            given[key] = value if key in cmd.text or key in cmd.paths else _value(key, value, cmd.options[key])
+            text = key in cmd.text or (key in cmd.paths and not isinstance(cmd.options[key], list))
+            given[key] = value if text else _value(key, value, cmd.options[key])
         elif key in given:
             raise UserError(f"{key} is given twice")
         elif cmd.overrides:
@@ -74,7 +77,9 @@ def parse(argv: list[str], cmd: Command) -> dict:
         free = [p for p in cmd.paths if p not in given]
         if len(words) > len(free):
             extra = words[len(free) :]
-            raise UserError(f"expected key=value, got {extra[0]!r} ({PROG} {cmd.name} --help)")
+            taken = [p for p in cmd.paths if p in given]
+            why = f"{taken[0]}= is given too" if taken else f"{PROG} {cmd.name} --help"
+            raise UserError(f"expected key=value, got {extra[0]!r} ({why})")
         given.update(zip(free, words))
     if cmd.overrides:
         given["overrides"] = overrides
@@ -87,6 +92,13 @@ def _value(key: str, text: str, default):
         value = yaml.safe_load(text)
     except yaml.YAMLError:
         raise UserError(f"{key}={text}: not a value (YAML: a number, true/false, null, text or [a, b])") from None
+    if isinstance(value, bool) and text.lower() not in ("true", "false"):
+        value = text  # (YAML 1.1's yes/no/on/off: only true and false are booleans here, as in Hydra)
+    if isinstance(value, str) and isinstance(default, (int, float)) and not isinstance(default, bool):
+        try:
+            value = float(text) if not isinstance(default, int) or not float(text).is_integer() else int(float(text))
+        except ValueError:
+            pass  # (refused by the command's check, naming the key)
     if isinstance(default, list):
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",") if v.strip()]
@@ -116,8 +128,11 @@ def run(name: str, argv: list[str] | None = None) -> int:
         print_help(cmd)
         return 0
     with exit_on_user_error():
-        for line in cmd.run(parse(argv, cmd)) or ():
-            print(line, flush=True)
+        try:
+            for line in cmd.run(parse(argv, cmd)) or ():
+                print(line, flush=True)
+        except BrokenPipeError:  # (`| head`: the reader has what it wanted)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 
@@ -138,6 +153,11 @@ def main(argv: list[str] | None = None) -> None:
         print(usage())
         return
     name, rest = argv[0], argv[1:]
+    if name == "help":  # `help COMMAND`: its --help
+        name, rest = (rest[0], ["--help"]) if rest else ("--help", [])
+        if name == "--help":
+            print(usage())
+            return
     if name == "train":
         train(rest)
     elif name not in COMMANDS:

@@ -97,12 +97,14 @@ def resolved_settings(run_dir: Path) -> dict[str, str]:
     except Exception:  # noqa: BLE001  (an interpolation these files cannot resolve: shown as written)
         values = OmegaConf.to_container(config)
     flat: dict[str, str] = {}
+    # what names the run's own directory: where it is, and where it was made (a run moved or copied since)
+    own = {str(run_dir.resolve()), str(((values.get("paths") or {}).get("output_dir")) or run_dir.resolve())}
 
     def walk(node: dict, prefix: str) -> None:
         for key, value in node.items():
             if isinstance(value, dict):
                 walk(value, f"{prefix}{key}.")
-            elif str(run_dir.resolve()) not in str(value):
+            elif not any(o in str(value) for o in own):
                 flat[f"{prefix}{key}"] = str(value)
 
     walk(values, "")
@@ -113,14 +115,15 @@ def resolved_settings(run_dir: Path) -> dict[str, str]:
 def find_runs(paths: list[str]) -> list[Run]:
     """The runs under `paths`; a run an unfinished overwrite=true set aside is put back first (rundir.recover),
     and what such a run set aside is not a run of its own."""
-    runs = []
+    runs, seen = [], set()
     for path in map(Path, paths):
         for run_dir in [path, *(p.parent.parent for p in path.rglob(f"{OVERWRITTEN}/summary.json"))]:
             recover(run_dir)
         for summary in sorted(
             [path / "summary.json"] if (path / "summary.json").exists() else path.rglob("summary.json")
         ):
-            if OVERWRITTEN not in summary.parts:
+            if OVERWRITTEN not in summary.parts and summary.parent.resolve() not in seen:  # (each run once)
+                seen.add(summary.parent.resolve())
                 runs.append(Run(summary.parent, read_json(summary), resolved_settings(summary.parent)))
     return runs
 
@@ -183,20 +186,30 @@ def _aligned(rows: list[list[str]]) -> list[str]:
     return lines
 
 
-def label_keys(runs: list[Run], chosen: list[str] | None = None) -> list[str]:
+def label_keys(runs: list[Run], chosen: list[str] | None = None, option: str = "label") -> list[str]:
     """The settings that tell the runs' groups apart: those that differ, less the seeds, and less a setting
     whose values only follow another's (callbacks.long_run.model follows model.name): the one every run has,
     an option's name, or the shorter name stays."""
     if chosen:
         unknown = [k for k in chosen if not any(k in r.settings for r in runs)]
         if unknown:
-            raise UserError(f"label: no run has the setting {unknown[0]!r} (.hydra/config.yaml)")
+            metric = " (a metric: sort= orders by it)" if any(unknown[0] in r.summary for r in runs) else ""
+            raise UserError(f"{option}: no run has the setting {unknown[0]!r} (.hydra/config.yaml){metric}")
         return list(chosen)
     kept: list[str] = []
     seen: set[tuple] = set()
 
     def rank(key: str) -> tuple:  # a key every run has first, then an option's name (model.name), then the shortest
-        return (any(key not in r.settings for r in runs), not key.endswith(".name"), key.count("."), len(key), key)
+        section = key.split(".")[0]
+        order = ("model", "data", "task").index(section) if section in ("model", "data", "task") else 3
+        return (
+            any(key not in r.settings for r in runs),
+            not key.endswith(".name"),
+            key.count("."),
+            order,
+            len(key),
+            key,
+        )
 
     for key in sorted((k for k in differing_keys(runs) if not is_seed(k)), key=rank):
         partition = _partition(runs, key)
@@ -267,31 +280,38 @@ def curve(members: list[Run], metric: str) -> tuple[list[int], list[list[float]]
 
 
 def plot(
-    runs: list[Run], metrics: list[str], out: Path, logx: bool = False, band: str = "std", labels: list | None = None
+    groups: list[tuple[str, list[Run]]], metrics: list[str], out: Path, logx: bool = False, band: str = "std"
 ) -> Path:
+    """One panel per metric, one line per group (the mean of its runs at each step) with its band."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display needed
     import matplotlib.pyplot as plt
 
-    keys = label_keys(runs, labels)
-    groups = [(label(members[0], keys) if keys else _name(members), members) for _, members in seed_groups(runs)]
     fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 3.8), squeeze=False)
+    style = lambda i: {"color": f"C{i % 10}", "linestyle": ("-", "--", ":", "-.")[i // 10 % 4]}  # noqa: E731
     for ax, metric in zip(axes[0], metrics):
+        drawn = 0
         for i, (_, members) in enumerate(groups):
             steps, values = curve(members, metric)
             if not steps:
                 continue
+            drawn += 1
             mean = [sum(v) / len(v) for v in values]
-            colour = f"C{i % 10}"
-            ax.plot(steps, mean, color=colour, marker="o" if len(steps) < 30 else None, markersize=3)
+            ax.plot(steps, mean, marker="o" if len(steps) < 30 else None, markersize=3, **style(i))
             if len(members) > 1 and band != "none":
                 if band == "std":
                     spread = [mean_std(v)[1] for v in values]
                     low, high = [m - s for m, s in zip(mean, spread)], [m + s for m, s in zip(mean, spread)]
                 else:
                     low, high = [min(v) for v in values], [max(v) for v in values]
-                ax.fill_between(steps, low, high, color=colour, alpha=0.2, linewidth=0)
+                ax.fill_between(steps, low, high, color=style(i)["color"], alpha=0.2, linewidth=0)
+        if not drawn:
+            logged = sorted({k for _, m in groups for r in m for row in r.history() for k in row} - {"step", "epoch"})
+            plt.close(fig)
+            raise UserError(
+                f"plot: no run logged {metric} (their metrics.jsonl have: {', '.join(logged) or 'nothing'})"
+            )
         ax.set_title(metric)
         ax.set_xlabel("step")
         if logx:
@@ -300,18 +320,59 @@ def plot(
     if len(groups) > 1 or any(len(m) > 1 for _, m in groups):  # one legend for all panels, under them
         what = {"std": "mean ± std", "minmax": "mean, min–max", "none": "mean"}[band]
         names = [
-            _cut(name, 60) + (f"  ({len(members)} runs, {what})" if len(members) > 1 else "")
+            _cut(name, 80) + (f"  ({len(members)} runs, {what})" if len(members) > 1 else "")
             for name, members in groups
         ]
-        handles = [plt.Line2D([], [], color=f"C{i % 10}") for i in range(len(groups))]
+        handles = [plt.Line2D([], [], **style(i)) for i in range(len(groups))]
         columns = max(1, min(len(names), int(5 * len(metrics) * 110 / (7 * max(len(n) for n in names) + 60))))
         fig.legend(handles, names, loc="upper center", bbox_to_anchor=(0.5, 0.0), fontsize="small", ncol=columns,
                    frameon=False)  # fmt: skip
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110, bbox_inches="tight")  # (the legend below the panels is kept whole)
-    plt.close(fig)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, dpi=110, bbox_inches="tight")  # (the legend below the panels is kept whole)
+    except OSError as e:
+        raise UserError(f"out={out}: cannot write it ({e.strerror or e})") from None
+    finally:
+        plt.close(fig)
     return out
+
+
+def plot_file(out: str | None, runs: list[Run]) -> Path:
+    """Where the plot goes: out=FILE (a folder: its compare.png; no extension: .png), else the first run's
+    directory; a file type matplotlib cannot write is refused before anything is drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    if out is None:
+        return runs[0].path / "compare.png"
+    path = Path(out)
+    if path.is_dir():
+        return path / "compare.png"
+    if not path.suffix:
+        return path.with_name(path.name + ".png")
+    kinds = FigureCanvasAgg(Figure()).get_supported_filetypes()
+    if path.suffix[1:].lower() not in kinds:
+        raise UserError(
+            f"out={out}: matplotlib cannot write .{path.suffix[1:]} files; give one of: .{', .'.join(kinds)}"
+        )
+    return path
+
+
+def plot_groups(runs: list[Run], group_by: list[str], labels: list[str]) -> list[tuple[str, list[Run]]]:
+    """The plot's lines: runs grouped by group_by's settings, else those that differ only in seeds together;
+    each labelled by the settings that tell the lines apart (label= chooses them, and must tell them apart)."""
+    groups = groups_by(runs, group_by) if group_by else seed_groups(runs)
+    keys = label_keys(runs, labels or group_by or None)
+    named = [(label(members[0], keys) if keys else _name(members), members) for _, members in groups]
+    names = [name for name, _ in named]
+    if labels and len(set(names)) < len(names):
+        twice = next(n for n in names if names.count(n) > 1)
+        raise UserError(f"label: {twice} names more than one line: choose settings that tell them apart")
+    return named
 
 
 def _name(members: list[Run]) -> str:
@@ -334,7 +395,7 @@ OPTIONS = {
 
 
 def compared(args: dict):
-    """The command: the table, and the plot where asked."""
+    """The command: the table, and the plot where asked; every option checked before anything is printed."""
     options = {**OPTIONS, **args}
     for key in ("descending", "logx"):
         if not isinstance(options[key], bool):
@@ -343,21 +404,44 @@ def compared(args: dict):
         raise UserError(f"band: must be one of {', '.join(BANDS)}, got {options['band']!r}")
     if not options["paths"]:
         raise UserError("which runs? python -m transformer_lab compare RUN_DIR_OR_SWEEP ... (--help)")
+    if options["out"] is not None and not options["plot"]:
+        raise UserError("out: is where the plot goes: give plot=METRIC,... with it")
     runs = find_runs(options["paths"])
     if not runs:
         raise UserError(f"no run directories (with a summary.json) under {' '.join(options['paths'])}")
+    present = sorted({m for r in runs for m in r.summary})
+    for key, metric in [
+        *(("metrics", m) for m in options["metrics"]),
+        *([("sort", options["sort"])] if options["sort"] else []),
+    ]:
+        if metric not in present:
+            raise UserError(f"{key}: no run's summary.json has {metric} (they have: {', '.join(present)})")
     metrics = options["metrics"] or [m for m in DEFAULT_METRICS if any(m in r.summary for r in runs)]
     sort = options["sort"] or ("val/loss" if any("val/loss" in r.summary for r in runs) else None)
     width = shutil.get_terminal_size((100, 24)).columns
-    if options["group_by"]:
-        keys = label_keys(runs, options["group_by"])
+    group_by = label_keys(runs, options["group_by"], "group_by") if options["group_by"] else []
+    if options["plot"]:
+        out = plot_file(options["out"], runs)
+        groups = plot_groups(runs, group_by, options["label"])
+    if group_by:
+        failed = [r for r in runs if r.summary.get("status") == "failed"]
+        for run in failed:
+            warn(f"{run.path} failed: left out of the groups' statistics")
+        kept = [r for r in runs if r not in failed]
+        for name, members in groups_by(kept, group_by):
+            differ = [k for k in differing_keys(members) if not is_seed(k)]
+            if differ:
+                warn(f"{name} pools runs that differ in {', '.join(differ[:4])}: add them to group_by to split them")
         numeric = [m for m in metrics if m != "status"]
-        yield render(grouped_table(runs, keys, numeric, sort, options["descending"]), width)
+        yield render(grouped_table(kept, group_by, numeric, sort, options["descending"]), width)
     else:
         yield render(table(runs, metrics, sort, options["descending"]), width)
     if options["plot"]:
-        out = Path(options["out"]) if options["out"] else runs[0].path / "compare.png"
-        yield f"plot: {plot(runs, options['plot'], out, options['logx'], options['band'], options['label'])}"
+        yield f"plot: {plot(groups, options['plot'], out, options['logx'], options['band'])}"
+
+
+def warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
 COMMAND = cli.Command("compare", __doc__, OPTIONS, compared, paths=("paths",), text=("sort", "band", "out"))

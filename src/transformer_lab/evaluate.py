@@ -125,6 +125,10 @@ def evaluate(
 def evaluated(args: dict):
     if not args.get("ckpt"):
         raise UserError(f"which run? {USAGE.strip()}")
+    if any(o.split("=", 1)[0] == "device" for o in args["overrides"]):
+        raise UserError(
+            "device: evaluate runs as its run trained, on the config's hardware: hardware=cpu or hardware=gpu"
+        )
     result = evaluate(
         args["ckpt"], args.get("split", "val"), args["overrides"], args.get("out"), args.get("weights", "saved")
     )

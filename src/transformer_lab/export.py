@@ -164,8 +164,8 @@ def check_out_dir(out: Path, overwrite: bool, checkpoint: Path) -> None:
     if held and not overwrite:
         listed = ", ".join(p.name for p in held[:4]) + (", ..." if len(held) > 4 else "")
         raise UserError(
-            f"export: {out} is not empty ({listed}): choose a new directory, or add overwrite=true to replace the "
-            "model directory it is whole"
+            f"export: {out} is not empty ({listed}): choose a new directory, or add overwrite=true to replace it "
+            "whole (a model directory only)"
         )
     if held:
         real, here = out.resolve(), Path.cwd().resolve()

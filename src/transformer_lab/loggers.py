@@ -62,8 +62,10 @@ def wandb_identity(cfg: DictConfig, section: DictConfig) -> dict:
     return {
         "name": section.name or name,
         "group": section.group or group,
-        "job_type": section.get("job_type") or (",".join(varied)[:W_AND_B_LIMIT] or None),
-        "tags": list(section.tags or []) + [t for t in tags if t not in (section.tags or [])],
+        # (a job_type longer than W&B takes, an Optuna trial's many digits, would group nothing: none then)
+        "job_type": section.get("job_type")
+        or (",".join(varied) if 0 < len(",".join(varied)) <= W_AND_B_LIMIT else None),
+        "tags": list(dict.fromkeys([*(section.tags or []), *tags])),  # (each once: a swept model=gpt too)
     }
 
 

@@ -1,6 +1,6 @@
 """Sample text from a trained language model (any decoder-only model trained on text).
 
-    python -m transformer_lab sample outputs/DATE/TIME prompt="ROMEO:" max_new_tokens=500 num_samples=2 \
+    python -m transformer_lab sample outputs/DATE/TIME prompt="ROMEO:" max_new_tokens=500 num_samples=2 \\
         temperature=0.8 top_k=200 seed=0
 
 The first argument is a run directory (its checkpoints/best.ckpt, else last.ckpt) or a checkpoint file.
