@@ -148,7 +148,9 @@ def test_a_job_type_w_and_b_cannot_take_is_left_out_and_tags_are_each_once(monke
     from transformer_lab import loggers
 
     class Hydra:
-        overrides = OmegaConf.create({"task": ["model=gpt", "optim.lr=0.00054846122550776511234567890123456789012345678901234567890"]})
+        overrides = OmegaConf.create(
+            {"task": ["model=gpt", "optim.lr=0.00054846122550776511234567890123456789012345678901234567890"]}
+        )
         mode = loggers.RunMode.MULTIRUN
         sweep = OmegaConf.create({"dir": "multirun/x"})
         sweeper = OmegaConf.create({"params": {"optim.lr": "interval(1e-4, 1e-2)"}})
