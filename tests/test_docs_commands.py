@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from conftest import ROOT
+from transformer_lab.cli import COMMANDS
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "experiments").glob("*.md"))]
 COMMAND = re.compile(r"python (benchmarks/\w+\.py)([^`#\n]*)")
@@ -106,6 +107,8 @@ def inference_options() -> list[tuple[str, str, str]]:
     found = []
     for doc in DOCS:
         for command, rest in INFERENCE.findall(doc.read_text()):
+            if command not in COMMANDS:  # (`train`: train.py's overrides, composed by train_commands; COMMAND)
+                continue
             words = [w for w in rest.split() if "/" not in w.split("=")[0]]
             found += [(doc.name, command, w.split("=")[0]) for w in words if "=" in w or w.startswith("--")]
     return sorted(set(found))
