@@ -36,8 +36,8 @@ def read_checkpoint(path: str | Path, mmap: bool = False) -> dict:
     mmap: the tensors stay in the file until read (for a look at the metadata and shapes only)."""
     path = existing_file(path)
     with open(path, "rb") as f:
-        zipped = f.read(4) == b"PK\x03\x04"
-    if not zipped:  # (torch.save's files are zip archives, whole or cut short: this is something else)
+        start = f.read(4)
+    if start and not b"PK\x03\x04".startswith(start):  # (torch.save writes zip archives: this is something else)
         raise UserError(
             f"{path} is not a checkpoint (a .ckpt that train.py wrote): give a run directory or its checkpoints/*.ckpt"
         )
