@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import inspect
 from functools import cache
 from pathlib import Path
 
@@ -191,14 +190,19 @@ def make_datamodule(cfg: DictConfig) -> Batching:
     data = data_cls(**settings)  # checks its own arguments (a ConfigError naming the key)
     form = form_read(batches, data_cls)
     batching_cls = import_class(batches[form], f"task.batches.{form}", Batching)
-    accepts = inspect.signature(batching_cls).parameters
-    task_settings = {k: v for k, v in OmegaConf.to_container(cfg.task, resolve=True).items() if k in accepts}
+    missing = [key for key in batching_cls.task_keys if key not in cfg.task]
+    if missing:
+        raise ConfigError(
+            f"task.batches.{form}",
+            f"{batching_cls.__qualname__} takes task.{', task.'.join(missing)} (its task_keys), which "
+            f"task={cfg.task.name} does not set",
+        )
     datamodule = batching_cls(
         data,
         batch_size=cfg.data.batch_size,
         val_batch_size=cfg.data.get("val_batch_size"),
         seed=cfg.data.get("seed", cfg.seed),
-        **task_settings,  # the task's settings the transform takes (span corruption's, masking's)
+        **{key: cfg.task[key] for key in batching_cls.task_keys},  # the task's settings it declares it takes
     )
     check_pair(cfg, datamodule)
     return datamodule
@@ -227,11 +231,11 @@ def check_buildable(cfg: DictConfig) -> Batching:
     """The checks of build() that need the classes but read no file: the model and data declarations fit,
     the data module's and the model's own checks of their settings, and Lightning's of the trainer's.
     Returns the data module, not set up."""
-    datamodule = make_datamodule(cfg)
-    check_settings(cfg, "model", model_class(cfg).config_class)
     task_cls = task_class(cfg)
     if hasattr(task_cls, "config_class"):  # a user's own task may declare its settings' dataclass
         check_settings(cfg, "task", task_cls.config_class)
+    datamodule = make_datamodule(cfg)
+    check_settings(cfg, "model", model_class(cfg).config_class)
     for i, path in enumerate((cfg.task.get("metrics") or {}).get(datamodule.form) or []):
         import_class(path, f"task.metrics.{datamodule.form}[{i}]", Metric)
     check_model(cfg, datamodule)

@@ -101,7 +101,7 @@ def check_pair(cfg: DictConfig, datamodule) -> None:
 
 
 def validate(cfg: DictConfig) -> None:
-    data, model, trainer, optim = cfg.data, cfg.model, cfg.trainer, cfg.optim
+    data, trainer, optim = cfg.data, cfg.trainer, cfg.optim
 
     seed = cfg.seed
     _require(isinstance(seed, int) and not isinstance(seed, bool), "seed", f"must be an integer, got {seed!r}")
@@ -120,25 +120,14 @@ def validate(cfg: DictConfig) -> None:
         if cfg.get(section) is not None and cfg[section].get("_target_") in SETTINGS:
             check_settings(cfg, section, SETTINGS[cfg[section]._target_])
 
-    # the keys most data modules and models have (each checks its own in its settings dataclass's
-    # __post_init__, models/configs.py and data/configs.py; choices are enums the schemas check)
+    # the batch sizes the factory reads of every data section (a model's sizes are its dataclass's to check:
+    # models/configs.py check_sizes)
     _positive(cfg, "data", "batch_size")
     _require(
         data.get("val_batch_size") is None or data.val_batch_size >= 1,
         "data.val_batch_size",
         f"must be a positive integer or null, got {data.val_batch_size!r}",
     )
-    for key in ("n_layer", "n_head", "n_embd"):
-        if key in model:
-            _positive(cfg, "model", key)
-    if "n_embd" in model and "n_head" in model:
-        _require(
-            model.n_embd % model.n_head == 0,
-            named(cfg, "model", "n_embd"),
-            f"{model.n_embd} is not divisible by model.n_head={model.n_head}",
-        )
-    if "dropout" in model:
-        _require(0 <= model.dropout < 1, "model.dropout", f"must be in [0, 1), got {model.dropout}")
 
     _require(
         cfg.get("overwrite") in (True, False, None), "overwrite", f"must be true or false, got {cfg.get('overwrite')!r}"

@@ -21,6 +21,9 @@ class Batching(L.LightningDataModule):
     command: str | None = None  # the inference command that serves a model trained on it (inference.py)
     padding_fraction: float | None = None  # share of padding in training batches, once set up (summary.json)
     has_test_split: bool = False  # test batches (of the data's test split), evaluated once after training
+    # The task.* settings its constructor takes as keyword arguments (MaskedLM: mask_prob, ...): the factory
+    # passes exactly these, checked by the task's settings dataclass (tasks/configs.py).
+    task_keys: tuple[str, ...] = ()
 
     def __init__(self, data: DataModule, batch_size: int, val_batch_size: int | None = None, seed: int = 1337):
         super().__init__()

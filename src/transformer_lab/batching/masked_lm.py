@@ -69,6 +69,7 @@ class MaskedLM(FromTokenStreams):
     Validation: the validation stream's consecutive windows, each batch masked with its own fixed seed."""
 
     length_key = "task.length"
+    task_keys = ("length", "mask_prob", "mask_token_prob", "random_token_prob")  # (MaskedLMConfig)
 
     def __init__(
         self,
@@ -82,15 +83,6 @@ class MaskedLM(FromTokenStreams):
         random_token_prob: float = 0.1,
     ):
         super().__init__(data, batch_size, val_batch_size, seed)
-        require(length >= 2, "task.length", f"must be at least 2 ([CLS] and a token), got {length}")
-        require(0 < mask_prob <= 1, "task.mask_prob", f"must be in (0, 1], got {mask_prob}")
-        for key, value in (("mask_token_prob", mask_token_prob), ("random_token_prob", random_token_prob)):
-            require(0 <= value <= 1, f"task.{key}", f"must be in [0, 1], got {value}")
-        require(
-            mask_token_prob + random_token_prob <= 1,
-            "task.random_token_prob",
-            f"mask_token_prob + random_token_prob must be at most 1, got {mask_token_prob + random_token_prob}",
-        )
         self.length = length
         self.mask_prob, self.mask_token_prob, self.random_token_prob = mask_prob, mask_token_prob, random_token_prob
 

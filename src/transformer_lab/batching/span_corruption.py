@@ -20,27 +20,7 @@ import torch.nn.functional as F
 from transformer_lab.batching.base import FromTokenStreams
 from transformer_lab.data.base import DataModule
 from transformer_lab.data.batches import LazyBatches, for_this_rank
-from transformer_lab.errors import require
-
-
-def lengths_after_corruption(raw_length: int, noise_density: float, mean_noise_span_length: float) -> tuple[int, int]:
-    """(input length, target length) of a corrupted window of raw_length tokens, EOS included."""
-    noise = min(max(round(raw_length * noise_density), 1), raw_length - 1)
-    spans = max(round(noise / mean_noise_span_length), 1)
-    return raw_length - noise + spans + 1, noise + spans + 1
-
-
-def raw_and_target_length(input_length: int, noise_density: float, mean_noise_span_length: float) -> tuple[int, int]:
-    """The longest raw window whose corrupted input has at most input_length tokens, and its target length."""
-    raw = input_length - 1
-    while lengths_after_corruption(raw + 1, noise_density, mean_noise_span_length)[0] <= input_length:
-        raw += 1
-    return raw, lengths_after_corruption(raw, noise_density, mean_noise_span_length)[1]
-
-
-def num_noise_spans(length: int, noise_density: float, mean_noise_span_length: float) -> int:
-    noise = min(max(round(length * noise_density), 1), length - 1)
-    return max(round(noise / mean_noise_span_length), 1)
+from transformer_lab.tasks.configs import num_noise_spans, raw_and_target_length
 
 
 def random_segmentation(num_items: int, num_segments: int, generator: torch.Generator) -> torch.Tensor:
@@ -136,6 +116,7 @@ class SpanCorruption(FromTokenStreams):
 
     command = "fill"
     length_key = "task.input_length"
+    task_keys = ("input_length", "noise_density", "mean_noise_span_length", "extra_ids")  # (SpanCorruptionConfig)
 
     def __init__(
         self,
@@ -149,20 +130,6 @@ class SpanCorruption(FromTokenStreams):
         extra_ids: int = 100,
     ):
         super().__init__(data, batch_size, val_batch_size, seed)
-        require(0 < noise_density < 1, "task.noise_density", f"must be in (0, 1), got {noise_density}")
-        require(
-            mean_noise_span_length >= 1,
-            "task.mean_noise_span_length",
-            f"must be at least 1, got {mean_noise_span_length}",
-        )
-        require(input_length >= 4, "task.input_length", f"must be at least 4, got {input_length}")
-        raw, _ = raw_and_target_length(input_length, noise_density, mean_noise_span_length)
-        spans = num_noise_spans(raw, noise_density, mean_noise_span_length)
-        require(
-            extra_ids >= spans,
-            "task.extra_ids",
-            f"windows of {raw} tokens have {spans} noise spans, each needing a sentinel; got {extra_ids}",
-        )
         self.input_length, self.noise_density, self.mean_noise_span_length = (
             input_length,
             noise_density,

@@ -18,6 +18,20 @@ Activation = choice("Activation", "relu", "gelu", "gelu-tanh", "silu")  # silu: 
 SinusoidLayout = choice("SinusoidLayout", "interleaved", "halves")
 
 
+def check_sizes(config, heads_share_width: bool = True) -> None:
+    """The sizes every model here has: positive depth, heads and width, a dropout probability, and (where
+    the heads split the width: `heads_share_width`) a width the heads divide. First in each __post_init__,
+    so the checks after it may divide by them."""
+    for key in ("n_layer", "n_head", "n_embd"):
+        value = getattr(config, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(key, f"must be a positive integer, got {value!r}")
+    if heads_share_width and config.n_embd % config.n_head:
+        raise ConfigError("n_embd", f"{config.n_embd} is not divisible by model.n_head={config.n_head}")
+    if not 0 <= config.dropout < 1:
+        raise ConfigError("dropout", f"must be in [0, 1), got {config.dropout}")
+
+
 # models/gpt.py
 @dataclass
 class GPTConfig:
@@ -42,6 +56,7 @@ class GPTConfig:
     scale_residual_init: bool = True  # GPT-2: residual projections' std divided by sqrt(2 * n_layer)
 
     def __post_init__(self):
+        check_sizes(self)
         if self.n_kv_head is not None and (self.n_kv_head < 1 or self.n_head % self.n_kv_head):
             raise ConfigError("n_kv_head", f"must divide n_head={self.n_head}, got {self.n_kv_head}")
         if self.d_ff is not None and self.d_ff < 1:
@@ -73,6 +88,7 @@ class EncDecConfig:
     pad_id: int = 0
 
     def __post_init__(self):
+        check_sizes(self)
         for key in ("n_decoder_layer", "d_ff"):
             if getattr(self, key) is not None and getattr(self, key) < 1:
                 raise ConfigError(key, f"must be positive or null, got {getattr(self, key)}")
@@ -98,6 +114,7 @@ class BertConfig:
     pad_id: int = 0
 
     def __post_init__(self):
+        check_sizes(self)
         if self.d_ff is not None and self.d_ff < 1:
             raise ConfigError("d_ff", f"must be positive or null, got {self.d_ff}")
         if self.norm_eps is not None and self.norm_eps <= 0:
@@ -122,6 +139,7 @@ class T5Config:
     pad_id: int = 0  # also the decoder's start token, as in T5
 
     def __post_init__(self):
+        check_sizes(self, heads_share_width=self.d_kv is None)  # (d_kv: each head's own width)
         if self.d_ff < 1:
             raise ConfigError("d_ff", f"must be positive, got {self.d_ff}")
         if self.d_kv is not None and self.d_kv < 1:

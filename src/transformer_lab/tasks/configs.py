@@ -87,6 +87,26 @@ class ClassifyConfig(TaskConfig):  # tasks/classify.py: one class per sequence, 
     pass
 
 
+def lengths_after_corruption(raw_length: int, noise_density: float, mean_noise_span_length: float) -> tuple[int, int]:
+    """(input length, target length) of a span-corrupted window of raw_length tokens, EOS included."""
+    noise = min(max(round(raw_length * noise_density), 1), raw_length - 1)
+    spans = max(round(noise / mean_noise_span_length), 1)
+    return raw_length - noise + spans + 1, noise + spans + 1
+
+
+def raw_and_target_length(input_length: int, noise_density: float, mean_noise_span_length: float) -> tuple[int, int]:
+    """The longest raw window whose corrupted input has at most input_length tokens, and its target length."""
+    raw = input_length - 1
+    while lengths_after_corruption(raw + 1, noise_density, mean_noise_span_length)[0] <= input_length:
+        raw += 1
+    return raw, lengths_after_corruption(raw, noise_density, mean_noise_span_length)[1]
+
+
+def num_noise_spans(length: int, noise_density: float, mean_noise_span_length: float) -> int:
+    noise = min(max(round(length * noise_density), 1), length - 1)
+    return max(round(noise / mean_noise_span_length), 1)
+
+
 @dataclass
 class SpanCorruptionConfig(
     TaskConfig
@@ -96,6 +116,22 @@ class SpanCorruptionConfig(
     mean_noise_span_length: float = 3.0
     extra_ids: int = 100  # sentinel tokens, at the top of the vocabulary
 
+    def __post_init__(self):
+        require(0 < self.noise_density < 1, "noise_density", f"must be in (0, 1), got {self.noise_density}")
+        require(
+            self.mean_noise_span_length >= 1,
+            "mean_noise_span_length",
+            f"must be at least 1, got {self.mean_noise_span_length}",
+        )
+        require(self.input_length >= 4, "input_length", f"must be at least 4, got {self.input_length}")
+        raw, _ = raw_and_target_length(self.input_length, self.noise_density, self.mean_noise_span_length)
+        spans = num_noise_spans(raw, self.noise_density, self.mean_noise_span_length)
+        require(
+            self.extra_ids >= spans,
+            "extra_ids",
+            f"windows of {raw} tokens have {spans} noise spans, each needing a sentinel; got {self.extra_ids}",
+        )
+
 
 @dataclass
 class MaskedLMConfig(TaskConfig):  # tasks/masked_lm.py: BERT's objective (batching/masked_lm.py); BERT's defaults
@@ -103,6 +139,18 @@ class MaskedLMConfig(TaskConfig):  # tasks/masked_lm.py: BERT's objective (batch
     mask_prob: float = 0.15  # share of tokens chosen for prediction (the loss is on these only)
     mask_token_prob: float = 0.8  # of the chosen: replaced by [MASK]
     random_token_prob: float = 0.1  # replaced by a random token; the rest are kept as they are
+
+    def __post_init__(self):
+        require(self.length >= 2, "length", f"must be at least 2 ([CLS] and a token), got {self.length}")
+        require(0 < self.mask_prob <= 1, "mask_prob", f"must be in (0, 1], got {self.mask_prob}")
+        for key in ("mask_token_prob", "random_token_prob"):
+            require(0 <= getattr(self, key) <= 1, key, f"must be in [0, 1], got {getattr(self, key)}")
+        require(
+            self.mask_token_prob + self.random_token_prob <= 1,
+            "random_token_prob",
+            "mask_token_prob + random_token_prob must be at most 1, got "
+            f"{self.mask_token_prob + self.random_token_prob}",
+        )
 
 
 # The options of the task group this repository ships: the LightningModule each builds (its `_target_`) and
