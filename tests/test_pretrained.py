@@ -1,4 +1,4 @@
-"""Transformers checkpoints in and out (pretrained.py, export.py): small random models of every family built
+"""Transformers checkpoints in and out (pretrained/, export.py): small random models of every family built
 with Transformers itself, saved with save_pretrained, loaded with init_from=hf:DIR's code: the same logits
 within 1e-5 (float32), the same greedy tokens through our KV cache as their generate(), and back out again."""
 
@@ -13,7 +13,7 @@ transformers = pytest.importorskip("transformers")
 from conftest import ROOT, SHAKESPEARE, needs_shakespeare, run_train  # noqa: E402
 from transformer_lab.errors import ConfigError  # noqa: E402
 from transformer_lab.factory import import_class  # noqa: E402
-from transformer_lab.pretrained import MODELS, load_state, open_checkpoint  # noqa: E402
+from transformer_lab.pretrained.load import MODELS, load_state, open_checkpoint  # noqa: E402
 
 V = 99
 
@@ -641,7 +641,8 @@ def test_export_checks_its_directory_first_and_replaces_it_whole_only_when_asked
 def test_a_checkpoint_cut_short_or_without_a_tokenizer_is_refused_before_the_run(tmp_path):
     from conftest import compose_cfg
     from transformer_lab.errors import UserError
-    from transformer_lab.pretrained import apply, read_tensors
+    from transformer_lab.pretrained.hub import read_tensors
+    from transformer_lab.pretrained.load import apply
 
     hub, named = tmp_path / "gpt2", tmp_path / "tokenizer.json"
     bpe_tokenizer().save(str(named))
@@ -683,7 +684,7 @@ def test_without_the_pretrained_extra_init_from_and_export_say_what_to_install(t
     from transformer_lab.errors import UserError
     from transformer_lab.export import export
     from transformer_lab.models.gpt import GPT, GPTConfig
-    from transformer_lab.pretrained import apply
+    from transformer_lab.pretrained.load import apply
 
     ckpt = our_checkpoint(GPT(GPTConfig(vocab_size=V, block_size=16, n_layer=1, n_head=2, n_embd=16)), tmp_path,
                           bpe_tokenizer())  # fmt: skip
@@ -735,7 +736,7 @@ def test_a_checkpoint_directory_is_checked_whole_before_the_run(tmp_path):
     from conftest import compose_cfg
     from transformer_lab.errors import UserError
     from transformer_lab.factory import check_buildable
-    from transformer_lab.pretrained import apply
+    from transformer_lab.pretrained.load import apply
 
     tokenizer = bpe_tokenizer()
     rows = tokenizer.get_vocab_size()

@@ -190,9 +190,9 @@ def init_weights(
     ids mean the same, so a tensor that differs only in its first dimension (the vocabulary's rows: T5's
     sentinels, a masked LM's [MASK]) gets the rows both have. Returns a one-line report, what did not fit
     (the model's tensors left as initialised, then the checkpoint's unused ones) and what was loaded.
-    `hf:NAME_OR_DIR`: a Transformers checkpoint (pretrained.py)."""
+    `hf:NAME_OR_DIR`: a Transformers checkpoint (pretrained/load.py)."""
     if str(source).startswith("hf:"):
-        from transformer_lab.pretrained import load_state
+        from transformer_lab.pretrained.load import load_state
 
         return load_state(model, source)
     try:

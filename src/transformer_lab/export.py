@@ -1,6 +1,6 @@
 """A run's model as a Transformers directory: config.json, model.safetensors, tokenizer.json and
 tokenizer_config.json, which `AutoModelFor...from_pretrained(OUT_DIR)` and `AutoTokenizer.from_pretrained(OUT_DIR)`
-load (pretrained.py has the families and their tables).
+load (pretrained/ has the families and their tables).
 
     python -m transformer_lab export outputs/DATE/TIME exported/   # a run directory (its best.ckpt) or a .ckpt
     python -m transformer_lab export outputs/DATE/TIME exported/ overwrite=true   # replace what exported/ holds
@@ -38,7 +38,8 @@ def settings_of(model: torch.nn.Module) -> dict:
 
 def family_for(model: torch.nn.Module, s: dict):
     """The Transformers family this model's settings are: the first of its candidates that can express them."""
-    from transformer_lab.pretrained import FAMILIES, MODELS, llama_for
+    from transformer_lab.pretrained.llama import llama_for
+    from transformer_lab.pretrained.load import FAMILIES, MODELS
 
     target = f"{type(model).__module__}.{type(model).__qualname__}"
     candidates = [
@@ -46,7 +47,7 @@ def family_for(model: torch.nn.Module, s: dict):
     ]
     candidates = [llama_for(s) if f.model_type == "llama" else f for f in candidates]
     if not candidates:
-        raise UserError(f"export: {target} has no Transformers family here (pretrained.py: {', '.join(FAMILIES)})")
+        raise UserError(f"export: {target} has no Transformers family here (pretrained/: {', '.join(FAMILIES)})")
     reasons = []
     for family in candidates:
         try:
@@ -199,7 +200,7 @@ def check_out_dir(out: Path, overwrite: bool, checkpoint: Path) -> None:
 
 def export(target: str | Path, out_dir: str | Path, overwrite: bool = False) -> Path:
     from transformer_lab.checkpoint import checkpoint_of, load_model
-    from transformer_lab.pretrained import require_pretrained
+    from transformer_lab.pretrained.hub import require_pretrained
 
     out = Path(os.path.abspath(out_dir))  # ("sub/.." is the directory it names)
     path = checkpoint_of(target)

@@ -34,7 +34,7 @@ def prepare(config: DictConfig) -> Prepared:
 
     cfg, resumed, overrides = resume_config(config)
     if str(cfg.get("init_from") or "").startswith("hf:"):  # a Transformers checkpoint decides the model's settings
-        from transformer_lab.pretrained import apply
+        from transformer_lab.pretrained.load import apply
 
         cfg, overrides = apply(cfg, overrides)
     if cfg is not config or not validated:
