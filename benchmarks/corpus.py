@@ -88,10 +88,10 @@ PREPARE = """
 import json, sys, time
 from transformer_lab.data.configs import TextConfig
 from transformer_lab.data.corpus import prepare
-import transformer_lab.data.corpus as corpus
+import transformer_lab.data.corpus.preparation as preparation
 encoded = []
-original = corpus.encode_source
-corpus.encode_source = lambda c, s, *a: encoded.append(s.label) or original(c, s, *a)
+original = preparation.encode_source
+preparation.encode_source = lambda c, s, *a: encoded.append(s.label) or original(c, s, *a)
 started = time.perf_counter()
 tokenizer, shards = prepare(TextConfig(**json.loads(sys.argv[1])))
 print("RESULT", json.dumps({"seconds": time.perf_counter() - started, "encoded": len(encoded),

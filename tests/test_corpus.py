@@ -1,4 +1,4 @@
-"""Text corpora (data=text, data/corpus.py): sources, documents and their split, the tokenizers, the cache on
+"""Text corpora (data=text, data/corpus/): sources, documents and their split, the tokenizers, the cache on
 disk and what every objective reads from it."""
 
 import json
@@ -102,7 +102,7 @@ def test_a_cache_that_cannot_be_written_is_one_line_naming_it(tmp_path):
         from unittest import mock
 
         full = OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "cache" / "shards"))
-        with mock.patch("transformer_lab.data.corpus.encode_source", side_effect=full):
+        with mock.patch("transformer_lab.data.corpus.preparation.encode_source", side_effect=full):
             with pytest.raises(DataUnavailableError) as error:
                 corpus(tmp_path, tokenizer="bytes")
         assert str(error.value).startswith("data.cache_dir: cannot write the corpus cache (No space left on device: ")
@@ -197,7 +197,7 @@ def test_a_pretrained_tokenizer_json_reads_as_it_was_saved(tmp_path):
 
 
 def test_the_cache_encodes_a_changed_file_again_and_an_unchanged_one_never(tmp_path, monkeypatch):
-    import transformer_lab.data.corpus as module
+    import transformer_lab.data.corpus.preparation as module
 
     folder = tmp_path / "corpus"
     folder.mkdir()
@@ -269,19 +269,66 @@ def test_a_token_file_of_many_parts_reads_as_their_concatenation(tmp_path):
     assert len(tokens) == 15 and torch.equal(tokens[index], whole[index]) and tokens[index].dtype == torch.long
 
 
-def test_local_ranks_above_zero_wait_for_rank_zeros_cache(tmp_path):
-    (tmp_path / "docs.txt").write_text("\n\n".join(DOCS))
-    from transformer_lab.data.configs import TextConfig
+def free_port() -> int:
+    import socket
 
-    config = TextConfig(path=str(tmp_path / "docs.txt"), tokenizer="bytes", cache_dir=str(tmp_path / "cache"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_local_ranks_above_zero_wait_for_rank_zeros_cache_and_its_failure(tmp_path):
+    """Two ranks in threads of this process (tests/test_corpus_ranks.py starts them as processes): rank 1 waits
+    on the store rank 0 hosts, writes nothing, and reads what rank 0 wrote; or fails at once where rank 0 did,
+    or where its data.cache_dir lacks what rank 0 wrote."""
+    from transformer_lab.data.configs import TextConfig
+    from transformer_lab.data.corpus.ranks import Ranks
+
+    (tmp_path / "docs.txt").write_text("\n\n".join(DOCS))
+    config = TextConfig(path=str(tmp_path / "docs.txt"), tokenizer="char", cache_dir=str(tmp_path / "cache"))
+    port = free_port()
+    rank0, rank1 = (Ranks(r, r, "0", 2, "127.0.0.1", port) for r in (0, 1))
     got = {}
-    waiter = threading.Thread(target=lambda: got.update(shards=prepare(config, rank=1)[1]))
+    waiter = threading.Thread(target=lambda: got.update(shards=prepare(config, ranks=rank1)[1]))
     waiter.start()
     waiter.join(1.0)
-    assert waiter.is_alive() and not (tmp_path / "cache" / "shards").exists()  # it waits, writing nothing
-    _, shards = prepare(config, rank=0)
+    assert waiter.is_alive() and not (tmp_path / "cache").exists()  # it waits, writing nothing
+    _, shards = prepare(config, ranks=rank0)
     waiter.join(10)
     assert got["shards"] == shards
+
+    def rank_one(config):  # rank 1's error, once rank 0 prepared `config` or failed
+        failed = {}
+
+        def wait():
+            try:
+                prepare(config, ranks=rank1)
+            except DataUnavailableError as e:
+                failed["error"] = str(e)
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        return waiter, failed
+
+    (tmp_path / "bad.txt").write_bytes(b"caf\xe9\n")
+    bad = TextConfig(path=str(tmp_path / "bad.txt"), tokenizer="char", cache_dir=str(tmp_path / "cache"))
+    waiter, failed = rank_one(bad)
+    with pytest.raises(DataUnavailableError, match="is not UTF-8 text"):
+        prepare(bad, ranks=rank0)
+    waiter.join(10)
+    assert failed["error"] == (
+        f"data: local rank 0 could not prepare the corpus cache: data.path: {tmp_path / 'bad.txt'}: is not UTF-8 "
+        "text (byte 0xe9 at offset 3)"
+    )
+    # a rank whose data.cache_dir is not rank 0's finds nothing there, and says so rather than write it
+    waiter, failed = rank_one(TextConfig(**{**config.__dict__, "cache_dir": str(tmp_path / "elsewhere")}))
+    prepare(config, ranks=rank0)
+    waiter.join(10)
+    assert failed["error"] == (
+        f"data.cache_dir: {tmp_path / 'elsewhere'}: local rank 0 prepared the corpus cache, but the char tokenizer "
+        "is not there (is data.cache_dir one folder for the processes of a node?)"
+    )
+    assert not (tmp_path / "elsewhere" / "tokenizers").exists()
 
 
 def test_bits_per_byte_leave_out_tokens_of_no_text(tmp_path):
@@ -362,7 +409,7 @@ def test_every_objective_trains_on_one_corpus_cache(objective, tmp_path_factory)
 def test_a_file_without_separators_is_cut_into_documents_not_held_whole(tmp_path, monkeypatch):
     import random
 
-    import transformer_lab.data.corpus as module
+    import transformer_lab.data.corpus.readers as module
 
     monkeypatch.setattr(module, "MAX_DOCUMENT", 50)
     words = " ".join(random.Random(0).choice(["ab", "cde", "f\n"]) for _ in range(500))

@@ -141,7 +141,7 @@ TokenDtype = choice("TokenDtype", "auto", "uint16", "uint32")
 
 
 @dataclass
-class TextConfig:  # data/corpus.py
+class TextConfig:  # data/corpus/
     data_dir: str = "data"
     path: Any = None  # a .txt, .jsonl or .parquet file, a directory, a glob, or a list of them
     dataset: str | None = None  # or a Hugging Face dataset by name (with data.path: its data_files)

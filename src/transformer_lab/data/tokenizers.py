@@ -1,4 +1,4 @@
-"""The tokenizers of text corpora (data/corpus.py): `char`, `bytes`, `bpe` (trained with Hugging Face
+"""The tokenizers of text corpora (data/corpus/): `char`, `bytes`, `bpe` (trained with Hugging Face
 `tokenizers`) or a pretrained one (a `tokenizer.json`, or a tokenizer on the Hugging Face hub by name).
 
 Each has an end-of-text token that keeps documents apart, encodes a batch of documents to a numpy array of
