@@ -14,22 +14,26 @@ from omegaconf import DictConfig  # noqa: E402
 
 import transformer_lab.config  # noqa: E402,F401  (registers the config schemas)
 from transformer_lab.main import (  # noqa: E402
-    CheckFirst,
+    Trials,
     command_overrides,
     composition_problem,
     output_dir_problem,
     print_help,
     searchpath_problem,
-    sweep_problem,
 )
 from transformer_lab.main import main as run_main  # noqa: E402
 
 CONFIG_DIR = str(Path(__file__).resolve().parent / "conf")
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="train")
-def main(cfg: DictConfig) -> float | None:
-    return run_main(cfg, START_TIME)  # the objective, for sweepers
+def main(trials: Trials) -> None:
+    """compose (Hydra) -> check, claim, record, train (transformer_lab.main.main, for each job of a multirun)."""
+
+    @hydra.main(version_base="1.3", config_path="conf", config_name="train")
+    def task(cfg: DictConfig) -> float | None:
+        return run_main(cfg, START_TIME, trials)  # the objective, for sweepers
+
+    task()
 
 
 if __name__ == "__main__":
@@ -44,9 +48,9 @@ if __name__ == "__main__":
     # What Hydra cannot compose, and what ends a sweep, come here (Hydra would print them in many lines),
     # to be told in one.
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")
-    CheckFirst.composed = False  # (until Hydra has composed this command line)
+    trials = Trials()
     try:
-        main()
+        main(trials)
     except KeyboardInterrupt:  # Ctrl-C before training took it over (callbacks/interrupt.py): nothing to save
         print("interrupted (Ctrl-C) before training started: nothing was trained", file=sys.stderr)
         sys.exit(130)
@@ -54,7 +58,7 @@ if __name__ == "__main__":
         if (problem := composition_problem(error, CONFIG_DIR, overrides)) is not None:
             print(f"error: {problem}", file=sys.stderr)
             sys.exit(2)
-        if (problem := sweep_problem(error)) is not None:
+        if (problem := trials.problem(error)) is not None:
             print(f"error: {problem}", file=sys.stderr)  # failed trials, in one line
             sys.exit(1)
         raise

@@ -26,15 +26,12 @@ from __future__ import annotations
 import math
 import shutil
 import sys
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from transformer_lab import cli
-from transformer_lab.callbacks.history import read_history
-from transformer_lab.config import is_seed  # (and the resolvers of .hydra/config.yaml: ${suggested:...})
+from transformer_lab.config import is_seed
 from transformer_lab.errors import UserError
-from transformer_lab.files import BadFile, read_json, read_text
-from transformer_lab.rundir import OVERWRITTEN, recover
+from transformer_lab.plots import cut, is_number, mean_std, plot, plot_file
+from transformer_lab.runs import Run, differing_keys, find_runs
 
 DEFAULT_METRICS = (
     "val/loss",
@@ -48,89 +45,6 @@ DEFAULT_METRICS = (
     "wall_time_s",
     "status",
 )
-
-
-@dataclass
-class Run:
-    path: Path
-    summary: dict
-    settings: dict[str, str] = field(default_factory=dict)  # the resolved config, flattened
-
-    def history(self) -> list[dict]:
-        path = self.path / "metrics.jsonl"
-        return read_history(path) if path.exists() else []
-
-
-def hydra_record(path: Path, edit=lambda text: text):
-    """One of Hydra's YAML files of a run (.hydra/config.yaml, hydra.yaml), or one line saying it is not one."""
-    from omegaconf import OmegaConf
-
-    try:
-        record = OmegaConf.create(edit(read_text(path)))
-    except UserError:
-        raise
-    except Exception:  # noqa: BLE001  (YAML's and OmegaConf's errors, of many types)
-        record = None
-    if not OmegaConf.is_dict(record) or (path.name == "hydra.yaml" and "runtime" not in record.get("hydra", {})):
-        raise BadFile(path, "is not Hydra's YAML record of a run")
-    return record
-
-
-def resolved_settings(run_dir: Path) -> dict[str, str]:
-    """The run's composed config (.hydra/config.yaml, or a resume's newer .hydra/TIME/config.yaml) resolved,
-    as `key: value` text, less what names the run's own directory. Hydra's `${hydra:...}` values are read from .hydra/hydra.yaml."""
-    from omegaconf import OmegaConf
-
-    records = [p.parent for p in (run_dir / ".hydra").glob("**/config.yaml")]
-    if not records:
-        return {}
-    # the newest record: a resumed run's (.hydra/TIME/, its settings as composed again: resume.record_config)
-    record = max(records, key=lambda p: (p / "config.yaml").stat().st_mtime)
-    config_file, hydra_file = record / "config.yaml", record / "hydra.yaml"
-    if not hydra_file.exists():
-        hydra_file = run_dir / ".hydra" / "hydra.yaml"
-    config = hydra_record(config_file, lambda text: text.replace("${hydra:", "${hydra."))
-    if hydra_file.exists():
-        config.hydra = {"runtime": hydra_record(hydra_file).hydra.runtime}  # what ${hydra:runtime.*} reads
-    try:
-        values = OmegaConf.to_container(config, resolve=True)
-    except Exception:  # noqa: BLE001  (an interpolation these files cannot resolve: shown as written)
-        values = OmegaConf.to_container(config)
-    flat: dict[str, str] = {}
-    # what names the run's own directory: where it is, and where it was made (a run moved or copied since)
-    own = {str(run_dir.resolve()), str(((values.get("paths") or {}).get("output_dir")) or run_dir.resolve())}
-
-    def walk(node: dict, prefix: str) -> None:
-        for key, value in node.items():
-            if isinstance(value, dict):
-                walk(value, f"{prefix}{key}.")
-            elif not any(o in str(value) for o in own):
-                flat[f"{prefix}{key}"] = str(value)
-
-    walk(values, "")
-    # (`_target_` says again what the option's name says)
-    return {k: v for k, v in flat.items() if not k.startswith("hydra.") and not k.endswith("._target_")}
-
-
-def find_runs(paths: list[str]) -> list[Run]:
-    """The runs under `paths`; a run an unfinished overwrite=true set aside is put back first (rundir.recover),
-    and what such a run set aside is not a run of its own."""
-    runs, seen = [], set()
-    for path in map(Path, paths):
-        for run_dir in [path, *(p.parent.parent for p in path.rglob(f"{OVERWRITTEN}/summary.json"))]:
-            recover(run_dir)
-        for summary in sorted(
-            [path / "summary.json"] if (path / "summary.json").exists() else path.rglob("summary.json")
-        ):
-            if OVERWRITTEN not in summary.parts and summary.parent.resolve() not in seen:  # (each run once)
-                seen.add(summary.parent.resolve())
-                runs.append(Run(summary.parent, read_json(summary), resolved_settings(summary.parent)))
-    return runs
-
-
-def differing_keys(runs: list[Run]) -> list[str]:
-    keys = sorted({k for r in runs for k in r.settings})
-    return [k for k in keys if len({r.settings.get(k) for r in runs}) > 1]
 
 
 def label(run: Run, keys: list[str]) -> str:
@@ -162,7 +76,7 @@ def render(rows: list[list[str]], width: int = 100) -> str:
     lines = _aligned(rows)
     if max(len(line) for line in lines) <= width:
         return "\n".join(lines)
-    header, runs = rows[0], [[row[0], *(_cut(cell) for cell in row[1:])] for row in rows[1:]]
+    header, runs = rows[0], [[row[0], *(cut(cell) for cell in row[1:])] for row in rows[1:]]
     out = [f"#{i}  {row[0]}" for i, row in enumerate(runs, 1)]
     names = header[1:]
     name_width = max(len(n) for n in names)
@@ -173,10 +87,6 @@ def render(rows: list[list[str]], width: int = 100) -> str:
         turned += [[name, *(row[j + 1] for row in group)] for j, name in enumerate(names)]
         out += ["", *_aligned(turned)]
     return "\n".join(out)
-
-
-def _cut(cell: str, limit: int = 24) -> str:
-    return cell if len(cell) <= limit else cell[: limit - 1] + "…"
 
 
 def _aligned(rows: list[list[str]]) -> list[str]:
@@ -240,21 +150,13 @@ def seed_groups(runs: list[Run]) -> list[tuple[str, list[Run]]]:
     return groups_by(runs, [k for k in differing_keys(runs) if not is_seed(k)])
 
 
-def mean_std(values: list[float]) -> tuple[float, float]:
-    """The mean and the sample standard deviation (n - 1; 0 for one value)."""
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return mean, 0.0
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-
-
 def grouped_table(runs: list[Run], keys: list[str], metrics: list[str], sort: str | None, descending: bool):
     """Header and rows for group_by: the keys' values, n, and each metric's mean ± std over the group."""
     rows = []
     for _, members in groups_by(runs, keys):
         cells, order = [], None
         for metric in metrics:
-            values = [r.summary[metric] for r in members if _number(r.summary.get(metric))]
+            values = [r.summary[metric] for r in members if is_number(r.summary.get(metric))]
             if not values:
                 cells.append("-")
                 continue
@@ -266,100 +168,6 @@ def grouped_table(runs: list[Run], keys: list[str], metrics: list[str], sort: st
     if sort:
         rows.sort(key=lambda row: (row[3] is None, -(row[3] or 0) if descending else (row[3] or 0)))
     return [[*keys, "n", *metrics], *[[*values, str(n), *cells] for values, n, cells, _ in rows]]
-
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def curve(members: list[Run], metric: str) -> tuple[list[int], list[list[float]]]:
-    """A group's curve of `metric`: the steps every member logged it at, and the members' values there."""
-    histories = [{r["step"]: r[metric] for r in run.history() if _number(r.get(metric))} for run in members]
-    steps = sorted(set.intersection(*(set(h) for h in histories))) if histories else []
-    return steps, [[h[s] for h in histories] for s in steps]
-
-
-def plot(
-    groups: list[tuple[str, list[Run]]], metrics: list[str], out: Path, logx: bool = False, band: str = "std"
-) -> Path:
-    """One panel per metric, one line per group (the mean of its runs at each step) with its band."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display needed
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 3.8), squeeze=False)
-    style = lambda i: {"color": f"C{i % 10}", "linestyle": ("-", "--", ":", "-.")[i // 10 % 4]}  # noqa: E731
-    for ax, metric in zip(axes[0], metrics):
-        drawn = 0
-        for i, (_, members) in enumerate(groups):
-            steps, values = curve(members, metric)
-            if not steps:
-                continue
-            drawn += 1
-            mean = [sum(v) / len(v) for v in values]
-            ax.plot(steps, mean, marker="o" if len(steps) < 30 else None, markersize=3, **style(i))
-            if len(members) > 1 and band != "none":
-                if band == "std":
-                    spread = [mean_std(v)[1] for v in values]
-                    low, high = [m - s for m, s in zip(mean, spread)], [m + s for m, s in zip(mean, spread)]
-                else:
-                    low, high = [min(v) for v in values], [max(v) for v in values]
-                ax.fill_between(steps, low, high, color=style(i)["color"], alpha=0.2, linewidth=0)
-        if not drawn:
-            logged = sorted({k for _, m in groups for r in m for row in r.history() for k in row} - {"step", "epoch"})
-            plt.close(fig)
-            raise UserError(
-                f"plot: no run logged {metric} (their metrics.jsonl have: {', '.join(logged) or 'nothing'})"
-            )
-        ax.set_title(metric)
-        ax.set_xlabel("step")
-        if logx:
-            ax.set_xscale("log")
-        ax.grid(alpha=0.3)
-    if len(groups) > 1 or any(len(m) > 1 for _, m in groups):  # one legend for all panels, under them
-        what = {"std": "mean ± std", "minmax": "mean, min–max", "none": "mean"}[band]
-        names = [
-            _cut(name, 80) + (f"  ({len(members)} runs, {what})" if len(members) > 1 else "")
-            for name, members in groups
-        ]
-        handles = [plt.Line2D([], [], **style(i)) for i in range(len(groups))]
-        columns = max(1, min(len(names), int(5 * len(metrics) * 110 / (7 * max(len(n) for n in names) + 60))))
-        fig.legend(handles, names, loc="upper center", bbox_to_anchor=(0.5, 0.0), fontsize="small", ncol=columns,
-                   frameon=False)  # fmt: skip
-    fig.tight_layout()
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, dpi=110, bbox_inches="tight")  # (the legend below the panels is kept whole)
-    except OSError as e:
-        raise UserError(f"out={out}: cannot write it ({e.strerror or e})") from None
-    finally:
-        plt.close(fig)
-    return out
-
-
-def plot_file(out: str | None, runs: list[Run]) -> Path:
-    """Where the plot goes: out=FILE (a folder: its compare.png; no extension: .png), else the first run's
-    directory; a file type matplotlib cannot write is refused before anything is drawn."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    if out is None:
-        return runs[0].path / "compare.png"
-    path = Path(out)
-    if path.is_dir():
-        return path / "compare.png"
-    if not path.suffix:
-        return path.with_name(path.name + ".png")
-    kinds = FigureCanvasAgg(Figure()).get_supported_filetypes()
-    if path.suffix[1:].lower() not in kinds:
-        raise UserError(
-            f"out={out}: matplotlib cannot write .{path.suffix[1:]} files; give one of: .{', .'.join(kinds)}"
-        )
-    return path
 
 
 def plot_groups(runs: list[Run], group_by: list[str], labels: list[str]) -> list[tuple[str, list[Run]]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import MISSING, dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -199,14 +198,6 @@ class OptimConfig:
         )
 
 
-def config_subdir(output_dir: str) -> str:
-    """Where Hydra records this invocation's config: `.hydra` in a new run directory, `.hydra/TIME` in one
-    that already has a record (a resumed run), so the configs of earlier invocations are never replaced."""
-    if (Path(output_dir) / ".hydra" / "config.yaml").exists():
-        return f".hydra/{datetime.now():%Y-%m-%d_%H-%M-%S}"
-    return ".hydra"
-
-
 def tasks_per_node(devices) -> int:
     """hydra/launcher=slurm's task count: one task per device, so trainer.devices must be a number. Resolved
     while Hydra builds the launcher, where an exception would print a traceback: a mistake exits at once."""
@@ -254,7 +245,6 @@ ATTENTION_KERNELS = {
 def register() -> None:
     OmegaConf.register_new_resolver("cpu_precision", cpu_precision, replace=True)
     OmegaConf.register_new_resolver("if_bf16", if_bf16, replace=True)
-    OmegaConf.register_new_resolver("config_subdir", config_subdir, replace=True)
     OmegaConf.register_new_resolver("suggested", data_suggestion, replace=True)
     OmegaConf.register_new_resolver("tasks_per_node", tasks_per_node, replace=True)
     cs = ConfigStore.instance()

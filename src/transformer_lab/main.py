@@ -1,19 +1,23 @@
-"""The train command's entry (the root train.py): the config is composed and checked with Hydra, OmegaConf
-and the settings dataclasses alone; torch and Lightning load only for a run that is going to train."""
+"""The train command's entry (the root train.py): Hydra composes the config and calls `main`, the task
+function, for a single run and for each job of a multirun alike. Hydra has made the run's directory and
+written nothing in it (conf/hydra/default.yaml: no record, no log file), so `main` checks the run first
+(`prepare.prepare`: the one validation pass), claims the directory (rundir.py), then records the run there
+(.hydra/, train.log) and trains it (train.run). The config is checked with OmegaConf and the settings
+dataclasses before torch and Lightning load."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import logging.handlers
 import os
 import re
 import shutil
 import sys
 import tempfile
-import traceback
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
-from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -21,43 +25,12 @@ from transformer_lab.errors import UserError, exit_on_user_error, no_such_key
 from transformer_lab.files import read_json
 from transformer_lab.overrides import override_key
 from transformer_lab.prepare import Prepared, prepare
-from transformer_lab.rundir import LOCK, release
+from transformer_lab.rundir import LOCK, record, release
 
 log = logging.getLogger(__name__)
 
 
-class CheckFirst(Callback):
-    """Checks a single run before Hydra creates its directory or writes to it (conf/hydra/default.yaml):
-    `prepare` (validation, the data module), then claims the directory (rundir.py), and ends a resume that
-    has nothing to train before anything is written. The run (main.main) goes on with what was prepared.
-    A directory this run creates and that is left holding nothing but Hydra's record and log, because the
-    run failed before it trained (a download), is removed."""
-
-    new_run_dir: Path | None = None
-    prepared: Prepared | None = None
-    composed = False  # Hydra composed the command line (an error before this is the command line's)
-
-    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        CheckFirst.composed = True
-
-    def on_run_start(self, config: DictConfig, **kwargs) -> None:
-        CheckFirst.composed = True
-        run_dir = Path(config.hydra.run.dir).absolute()
-        with open_dict(config):
-            config.hydra.runtime.output_dir = str(run_dir)  # (as Hydra sets it next; paths.output_dir reads it)
-        HydraConfig.instance().set_config(config)  # (${hydra:...} in the config resolves from it)
-        CheckFirst.new_run_dir = None if run_dir.exists() else run_dir
-        try:
-            with exit_on_user_error():
-                CheckFirst.prepared = prepare(config)
-                if claim_run_dir(CheckFirst.prepared, run_dir, "hydra.run.dir"):
-                    sys.exit(0)  # (nothing to do: exits before Hydra writes anything)
-        except Exception:  # Hydra would log a callback's failure as a warning and run on: this one stops
-            traceback.print_exc()
-            sys.exit(1)
-
-
-def claim_run_dir(prepared: Prepared, run_dir: Path, key: str, keep: tuple[str, ...] = ()) -> bool:
+def claim_run_dir(prepared: Prepared, run_dir: Path, key: str) -> bool:
     """This process's claim on its run directory (rundir.py), given what the run resumes. True, and no
     claim, for a resume with nothing to do (its checkpoint at the step limit of a completed run)."""
     from transformer_lab.resume import nothing_to_do
@@ -74,7 +47,7 @@ def claim_run_dir(prepared: Prepared, run_dir: Path, key: str, keep: tuple[str, 
             file=sys.stderr,
         )
         return True
-    claim(run_dir, key, Path(resumed.path) if resumed else None, bool(cfg.get("overwrite")), keep)
+    claim(run_dir, key, Path(resumed.path) if resumed else None, bool(cfg.get("overwrite")))
     return False
 
 
@@ -153,7 +126,7 @@ def composition_problem(error: BaseException, config_dir: str, overrides: list[s
     to add an unknown key with `+`, which only defers the error); None for an error of another kind.
     What is wrong comes from the exceptions' own fields (Hydra's missing option and its group's options,
     OmegaConf's key), not from their text."""
-    from hydra.errors import ConfigCompositionException, MissingConfigException
+    from hydra.errors import HydraException, MissingConfigException
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
     if isinstance(error, MissingConfigException):  # data=imagenet
@@ -163,8 +136,8 @@ def composition_problem(error: BaseException, config_dir: str, overrides: list[s
         return str(error).split("\n")[0]
     cause = error.__cause__ if isinstance(error.__cause__, OmegaConfBaseException) else None
     if cause is None or not cause.full_key:
-        if CheckFirst.composed and not isinstance(error, (ConfigCompositionException, OmegaConfBaseException)):
-            return None  # (a run's own failure: not the command line's)
+        if raised_in_a_run(error) or not isinstance(error, (HydraException, OmegaConfBaseException)):
+            return None  # (a run's own failure, or a sweep's end: not the command line's)
         return " ".join(line.strip() for line in str(error).split("\n") if line.strip())
     key = cause.full_key
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)):  # a key the schema does not have
@@ -178,6 +151,17 @@ def composition_problem(error: BaseException, config_dir: str, overrides: list[s
         message = str(no_such_key(key, list(known) if OmegaConf.is_dict(known) else []))
         return message + task_having(key, composed) + added_setting(key, composed)
     return f"{key}: {str(cause).split(chr(10))[0]}"
+
+
+def raised_in_a_run(error: BaseException) -> bool:
+    """Whether `error` came out of a run (this module's `main`, which Hydra calls once it has composed the
+    config), not out of Hydra's composition of the command line."""
+    import traceback
+
+    return any(
+        frame.name == main.__name__ and frame.filename == __file__
+        for frame in traceback.extract_tb(error.__traceback__)
+    )
 
 
 def added_setting(key: str, composed: DictConfig) -> str:
@@ -249,34 +233,37 @@ class TrialFailed(Exception):
     """A multirun job that could not produce its objective: the sweeper records it as failed and goes on."""
 
 
-# This process's multirun jobs (all of its jobs run here: Hydra's basic launcher, Optuna's sweeper).
-FAILED_TRIALS: list[tuple[Path, str]] = []  # their directories and errors
-COMPLETED_TRIALS: list[Path] = []
+class Trials:
+    """The jobs of one multirun run in this process (Hydra's basic launcher, Optuna's sweeper): the root
+    train.py makes one per command and hands it to `main`, which notes each job's outcome here."""
 
+    def __init__(self):
+        self.failed: list[tuple[Path, str]] = []  # their directories and errors
+        self.completed: list[Path] = []
 
-def sweep_problem(error: BaseException) -> str | None:
-    """What ended a multirun, in one line, when its trials failed (all of them: Optuna then finds no best
-    trial; or some, with a sweeper that reports failures at the end or stops at one), or when a SLURM job
-    ended without a result (scancel, a node failure, the time limit of a run that could not requeue).
-    None otherwise."""
-    if type(error).__name__ == "UncompletedJobError":  # submitit's (hydra/launcher=slurm)
-        found = re.search(
-            r"Job (\S+) \(task: \d+\) with path (\S+)\s+has not produced any output \(state: ([^)]*)\)", str(error)
-        )
-        if found:
-            job, result, state = found.groups()
-            return (
-                f"SLURM job {job} ended without a result (state: {state}); its logs: {Path(result).parent}; "
-                "its run directory keeps what it wrote (summary.json, checkpoints: ckpt_path=last resumes it)"
+    def problem(self, error: BaseException) -> str | None:
+        """What ended the multirun, in one line, when its trials failed (all of them: Optuna then finds no
+        best trial; or some, with a sweeper that reports failures at the end or stops at one), or when a
+        SLURM job ended without a result (scancel, a node failure, the time limit of a run that could not
+        requeue). None otherwise."""
+        if type(error).__name__ == "UncompletedJobError":  # submitit's (hydra/launcher=slurm)
+            found = re.search(
+                r"Job (\S+) \(task: \d+\) with path (\S+)\s+has not produced any output \(state: ([^)]*)\)", str(error)
             )
-    if not FAILED_TRIALS or not isinstance(error, (TrialFailed, ValueError, RuntimeError)):
-        return None
-    logs = ", ".join(str(directory / "train.log") for directory, _ in FAILED_TRIALS)
-    first = FAILED_TRIALS[0][1]
-    if not COMPLETED_TRIALS:
-        return f"every trial failed ({len(FAILED_TRIALS)}; the first: {first}); their errors: {logs}"
-    total = len(FAILED_TRIALS) + len(COMPLETED_TRIALS)
-    return f"{len(FAILED_TRIALS)} of {total} trials failed (the first: {first}); their errors: {logs}"
+            if found:
+                job, result, state = found.groups()
+                return (
+                    f"SLURM job {job} ended without a result (state: {state}); its logs: {Path(result).parent}; "
+                    "its run directory keeps what it wrote (summary.json, checkpoints: ckpt_path=last resumes it)"
+                )
+        if not self.failed or not isinstance(error, (TrialFailed, ValueError, RuntimeError)):
+            return None
+        logs = ", ".join(str(directory / "train.log") for directory, _ in self.failed)
+        first = self.failed[0][1]
+        if not self.completed:
+            return f"every trial failed ({len(self.failed)}; the first: {first}); their errors: {logs}"
+        total = len(self.failed) + len(self.completed)
+        return f"{len(self.failed)} of {total} trials failed (the first: {first}); their errors: {logs}"
 
 
 def objective_value(cfg: DictConfig, summary: dict) -> float | None:
@@ -290,47 +277,69 @@ def objective_value(cfg: DictConfig, summary: dict) -> float | None:
     return float(value)
 
 
-def main(cfg: DictConfig, start_time: float | None = None) -> float | None:
-    """Entry for @hydra.main: a user's mistake becomes one clear message and exit code 2; in a multirun it
-    fails only its own job (the sweep goes on). Returns the objective for sweepers."""
-    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
-        from transformer_lab.launch import distributed_job, submitit_tasks_as_processes
-        from transformer_lab.train import run
+@contextlib.contextmanager
+def distributed_job():
+    """A multirun's job: its DDP processes and SLURM tasks (launch.py), which leave nothing for the next job."""
+    from transformer_lab.launch import distributed_job, submitit_tasks_as_processes
 
-        with distributed_job():
-            submitit_tasks_as_processes()
-            job_dir = Path(HydraConfig.get().runtime.output_dir)
-            try:  # wall_time_s from the job's start: the process's start was the first job's
-                record = Path(HydraConfig.get().output_subdir or ".hydra").parts[0]
-                prepared = prepare(cfg)
-                if claim_run_dir(prepared, job_dir, "hydra.sweep.dir", keep=(record, "train.log")):
-                    summary = read_json(job_dir / "summary.json")  # (its result, as it was)
-                else:
-                    try:
-                        summary = run(cfg, None, prepared)
-                    except BaseException:
-                        unwind_claim(job_dir)
-                        raise
-                value = objective_value(cfg, summary) if summary else None
-            except (UserError, TrialFailed) as e:
+    with distributed_job():
+        submitit_tasks_as_processes()
+        yield
+
+
+def main(cfg: DictConfig, start_time: float | None = None, trials: Trials | None = None) -> float | None:
+    """Hydra's task function: check, claim, record, train. A user's mistake becomes one clear message and
+    exit code 2; in a multirun it fails only its own job (the sweep goes on; `trials` notes it). Returns the
+    objective for sweepers."""
+    trials = trials if trials is not None else Trials()
+    hydra = HydraConfig.get()
+    multirun = hydra.mode == RunMode.MULTIRUN
+    run_dir = Path(hydra.runtime.output_dir)
+    new = run_dir.is_dir() and not any(run_dir.iterdir())  # (Hydra made it for this run)
+    with distributed_job() if multirun else contextlib.nullcontext():
+        try:
+            with contextlib.nullcontext() if multirun else exit_on_user_error():
+                summary = check_and_run(cfg, run_dir, "hydra.sweep.dir" if multirun else "hydra.run.dir", start_time)
+            value = objective_value(cfg, summary) if summary else None  # (the other DDP processes have none)
+        except (UserError, TrialFailed) as e:  # (a multirun's job: the sweep goes on)
+            if not multirun:
+                raise
+            if new:  # (its own directory keeps what was tried and why it failed)
+                with record(run_dir, cfg, None):
+                    log.error("error: %s", e)
+            else:
                 log.error("error: %s", e)
-                FAILED_TRIALS.append((job_dir, str(e)))
-                raise TrialFailed(str(e)) from None
-            finally:
-                release(job_dir)
-            COMPLETED_TRIALS.append(job_dir)
-            return value
-    try:
-        with exit_on_user_error():
-            from transformer_lab.train import run
+            trials.failed.append((run_dir, str(e)))
+            raise TrialFailed(str(e)) from None
+        except SystemExit:  # (a mistake told in one line: a directory this run made and left unused goes)
+            remove_if_unused(run_dir if new else None)
+            raise
+        finally:
+            release(run_dir)
+        if multirun:
+            trials.completed.append(run_dir)
+        return value
 
-            prepared, CheckFirst.prepared = CheckFirst.prepared, None  # (this run's, once)
-            summary = run(cfg, start_time, prepared)
-    except BaseException as e:
-        unwind_claim(Path(cfg.paths.output_dir))
-        if isinstance(e, SystemExit):
-            remove_if_unused(CheckFirst.new_run_dir)
-        raise
+
+def check_and_run(cfg: DictConfig, run_dir: Path, key: str, start_time: float | None) -> dict | None:
+    """The run's summary (summary.json): `prepare` (validation, the data module), the directory's claim,
+    the run's record in it, then the run. A resume with nothing to do gives the summary it has."""
+    # What the checks log goes into the run's log file once there is one (a refused run writes none).
+    early = logging.handlers.MemoryHandler(capacity=1_000, flushLevel=logging.CRITICAL + 1)
+    logging.getLogger().addHandler(early)
+    try:
+        prepared = prepare(cfg)  # (a mistake is told before torch and Lightning are imported)
+        if claim_run_dir(prepared, run_dir, key):
+            return read_json(run_dir / "summary.json") if key == "hydra.sweep.dir" else None
     finally:
-        release()
-    return objective_value(cfg, summary) if summary else None  # the other DDP processes have no summary
+        logging.getLogger().removeHandler(early)
+    from transformer_lab.train import run
+
+    try:
+        with record(run_dir, prepared.cfg, prepared.overrides if prepared.recomposed else None) as log_handler:
+            early.setTarget(log_handler)
+            early.close()  # (flushed into the log file)
+            return run(cfg, None if key == "hydra.sweep.dir" else start_time, prepared)  # (a job's own start)
+    except BaseException:
+        unwind_claim(run_dir)
+        raise

@@ -68,19 +68,6 @@ def _recompose(overrides: list[str]) -> DictConfig:
     return compose(config_name=HydraConfig.get().job.config_name, overrides=overrides)
 
 
-def record_config(cfg: DictConfig, overrides: list[str] | None) -> None:
-    """A resumed run's config, composed from its checkpoint's overrides, into the record Hydra wrote of this
-    invocation (its newest, .hydra or .hydra/TIME), so that it says what ran, not only what was given.
-    (hydra.output_subdir names a new folder each time it is read: not used here.)"""
-    if overrides is None or not HydraConfig.initialized():
-        return
-    records = [p.parent for p in (Path(HydraConfig.get().runtime.output_dir) / ".hydra").glob("**/overrides.yaml")]
-    if records:
-        record = max(records, key=lambda p: (p / "overrides.yaml").stat().st_mtime)
-        OmegaConf.save(cfg, record / "config.yaml")
-        OmegaConf.save(OmegaConf.create(overrides), record / "overrides.yaml")
-
-
 def requeued(cfg: DictConfig) -> bool:
     """A SLURM job started again after a requeue (preemption, `scontrol requeue`, its time limit near: see
     callbacks/interrupt.py) whose run directory holds the checkpoint it stopped at."""

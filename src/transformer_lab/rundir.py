@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import atexit
 import fcntl
+import logging
 import os
 import shutil
 import signal
 import threading
+from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 
 from transformer_lab.atomic import remove_stale_temporaries
@@ -272,3 +275,45 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path)
     elif path.exists() or path.is_symlink():
         path.unlink()
+
+
+@contextmanager
+def record(run_dir: Path, cfg, overrides: list[str] | None):
+    """The run's record, written once its directory is claimed (Hydra writes none: conf/hydra/default.yaml):
+    by the job's first process, its config, Hydra's and the overrides in `.hydra/` (`.hydra/TIME/` where a
+    record is there already: a resume, whose config is composed from its checkpoint's overrides); and the
+    run's log file for as long as it lasts (log_file)."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    if first_process():
+        folder = run_dir / ".hydra"
+        if (folder / "config.yaml").exists():
+            folder = folder / f"{datetime.now():%Y-%m-%d_%H-%M-%S}"
+        folder.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(cfg, folder / "config.yaml")
+        OmegaConf.save(HydraConfig.instance().cfg, folder / "hydra.yaml")
+        given = overrides if overrides is not None else HydraConfig.get().overrides.task
+        OmegaConf.save(OmegaConf.create(list(given)), folder / "overrides.yaml")
+    with log_file(run_dir) as handler:
+        yield handler
+
+
+@contextmanager
+def log_file(run_dir: Path):
+    """The log file of the run's process (train.log; a DDP process's ddp_process_N.log) as Hydra's job
+    logging would write it, from its settings, while inside."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra = HydraConfig.get()
+    handler = logging.FileHandler(run_dir / f"{hydra.job.name}.log")
+    handler.setFormatter(
+        logging.Formatter(hydra.job_logging.formatters[hydra.job_logging.handlers.file.formatter].format)
+    )
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        root.removeHandler(handler)
+        handler.close()

@@ -36,7 +36,7 @@ from transformer_lab.files import read_json
 from transformer_lab.launch import ddp_process_command  # noqa: F401  (importing it patches Lightning's DDP launcher)
 from transformer_lab.loggers import build_loggers
 from transformer_lab.prepare import Prepared, prepare
-from transformer_lab.resume import logger_versions, record_config
+from transformer_lab.resume import logger_versions
 from transformer_lab.trainer_args import trainer_arguments
 
 log = logging.getLogger(__name__)
@@ -86,9 +86,8 @@ def run(cfg: DictConfig, start_time: float | None = None, prepared: Prepared | N
     start_time = start_time or time.time()
     prepared = prepared or prepare(cfg)
     resumed, overrides = prepared.resumed, prepared.overrides
-    if prepared.recomposed:  # a resume's config, composed from its checkpoint: recorded in .hydra/
+    if prepared.recomposed:  # a resume's config, composed from its checkpoint (recorded in .hydra/: rundir.record)
         cfg = prepared.cfg
-        record_config(cfg, overrides)
     output_dir = Path(cfg.paths.output_dir)
     log.info("run directory: %s", output_dir)
     if "SLURM_JOB_ID" in os.environ and "SLURM_PROCID" in os.environ:  # a task of a SLURM job (srun)
