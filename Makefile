@@ -29,11 +29,11 @@ data:  ## copy the local dataset mirror (../shared/data) into data/, where there
 train: install data  ## the CPU preset (EXPERIMENT=..., ARGS=overrides)
 	$(PY) train.py experiment=$(EXPERIMENT) $(ARGS)
 
-test: install data  ## every test, one process per core (what CI runs)
+test: install data  ## every test, tests/unit and tests/e2e, one process per core (what CI runs)
 	$(PY) -m pytest -n auto --dist worksteal $(ARGS)
 
-test-fast: install data  ## the unit tier: no train.py or command in a subprocess (1-2 minutes)
-	$(PY) -m pytest -n auto --dist worksteal -m "not e2e" $(ARGS)
+test-fast: install data  ## the unit tier, tests/unit: no train.py or command in a subprocess (1-2 minutes)
+	$(PY) -m pytest -n auto --dist worksteal tests/unit $(ARGS)
 
 lint: install  ## ruff: lint and format check
 	$(VENV)/bin/ruff check src tests benchmarks train.py

@@ -1,114 +1,19 @@
-import json
+"""What both tiers share at run time: one thread per process and the long-lived train.py of each worker.
+Everything else the tests share is the package helpers/ (tests/ is on the path: pyproject's pythonpath)."""
+
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-import transformer_lab.config  # noqa: F401  (registers the schemas)
+import transformer_lab.config  # noqa: F401  (registers the schemas, for every test that composes a config)
+
+# TrainProcess for train_process below; the others for tests/test_corpus.py and tests/test_pretrained.py, which
+# import them from conftest until they move to tests/unit and tests/e2e (then they go: no test imports conftest).
+from helpers.runs import ROOT, SHAKESPEARE, TINY, TrainProcess, compose_cfg, needs_shakespeare, run_train  # noqa: F401
 
 # One thread per process: the suite runs a worker per core, each starting train.py processes, and the
 # tests' tiny models gain nothing from more threads (two each made the suite ~17% slower on 2 cores).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-ROOT = Path(__file__).resolve().parents[1]
-SHAKESPEARE = ROOT / "data" / "shakespeare" / "input.txt"
-
-# A tiny model, so end-to-end runs take seconds on 2 cores.
-# Validation on 2 batches unless a test sets more (a later override wins): every run validates at least
-# once, at its last step, and tests that read validation figures set their own limit.
-TINY = [
-    "model.n_layer=1",
-    "model.n_head=2",
-    "model.n_embd=32",
-    "trainer.enable_progress_bar=false",
-    "trainer.enable_model_summary=false",
-    "trainer.limit_val_batches=2",
-]
-
-needs_shakespeare = pytest.mark.skipif(
-    not SHAKESPEARE.exists(), reason=f"{SHAKESPEARE} missing: run `make data` (or train once online)"
-)
-
-
-# The unit tier (`make test-fast`) is every test not marked e2e; a test that starts Python in a
-# subprocess (train.py, a command) without the mark fails, so the tier stays fast by construction.
-_running: list = [None]
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item):
-    _running[0] = item  # before its fixtures, which may start runs of their own
-
-
-_popen_init = subprocess.Popen.__init__
-
-
-def _popen_init_in_e2e_tests_only(self, args, *rest, **kwargs):
-    item, command = _running[0], args if isinstance(args, (list, tuple)) else [args]
-    if item is not None and item.get_closest_marker("e2e") is None and str(command[0]) == sys.executable:
-        pytest.fail(
-            f"{item.nodeid} starts Python in a subprocess ({' '.join(map(str, command[:3]))} ...): "
-            "mark it @pytest.mark.e2e (`make test-fast` leaves those out)",
-            pytrace=False,
-        )
-    _popen_init(self, args, *rest, **kwargs)
-
-
-subprocess.Popen.__init__ = _popen_init_in_e2e_tests_only
-
-
-def compose_cfg(overrides=(), output_dir="/tmp/transformer-lab-test", return_hydra_config=False):
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(
-            "train",
-            overrides=[f"paths.root_dir={ROOT}", f"paths.output_dir={output_dir}", *overrides],
-            return_hydra_config=return_hydra_config,
-        )
-
-
-def run_train(*overrides, cwd=ROOT, env=None, timeout=300):
-    """python train.py OVERRIDES, as a user would run it."""
-    return subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), *overrides],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "WANDB_SILENT": "true", **(env or {})},
-    )
-
-
-class TrainProcess:
-    """`python train.py ARGS` for many runs (bad inputs, short trainings): every run goes
-    through train.py as __main__ in one long-lived process (tests/train_driver.py), so the imports are paid
-    once. Results look like subprocess.run's."""
-
-    def __init__(self, env=None):
-        self.env = {**os.environ, "WANDB_SILENT": "true", **(env or {})}
-        self.process = self._start()
-
-    def _start(self):
-        return subprocess.Popen(
-            [sys.executable, str(ROOT / "tests" / "train_driver.py")],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=self.env,
-        )
-
-    def run(self, *overrides):
-        if self.process.poll() is not None:  # a run that killed it fails alone, not every run after it
-            self.process = self._start()
-        self.process.stdin.write(json.dumps([str(o) for o in overrides]) + "\n")
-        self.process.stdin.flush()
-        return subprocess.CompletedProcess(overrides, **json.loads(self.process.stdout.readline()))
-
-    def close(self):
-        self.process.stdin.close()
-        self.process.wait(timeout=60)
 
 
 @pytest.fixture(scope="session")

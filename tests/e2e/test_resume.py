@@ -1,0 +1,489 @@
+"""Exact resume after a crash, graceful interrupts, and the non-finite loss guard, on real train.py runs.
+
+Here: the runs; tests/unit/test_resume.py has the rest."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers.runs import ROOT, TINY, needs_shakespeare, run_train
+from helpers.translation import write_pairs
+
+DATA = {
+    "modular": ["data=modular", "data.p=11", "data.train_fraction=0.9", "data.batch_size=16"],
+    "shakespeare": ["data=shakespeare", "data.block_size=32", "data.batch_size=8", "task.sample.max_new_tokens=10"],
+    # a corpus on disk (memmap windows), its cache in the fixture's folder
+    "text": [
+        "data=text",
+        f"data.path={ROOT / 'data/shakespeare/input.txt'}",
+        "data.tokenizer=bpe",
+        "data.vocab_size=300",
+        "data.block_size=32",
+        "data.batch_size=8",
+        "task.sample.max_new_tokens=10",
+    ],
+    # a pair file written by the fixture below; encoder-decoder, length-grouped batches, BLEU
+    "translation": [
+        "model=encdec",
+        "data=translation",
+        "data.vocab_size=100",
+        "data.batch_size=16",
+        "task.decode.beam_size=2",
+    ],
+}
+# Dropout on, so the resumed run must also restore the random generators' states.
+COMMON = [
+    *TINY,
+    "model.dropout=0.1",
+    "trainer.max_steps=60",
+    "trainer.val_check_interval=20",
+    "trainer.limit_val_batches=3",
+    "callbacks.last_checkpoint.every_n_train_steps=10",
+    "trainer.log_every_n_steps=5",
+    "logger=csv",
+    "+callbacks.batch_log._target_=helpers.callbacks.BatchLog",
+]
+HELPERS = {"PYTHONPATH": str(ROOT / "tests")}
+# Measurements of the process that ran, not results: a resumed run measures only its own steps.
+NOT_COMPARED = {
+    "tokens_per_sec",
+    "flops_per_token",
+    "mfu",
+    "wall_time_s",
+    "train_time_s",
+    "peak_mem_mb",
+}
+
+
+def train(run_dir, *overrides):
+    return run_train(
+        *overrides, f"+callbacks.batch_log.path={run_dir / 'batches.tsv'}", f"hydra.run.dir={run_dir}", env=HELPERS
+    )
+
+
+def batches(run_dir):
+    return [tuple(line.split("\t")) for line in (run_dir / "batches.tsv").read_text().splitlines()]
+
+
+def summary(run_dir):
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def history(run_dir):
+    """metrics.jsonl without the timing figures, which differ between any two runs."""
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if not k.startswith("throughput/")} for line in lines]
+
+
+def csv_rows(run_dir):
+    """The CSV logger's rows as (step, train/loss, val/loss)."""
+    with open(run_dir / "csv" / "metrics.csv", newline="") as f:
+        return [(r["step"], r.get("train/loss"), r.get("val/loss")) for r in csv.DictReader(f)]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The uninterrupted run of each data's settings, trained once for the tests that compare with it:
+    data -> (its overrides, its run directory)."""
+    root, runs = tmp_path_factory.mktemp("whole"), {}
+
+    def run(data):
+        if data not in runs:
+            args = DATA[data]
+            if data == "translation":
+                args = args + [f"data.path={write_pairs(root / 'pairs.tsv', n=300)}", f"paths.data_dir={root / 'data'}"]
+            if data == "text":
+                args = args + [f"data.cache_dir={root / 'cache'}"]
+            result = train(root / data, *args, *COMMON)
+            assert result.returncode == 0, result.stderr[-3000:]
+            runs[data] = (args, root / data)
+        return runs[data]
+
+    return run
+
+
+@pytest.mark.parametrize(
+    "data",
+    ["modular", *(pytest.param(d, marks=needs_shakespeare) for d in ("shakespeare", "text")), "translation"],
+)
+def test_sigkill_then_resume_equals_an_uninterrupted_run(data, uninterrupted, tmp_path):
+    crashed = tmp_path / "crashed"
+    args, whole = uninterrupted(data)
+
+    killed = train(
+        crashed, *args, *COMMON, "+callbacks.kill._target_=helpers.callbacks.KillAt", "+callbacks.kill.step=25"
+    )
+    assert killed.returncode == -9  # SIGKILL: no chance to clean up
+    assert not (crashed / "summary.json").exists()
+    # The run's own settings (from its checkpoint), but its killer's step moved past the end.
+    resumed = train(crashed, "ckpt_path=last", "+callbacks.kill.step=1000")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "will be deleted" not in resumed.stdout + resumed.stderr  # (Lightning's CSV warning: the rows stay)
+
+    # The killed run trained steps 1..25; its last checkpoint is from step 20, so the resumed run trains
+    # 21..60. Together, without the five lost steps, that is exactly the uninterrupted run's sequence.
+    log = batches(crashed)
+    resumed_from = next(i for i in range(1, len(log)) if int(log[i][0]) <= int(log[i - 1][0]))
+    assert [int(s) for s, _ in log[:resumed_from]] == list(range(1, 26))
+    assert int(log[resumed_from][0]) == 21
+    stitched = [entry for entry in log[:resumed_from] if int(entry[0]) <= 20] + log[resumed_from:]
+    assert stitched == batches(whole)  # no batch repeated, none skipped, same data at every step
+
+    # metrics.jsonl: the killed run's lines after its checkpoint are dropped, the rest are the same lines
+    assert history(crashed) == history(whole) and len(history(whole)) >= 6
+    # and the CSV logger's file too: the killed process's rows kept up to its checkpoint, none twice
+    assert csv_rows(crashed) == csv_rows(whole) and len(csv_rows(whole)) >= 6
+
+    a, b = summary(whole), summary(crashed)
+    assert a.keys() == b.keys()
+    for key in a.keys() - NOT_COMPARED:
+        assert b[key] == (a[key] if isinstance(a[key], str) else pytest.approx(a[key], rel=0, abs=1e-6)), key
+    assert a["val/loss"] == b["val/loss"] and a["global_step"] == b["global_step"] == 60
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_interrupt_saves_a_checkpoint_and_resumes(signum, uninterrupted, tmp_path):
+    stopped = tmp_path / "stopped"
+    _, whole = uninterrupted("modular")
+    result = train(
+        stopped,
+        *DATA["modular"],
+        *COMMON,
+        "+callbacks.kill._target_=helpers.callbacks.KillAt",
+        "+callbacks.kill.step=27",
+        f"+callbacks.kill.signum={signum}",
+    )
+    assert result.returncode == (130 if signum == "SIGINT" else 143), result.stderr[-3000:]
+    interrupted = summary(stopped)
+    assert interrupted["status"] == "interrupted" and interrupted["global_step"] == 27
+    assert "Resume with ckpt_path=last" in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert "`weights_only` was not set" not in result.stdout + result.stderr  # (Lightning's, on a save it defaults)
+    # a Ctrl-C is named as one, not as the SIGTERM it is turned into
+    assert ("Received SIGTERM" in result.stdout + result.stderr) == (signum == "SIGTERM")
+    assert ("Ctrl-C: stopping after this step" in result.stdout + result.stderr) == (signum == "SIGINT")
+    if signum == "SIGTERM":  # its checkpoint is resumed as SIGINT's is, below
+        return
+
+    resumed = train(stopped, *DATA["modular"], *COMMON, "ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    log = batches(stopped)
+    assert [int(s) for s, _ in log] == list(range(1, 61))  # stopped after 27, resumed at 28
+    assert log == batches(whole)
+    assert summary(stopped)["val/loss"] == summary(whole)["val/loss"]
+
+
+def test_nonfinite_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(tmp_path):
+    # lr 1e4 without clipping sends the weights to inf within a few steps.
+    diverge = [
+        *DATA["modular"],
+        *TINY,
+        "optim.lr=1e4",
+        "optim.warmup_steps=0",
+        "trainer.gradient_clip_val=null",
+        "trainer.max_steps=60",
+        "callbacks.last_checkpoint.every_n_train_steps=1",
+        "logger=none",
+    ]
+    result = run_train(*diverge, f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert "the loss is nan at step" in result.stderr or "the loss is inf at step" in result.stderr
+    step = int(result.stderr.split(" at step ")[1].split(";")[0])
+    failed = summary(tmp_path)
+    assert failed["status"] == "failed" and failed["global_step"] == step
+    # last.ckpt is from the last good step and loads as a finite model
+    import torch
+
+    checkpoint = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert checkpoint["global_step"] == step
+    assert all(torch.isfinite(v).all() for v in checkpoint["state_dict"].values())
+
+    skipping = run_train(
+        *diverge,
+        "optim.skip_nonfinite=true",
+        "trainer.log_every_n_steps=1",
+        "logger=csv",
+        f"hydra.run.dir={tmp_path / 'skip'}",
+    )
+    assert skipping.returncode == 0, skipping.stderr[-3000:]
+    assert summary(tmp_path / "skip")["train/skipped_steps"] >= 1
+
+
+def test_truncated_checkpoint_is_reported_not_loaded(tmp_path):
+    run = tmp_path / "run"
+    assert (
+        run_train(*DATA["modular"], *TINY, "trainer.max_steps=10", "logger=none", f"hydra.run.dir={run}").returncode
+        == 0
+    )
+    last = run / "checkpoints" / "last.ckpt"
+    before = last.read_bytes()
+    last.write_bytes(before[: len(before) // 2])
+    result = run_train(
+        *DATA["modular"], *TINY, "trainer.max_steps=20", "logger=none", "ckpt_path=last", f"hydra.run.dir={run}"
+    )
+    assert result.returncode == 2 and "is not a readable checkpoint (truncated or corrupt" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert last.read_bytes() == before[: len(before) // 2]  # left as found, for the user to inspect
+
+
+def test_checkpoints_load_with_weights_only_and_carry_the_config(tmp_path):
+    run = tmp_path / "run"
+    assert (
+        run_train(*DATA["modular"], *TINY, "trainer.max_steps=5", "logger=none", f"hydra.run.dir={run}").returncode == 0
+    )
+    import torch
+
+    checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    config = checkpoint["transformer_lab"]["config"]
+    assert config["model"]["n_embd"] == 32 and config["data"]["name"] == "modular"
+    assert "${" not in json.dumps(config)  # resolved: no interpolation left to resolve elsewhere
+
+    # A checkpoint whose tensors are named otherwise (a model class of one's own, changed since): a run
+    # refuses to resume from it with one line rather than failing inside the optimizer's state.
+    old_names = {
+        "attn.in_proj": "attn.c_attn",
+        "attn.out_proj": "attn.c_proj",
+        "mlp.up": "mlp.c_fc",
+        "mlp.down": "mlp.c_proj",
+    }
+    renamed = {}
+    for key, value in checkpoint["state_dict"].items():
+        for new, old in old_names.items():
+            key = key.replace(f".{new}.", f".{old}.")
+        renamed[key] = value
+    old = run / "checkpoints" / "old.ckpt"
+    torch.save({**checkpoint, "state_dict": renamed}, old)
+    result = run_train(
+        *DATA["modular"],
+        *TINY,
+        "trainer.max_steps=10",
+        "logger=none",
+        f"ckpt_path={old}",
+        f"hydra.run.dir={tmp_path / 'resumed'}",
+    )
+    assert result.returncode == 2 and "holds other tensors than this run's model" in result.stderr
+    assert "attn.c_attn" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_checkpoint_with_arbitrary_objects_is_refused(tmp_path):
+    import torch
+
+    evil = tmp_path / "evil.ckpt"
+    torch.save({"transformer_lab": {}, "state_dict": {}, "payload": subprocess.Popen}, evil)
+    result = run_train(*DATA["modular"], "logger=none", f"ckpt_path={evil}", f"hydra.run.dir={tmp_path / 'run'}")
+    assert result.returncode == 2 and "refusing to load it (weights_only=True)" in result.stderr
+
+
+def snapshot(folder):
+    """Every file's bytes, but the lock's (it names the pid of the last process to claim the directory)."""
+    return {
+        p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file() and p.name != ".lock"
+    }
+
+
+def test_a_run_directory_belongs_to_one_run(tmp_path, train_process):
+    """A second writer is refused while the first runs, and a kill -9 leaves no lock behind; a finished
+    run is not overwritten, a resume with nothing to do changes nothing, overwrite=true starts afresh."""
+    run = tmp_path / "run"
+    short = [*DATA["modular"], *TINY, "logger=none", "callbacks.last_checkpoint.every_n_train_steps=5"]
+    first = subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), *short, "trainer.max_steps=30", f"hydra.run.dir={run}"]
+        + [
+            "+callbacks.sleep._target_=helpers.callbacks.SleepAt",
+            "+callbacks.sleep.step=6",
+            "+callbacks.sleep.seconds=120",
+        ],
+        cwd=ROOT,
+        env={**os.environ, **HELPERS},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.time() + 120
+        while not (run / "checkpoints" / "last.ckpt").exists() and time.time() < deadline:
+            time.sleep(0.5)
+        time.sleep(1)  # (step 6, asleep)
+        second = train_process.run(*short, "trainer.max_steps=30", f"hydra.run.dir={run}")
+        assert second.returncode == 2 and "Traceback" not in second.stderr, second.stderr[-2000:]
+        assert f"error: hydra.run.dir={run}: another process (pid {first.pid}) is writing" in second.stderr
+    finally:
+        first.kill()  # SIGKILL: no chance to clean up
+        first.wait()
+    resumed = train_process.run("ckpt_path=last", "+callbacks.sleep.step=1000", f"hydra.run.dir={run}")
+    # (the lock died with its process)
+    assert resumed.returncode == 0 and summary(run)["global_step"] == 30, resumed.stderr[-2000:]
+
+    finished = snapshot(run)
+    again = train_process.run(*short, "trainer.max_steps=30", f"hydra.run.dir={run}")
+    assert again.returncode == 2 and f"hydra.run.dir={run} holds a completed run (step 30)" in again.stderr
+    no_op = train_process.run("ckpt_path=last", f"hydra.run.dir={run}")
+    assert no_op.returncode == 0 and "nothing to do" in no_op.stderr, no_op.stderr[-2000:]
+    assert snapshot(run) == finished  # summary.json, metrics.jsonl, checkpoints, .hydra, train.log: all as they were
+    crashed = train_process.run(
+        "ckpt_path=last", "trainer.max_steps=40", "+callbacks.fail._target_=helpers.callbacks.FailAtTrainStart",
+        f"hydra.run.dir={run}",
+    )  # fmt: skip
+    assert crashed.returncode != 0 and "a crash before the first step" in crashed.stderr, crashed.stderr[-2000:]
+    for name in ("summary.json", "metrics.jsonl", "checkpoints/last.ckpt", "checkpoints/best.ckpt"):
+        assert (run / name).read_bytes() == finished[Path(name)], name  # the completed run's, as they were
+
+    # overwrite=true whose data is found bad only once it is read (after the directory is claimed): the
+    # completed run is left as it was, and so is a file of the user's beside it
+    (run / "corpus.txt").write_bytes("caf\u00e9 au lait\n".encode("latin-1") * 50)
+    finished = snapshot(run)
+    refused = train_process.run(
+        *TINY, "logger=none", "data=text", "data.tokenizer=char", f"data.path={run / 'corpus.txt'}",
+        f"data.cache_dir={tmp_path / 'cache'}", "overwrite=true", f"hydra.run.dir={run}",
+    )  # fmt: skip
+    assert refused.returncode == 2 and "corpus.txt: is not UTF-8 text" in refused.stderr, refused.stderr[-2000:]
+    assert snapshot(run) == finished
+
+    afresh = train_process.run(*short, "trainer.max_steps=10", "overwrite=true", f"hydra.run.dir={run}")
+    assert afresh.returncode == 0 and summary(run)["global_step"] == 10, afresh.stderr[-2000:]
+    assert (run / "corpus.txt").read_bytes() == finished[Path("corpus.txt")]  # the user's file stays
+    assert not (run / ".overwritten").exists()
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]  # no -v1
+    assert len(list((run / ".hydra").glob("*/config.yaml"))) == 0  # one run's record
+    # the run overwrite=true started resumes with nothing repeated (overwrite is no setting of the run's)
+    further = train_process.run("ckpt_path=last", "trainer.max_steps=15", f"hydra.run.dir={run}")
+    assert further.returncode == 0 and summary(run)["global_step"] == 15, further.stderr[-2000:]
+
+
+@pytest.mark.parametrize("data", ["pairs", "text"])
+def test_a_resume_on_changed_data_is_refused_by_name(data, tmp_path, train_process):
+
+    if data == "pairs":
+        path = write_pairs(tmp_path / "pairs.tsv", n=200)
+        args = [*DATA["translation"], f"data.path={path}", f"paths.data_dir={tmp_path / 'data'}"]
+    else:
+        path = tmp_path / "poem.txt"
+        path.write_text("Shall I compare thee to a summer's day?\nThou art more lovely and more temperate.\n" * 40)
+        args = ["data=shakespeare", f"data.path={path}", "data.block_size=16", "data.batch_size=4"]
+    run = tmp_path / "run"
+    assert train_process.run(*args, *TINY, "logger=none", "trainer.max_steps=4", f"hydra.run.dir={run}").returncode == 0
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[3:]))  # edited: other splits (and tokens)
+    result = train_process.run("ckpt_path=last", "trainer.max_steps=8", f"hydra.run.dir={run}")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert f"was trained on other data than this run reads: {path} (SHA-256" in result.stderr
+    assert summary(run)["global_step"] == 4
+    # evaluate keeps the checkpoint's vocabulary and takes the changed file as another file, saying so
+    evaluated = subprocess.run(
+        [sys.executable, "-m", "transformer_lab.evaluate", str(run)], capture_output=True, text=True, cwd=ROOT
+    )
+    assert evaluated.returncode == 0 and f"data.path: {path} has changed since the checkpoint's run" in evaluated.stderr
+
+
+def test_ctrl_c_while_testing_exits_130_and_resuming_tests_keeping_the_figures(uninterrupted, tmp_path):
+    args, _ = uninterrupted("translation")
+    run = tmp_path / "run"
+    stopped = train(
+        run,
+        *args,
+        *COMMON,
+        "data.val_batch_size=4",
+        "+callbacks.stop._target_=helpers.callbacks.SignalIn",
+        "+callbacks.stop.stage=test",
+    )  # (several test batches: Lightning stops after the batch the signal came in)
+    assert stopped.returncode == 130, stopped.stderr[-3000:]
+    assert "testing stopped" in stopped.stderr + stopped.stdout
+    interrupted = summary(run)
+    assert interrupted["status"] == "interrupted" and "test/bleu" not in interrupted
+
+    resumed = train(run, "ckpt_path=last", "+callbacks.stop.stage=none")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    done = summary(run)
+    assert done["status"] == "completed" and "test/bleu" in done and done["global_step"] == 60
+    for key in ("tokens_per_sec", "train_time_s", "flops_per_token"):  # measured before, not turned null
+        assert done[key] == interrupted[key] is not None
+
+
+def test_sigterm_before_the_first_step_says_there_is_nothing_to_resume(tmp_path):
+    result = train(
+        tmp_path / "run",
+        *DATA["modular"],
+        *COMMON,
+        "data.val_batch_size=4",  # (several batches to sanity-check: it stops after the first)
+        "+callbacks.stop._target_=helpers.callbacks.SignalIn",
+        "+callbacks.stop.stage=sanity",
+        "+callbacks.stop.signum=SIGTERM",
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 143 and "Traceback" not in result.stderr, output[-3000:]
+    assert "before any checkpoint was written: nothing to resume" in output and "Resume with" not in output
+    assert not (tmp_path / "run" / "checkpoints" / "last.ckpt").exists()
+
+
+def test_a_run_directory_moved_or_copied_resumes_as_it_would_in_place(tmp_path, train_process):
+    import shutil
+
+    import torch
+
+    short = [*DATA["modular"], *TINY, "logger=none", "callbacks.last_checkpoint.every_n_train_steps=5"]
+    first = train_process.run(*short, "trainer.max_steps=10", f"hydra.run.dir={tmp_path / 'a'}")
+    assert first.returncode == 0, first.stderr[-2000:]
+    shutil.move(tmp_path / "a", tmp_path / "moved")
+    shutil.copytree(tmp_path / "moved", tmp_path / "copy")
+    for run, steps in ((tmp_path / "moved", (20, 30)), (tmp_path / "copy", (15,))):
+        for step in steps:
+            resumed = train_process.run("ckpt_path=last", f"trainer.max_steps={step}", f"hydra.run.dir={run}")
+            assert resumed.returncode == 0, resumed.stderr[-2000:]
+            assert "exists and is not empty" not in resumed.stderr
+            assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]  # no -v1
+            assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == step
+            assert summary(run)["global_step"] == step and [r["step"] for r in history(run)][-1] == step
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT", "SIGKILL"])
+def test_an_overwrite_stopped_before_it_trains_leaves_the_earlier_run_as_it_was(signum, tmp_path, train_process):
+    import signal
+
+    run = tmp_path / "run"
+    short = [*DATA["modular"], *TINY, "logger=none"]
+    first = train_process.run(*short, "trainer.max_steps=10", f"hydra.run.dir={run}")
+    assert first.returncode == 0, first.stderr[-2000:]
+    finished = snapshot(run)
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), *short, "trainer.max_steps=20", "overwrite=true",
+         f"hydra.run.dir={run}", "+callbacks.sleep._target_=helpers.callbacks.SleepAtSetup", "+callbacks.sleep.seconds=60"],
+        cwd=ROOT, env={**os.environ, **HELPERS}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.time() + 120
+    while not (run / ".overwritten").is_dir() and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(3)  # (in its setup, asleep)
+    process.send_signal(getattr(signal, signum))
+    _, stderr = process.communicate(timeout=60)
+    if signum != "SIGKILL":  # a stop (Ctrl-C too): the earlier run goes back on the way out
+        assert process.returncode == (143 if signum == "SIGTERM" else 130), stderr[-2000:]
+        assert "Traceback" not in stderr, stderr[-2000:]
+        assert snapshot(run) == finished
+        return
+    assert (run / ".overwritten").is_dir()  # killed outright: the next command that reads the run puts it back
+    evaluated = subprocess.run([sys.executable, "-m", "transformer_lab.evaluate", str(run)], capture_output=True,
+                               text=True, cwd=ROOT)  # fmt: skip
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    assert not (run / ".overwritten").exists()
+    assert {k: v for k, v in snapshot(run).items() if k.parts[0] != ".hydra" and k.name != "eval.json"} == {
+        k: v for k, v in finished.items() if k.parts[0] != ".hydra"
+    }  # (the killed run's own .hydra record aside)
+
+
+def test_a_resume_that_fails_before_its_first_step_adds_nothing_to_the_run(tmp_path, train_process):
+    run = tmp_path / "run"
+    text = tmp_path / "poem.txt"
+    text.write_text("To be, or not to be, that is the question.\n\n" * 40)
+    corpus = ["data=text", "data.tokenizer=char", f"data.path={text}", f"data.cache_dir={tmp_path / 'cache'}",
+              "data.block_size=16", "data.val_fraction=0.3"]  # fmt: skip
+    first = train_process.run(*corpus, *TINY, "logger=none", "trainer.max_steps=5", f"hydra.run.dir={run}")
+    assert first.returncode == 0, first.stderr[-2000:]
+    finished = snapshot(run)
+    for broken in (f"data.path={tmp_path / 'missing.txt'}", "data.block_size=400"):
+        refused = train_process.run("ckpt_path=last", "trainer.max_steps=10", broken, f"hydra.run.dir={run}")
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-2000:]
+        assert snapshot(run) == finished  # not a .hydra record, not a train.log line

@@ -1,0 +1,78 @@
+"""Callbacks that tests add to a real `train.py` run (`PYTHONPATH=tests`, `+callbacks.NAME._target_=helpers.callbacks...`)."""
+
+import hashlib
+import os
+import signal
+
+import lightning as L
+
+
+class BatchLog(L.Callback):
+    """Appends `step<TAB>hash of the batch` for every trained batch, across restarts of the run."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        digest = hashlib.sha1(batch[0].numpy().tobytes() + batch[1].numpy().tobytes()).hexdigest()[:16]
+        with open(self.path, "a") as f:
+            f.write(f"{trainer.global_step}\t{digest}\n")
+
+
+class KillAt(L.Callback):
+    """SIGKILLs its own process after step `step`, like a crash or an out-of-memory kill."""
+
+    def __init__(self, step: int, signum: str = "SIGKILL"):
+        self.step, self.signum = step, getattr(signal, signum)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), self.signum)
+
+
+class SleepAt(L.Callback):
+    """Sleeps `seconds` after step `step`: a window in which a second process meets this running run."""
+
+    def __init__(self, step: int, seconds: float):
+        self.step, self.seconds = step, seconds
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step:
+            import time
+
+            time.sleep(self.seconds)
+
+
+class SignalIn(L.Callback):
+    """Sends its own process `signum` at the first batch of the sanity check or of the test (`stage`)."""
+
+    def __init__(self, stage: str, signum: str = "SIGINT"):
+        self.stage, self.signum = stage, getattr(signal, signum)
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        if self.stage == "sanity" and trainer.sanity_checking and batch_idx == 0:
+            os.kill(os.getpid(), self.signum)
+
+    def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        if self.stage == "test" and batch_idx == 0:
+            os.kill(os.getpid(), self.signum)
+
+
+class FailAtTrainStart(L.Callback):
+    """Raises where training starts (after a checkpoint is restored, before any step): a crashed resume."""
+
+    def on_train_start(self, trainer, pl_module):
+        raise RuntimeError("a crash before the first step")
+
+
+class SleepAtSetup(L.Callback):
+    """Sleeps `seconds` in the run's setup, before training starts: a window to stop a run that has claimed
+    its directory (overwrite=true's earlier run set aside) but not trained."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def setup(self, trainer, pl_module, stage):
+        import time
+
+        time.sleep(self.seconds)

@@ -1,0 +1,29 @@
+"""The unit tier (`make test-fast` runs tests/unit): no test here starts Python in a subprocess (train.py, a
+command), so the tier stays fast by construction; such a test belongs in tests/e2e."""
+
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def no_python_in_a_subprocess(request, monkeypatch):
+    """Fails the test that starts `sys.executable` in a subprocess. (Fixtures of a wider scope are set up before
+    this one: train_process, the long-lived train.py of tests/e2e, is refused by name.)"""
+    nodeid = request.node.nodeid
+    if "train_process" in request.fixturenames:
+        pytest.fail(f"{nodeid} uses train_process (train.py in a subprocess): move it to tests/e2e", pytrace=False)
+    popen_init = subprocess.Popen.__init__
+
+    def popen_init_without_python(self, args, *rest, **kwargs):
+        command = args if isinstance(args, (list, tuple)) else [args]
+        if str(command[0]) == sys.executable:
+            pytest.fail(
+                f"{nodeid} starts Python in a subprocess ({' '.join(map(str, command[:3]))} ...): "
+                "move it to tests/e2e (`make test-fast` runs tests/unit alone)",
+                pytrace=False,
+            )
+        popen_init(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", popen_init_without_python)

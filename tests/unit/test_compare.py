@@ -1,0 +1,223 @@
+"""The compare command: a table of differing overrides and results that matches summary.json, and plots.
+
+Here: run directories written without training; tests/e2e/test_compare.py has the rest."""
+
+import json
+
+import matplotlib.colors
+import matplotlib.image
+import pytest
+
+from helpers.runs import ROOT, compose_cfg
+
+
+def fake_run(run_dir, overrides, val_loss):
+    """A run directory as train.py leaves it, without training: its composed config (interpolations and
+    Hydra's `${hydra:...}` unresolved, as Hydra writes it), summary.json and metrics.jsonl."""
+    from omegaconf import OmegaConf
+
+    (run_dir / ".hydra").mkdir(parents=True)
+    cfg = compose_cfg(overrides, output_dir="${hydra:runtime.output_dir}")
+    OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")
+    OmegaConf.save(
+        {"hydra": {"runtime": {"output_dir": str(run_dir), "cwd": str(ROOT)}}}, run_dir / ".hydra" / "hydra.yaml"
+    )
+    (run_dir / "summary.json").write_text(json.dumps({"val/loss": val_loss, "global_step": 10, "status": "completed"}))
+    (run_dir / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "val/loss": val_loss + 1 / s}) + "\n" for s in (5, 10))
+    )
+    return run_dir
+
+
+def test_table_shows_resolved_settings_that_differ_in_100_columns(tmp_path, capsys, monkeypatch):
+    from transformer_lab.compare import main
+
+    runs = [
+        fake_run(tmp_path / "defaults", ["data=modular"], 2.0),  # nothing overridden: modular's defaults
+        fake_run(tmp_path / "preset", ["experiment=grokking"], 1.0),  # a preset's defaults
+        fake_run(tmp_path / "small_p", ["data=modular", "data.p=11", "model.n_layer=1"], 3.0),
+    ]
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main([*map(str, runs), "plot=val/loss"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    settings = {line.split()[0]: line.split()[1:] for line in lines if line.startswith(("data.", "model.", "val/"))}
+    # sorted by val/loss (preset, defaults, small_p); every run's own value, defaults included
+    assert settings["val/loss"] == ["1", "2", "3"]
+    assert settings["data.p"] == ["113", "97", "11"] and settings["model.n_layer"] == ["1", "2", "1"]
+    assert settings["model.mlp"] == ["relu", "gelu", "gelu"]  # a default the preset changed
+    assert "data.name" not in settings  # the same in all three
+    assert not [line for line in lines if line.startswith(("paths.", "hydra.", "logger.", "callbacks.best"))]
+    assert (runs[0] / "compare.png").read_bytes().startswith(b"\x89PNG")  # into the first run's directory
+
+
+def test_a_torn_metrics_line_is_left_out_and_a_broken_summary_is_one_line(tmp_path, capsys):
+    """A run killed mid-write leaves half a line at the end of metrics.jsonl: the table and the plot use the
+    rest. A summary.json that is not JSON, or a .hydra/config.yaml that is not YAML, is one `error:` line."""
+    from transformer_lab.compare import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"val/loss": 2.0, "global_step": 3, "status": "interrupted"}))
+    (run / "metrics.jsonl").write_text(
+        '{"step": 1, "train/loss": 2.5}\n{"step": 2, "train/loss": 2.2}\n{"step": 3, "tr'
+    )
+    assert main([str(run), "plot=train/loss", f"out={tmp_path / 'plot.png'}"]) == 0
+    assert (tmp_path / "plot.png").is_file() and "interrupted" in capsys.readouterr().out
+
+    (run / ".hydra").mkdir()
+    (run / ".hydra" / "config.yaml").write_text("model: {n_layer: [1, 2\n")  # cut short
+    with pytest.raises(SystemExit) as exit_:
+        main([str(run)])
+    assert capsys.readouterr().err == f"error: {run / '.hydra' / 'config.yaml'}: is not Hydra's YAML record of a run\n"
+
+    (run / ".hydra" / "config.yaml").write_text("model: {n_layer: 2}\n")
+    (run / "summary.json").write_text('{"val/loss": 2.0,\n "status": ')
+    with pytest.raises(SystemExit) as exit_:
+        main([str(run)])
+    err = capsys.readouterr().err
+    assert (
+        exit_.value.code == 2 and err == f"error: {run / 'summary.json'}:2: is not JSON (Expecting value, column 12)\n"
+    )
+
+
+@pytest.fixture
+def seeded(tmp_path):
+    """Five runs: two learning rates, three and two seeds; val/loss chosen by hand."""
+    losses = {("1e-3", 0): 2.0, ("1e-3", 1): 2.5, ("1e-3", 2): 3.0, ("3e-3", 0): 1.0, ("3e-3", 1): 1.4}
+    return [
+        fake_run(tmp_path / f"lr{lr}_s{seed}", ["data=modular", f"optim.lr={lr}", f"seed={seed}"], loss)
+        for (lr, seed), loss in losses.items()
+    ]
+
+
+def test_group_by_gives_mean_and_sample_std_and_the_number_of_runs(seeded, capsys, monkeypatch):
+    import statistics
+
+    from transformer_lab.compare import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main([*map(str, seeded), "group_by=optim.lr", "metrics=val/loss,global_step"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["optim.lr", "n", "val/loss", "global_step"]
+    rows = {line.split()[0]: line.split() for line in lines[2:]}
+    low = statistics.stdev([2.0, 2.5, 3.0])  # 0.5, by hand: sqrt(((-.5)^2 + 0 + .5^2) / 2)
+    high = statistics.stdev([1.0, 1.4])
+    assert rows["0.001"] == ["0.001", "3", "2.5", "±", f"{low:.4g}", "10", "±", "0"]
+    assert rows["0.003"] == ["0.003", "2", "1.2", "±", f"{high:.4g}", "10", "±", "0"]
+    assert list(rows) == ["0.003", "0.001"]  # sorted by the mean val/loss
+
+
+def test_a_plot_draws_a_configuration_once_with_its_band_and_labels_only_what_varies(seeded, tmp_path):
+    from transformer_lab.compare import label_keys, seed_groups
+    from transformer_lab.plots import curve, mean_std
+    from transformer_lab.runs import Run, resolved_settings
+
+    runs = [Run(p, json.loads((p / "summary.json").read_text()), resolved_settings(p)) for p in seeded]
+    # seed and data.seed (which follows it) differ, and optim.lr; only optim.lr tells the groups apart
+    assert label_keys(runs) == ["optim.lr"]
+    assert label_keys(runs, ["seed"]) == ["seed"]
+    groups = seed_groups(runs)
+    assert [(name, len(members)) for name, members in groups] == [("optim.lr=0.001", 3), ("optim.lr=0.003", 2)]
+    steps, values = curve(groups[0][1], "val/loss")
+    assert steps == [5, 10] and values[0] == [2.2, 2.7, 3.2]  # val_loss + 1/5 of each seed
+    assert mean_std(values[0]) == pytest.approx((2.7, 0.5))
+
+    out = tmp_path / "seeds.png"
+    from transformer_lab.compare import main
+
+    assert main([*map(str, seeded), "plot=val/loss", f"out={out}", "band=minmax"]) == 0
+    image = matplotlib.image.imread(out)[..., :3]
+    legend = image[int(image.shape[0] * 0.85) :]  # under the panel: each group's line in the legend, whole
+    for colour in ("C0", "C1"):
+        assert (abs(legend - matplotlib.colors.to_rgb(colour)).max(-1) < 0.05).sum() > 20, colour
+    for colour in ("C0", "C1"):  # two lines, not five, and each group's band in a paler shade of its colour
+        rgb = matplotlib.colors.to_rgb(colour)
+        assert (abs(image - rgb).max(-1) < 0.05).sum() > 100, colour
+        pale = [0.8 * 1 + 0.2 * c for c in rgb]  # alpha 0.2 over white
+        assert (abs(image - pale).max(-1) < 0.03).sum() > 100, colour
+    assert (abs(image - matplotlib.colors.to_rgb("C2")).max(-1) < 0.05).sum() == 0  # no third line
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--plot", "val/loss"], "error: unknown flag '--plot': options are key=value; compare takes: paths,"),
+        (["band=wide"], "error: band: must be one of std, minmax, none, got 'wide'"),
+        (["label=nope"], "error: label: no run has the setting 'nope' (.hydra/config.yaml)"),
+        (["group_by=nope"], "error: group_by: no run has the setting 'nope' (.hydra/config.yaml)"),
+        (
+            ["group_by=val/loss"],
+            "error: group_by: no run has the setting 'val/loss' (.hydra/config.yaml) (a metric: sort=",
+        ),
+        (["label=seed"], "error: label: seed=0 names more than one line: choose settings that tell them apart"),
+        (
+            ["sort=val/nope"],
+            "error: sort: no run's summary.json has val/nope (they have: global_step, status, val/loss)",
+        ),
+        (["metrics=nope"], "error: metrics: no run's summary.json has nope (they have: global_step, status, val/loss)"),
+        (["out=x.jpeg2"], "error: out=x.jpeg2: matplotlib cannot write .jpeg2 files; give one of: "),
+        (["plot=val/nope"], "error: plot: no run logged val/nope (their metrics.jsonl have: val/loss)"),
+        (["logx=maybe"], "error: logx: must be true or false, got 'maybe'"),
+    ],
+)
+def test_compares_mistakes_are_one_line(seeded, capsys, arguments, message):
+    from transformer_lab.compare import main
+
+    plot = [] if any(a.startswith("plot=") for a in arguments) else ["plot=val/loss"]
+    with pytest.raises(SystemExit) as exit_:
+        main([*map(str, seeded), *arguments, *plot])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith(message) and err.count("\n") == 1
+
+
+def test_a_resumed_runs_settings_are_its_newest_records(tmp_path):
+    import time
+
+    from omegaconf import OmegaConf
+
+    from transformer_lab.runs import resolved_settings
+
+    run = fake_run(tmp_path / "run", ["data=modular", "trainer.max_steps=400"], 1.0)
+    assert resolved_settings(run)["trainer.max_steps"] == "400"
+    time.sleep(0.01)
+    later = run / ".hydra" / "2026-11-25_12-00-00"  # a resume's record (rundir.record)
+    later.mkdir()
+    OmegaConf.save(compose_cfg(["data=modular", "trainer.max_steps=150"], output_dir=str(run)), later / "config.yaml")
+    assert resolved_settings(run)["trainer.max_steps"] == "150"
+
+
+def test_paths_a_run_twice_and_where_the_plot_goes(seeded, tmp_path, capsys, monkeypatch):
+    from transformer_lab.compare import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    sweep = seeded[0].parent
+    # paths= is the words' list; a run named twice (a glob over a sweep and the sweep) is counted once
+    assert main([f"paths={seeded[0]},{seeded[1]}", "group_by=optim.lr", "metrics=val/loss"]) == 0
+    assert capsys.readouterr().out.splitlines()[2].split()[:2] == ["0.001", "2"]
+    assert main([str(sweep), str(seeded[0]), "group_by=optim.lr", "metrics=val/loss"]) == 0
+    assert [line.split()[1] for line in capsys.readouterr().out.splitlines()[2:]] == ["2", "3"]
+    # out= a folder: its compare.png; without an extension: .png; and the line says where it went
+    (tmp_path / "figures").mkdir()
+    for out, written in (
+        (tmp_path / "figures", tmp_path / "figures" / "compare.png"),
+        (tmp_path / "noext", tmp_path / "noext.png"),
+    ):
+        assert main([str(sweep), "plot=val/loss", f"out={out}"]) == 0
+        assert capsys.readouterr().out.splitlines()[-1] == f"plot: {written}" and written.is_file()
+
+
+def test_group_by_leaves_failed_runs_out_and_says_what_it_pools(seeded, capsys, monkeypatch):
+    from transformer_lab.compare import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    summary = json.loads((seeded[2] / "summary.json").read_text())
+    (seeded[2] / "summary.json").write_text(json.dumps({**summary, "status": "failed"}))
+    other = fake_run(seeded[0].parent / "other_p", ["data=modular", "data.p=11", "optim.lr=1e-3"], 9.0)
+    assert main([*map(str, seeded), str(other), "group_by=optim.lr", "metrics=val/loss"]) == 0
+    captured = capsys.readouterr()
+    rows = {line.split()[0]: line.split() for line in captured.out.splitlines()[2:]}
+    assert rows["0.001"][:3] == ["0.001", "3", "4.5"]  # (2.0 + 2.5 + 9.0) / 3: the failed 3.0 left out
+    assert f"warning: {seeded[2]} failed: left out of the groups' statistics" in captured.err
+    assert "warning: optim.lr=0.001 pools runs that differ in data.p: add them to group_by" in captured.err

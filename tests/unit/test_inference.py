@@ -1,0 +1,453 @@
+"""Using a trained model from its run directory alone: sample, translate (encoder-decoder and prefix LM),
+fill (T5), classify (BERT), and evaluate on a user's file; each reads its input exactly as training did."""
+
+import itertools
+import logging
+import math
+
+import pytest
+import torch
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import open_dict
+
+from helpers.runs import SHAKESPEARE, TINY, compose_cfg, needs_shakespeare
+from helpers.translation import write_pairs
+from transformer_lab.checkpoint import load_model
+from transformer_lab.errors import DataUnavailableError, UserError
+from transformer_lab.factory import datamodule_from_checkpoint
+from transformer_lab.models.gpt import GPT, GPTConfig
+from transformer_lab.tasks.decoding import PrefixLM, beam_search, continue_prompts, length_normalised
+
+RUNS = {
+    "gpt_text": ["model=gpt", "data=shakespeare", "data.block_size=32", "trainer.max_steps=40", "optim.lr=1e-2"],
+    "t5_text": ["model=t5", "data=shakespeare", "task.input_length=32", "trainer.max_steps=40", "optim.lr=1e-2"],
+    "bert_equations": ["model=bert", "data=modular", "data.p=11", "trainer.max_steps=60", "optim.lr=3e-3"],
+    "gpt_pairs": [
+        "model=gpt",
+        "data=translation",
+        "data.vocab_size=100",
+        "data.max_length=12",
+        "trainer.max_steps=40",
+        "optim.lr=3e-3",
+    ],
+    # the other pairs, for evaluate
+    "gpt_equations": ["model=gpt", "data=modular", "data.p=11", "trainer.max_steps=20"],
+    "encdec_equations": ["model=encdec", "data=modular", "data.p=11", "trainer.max_steps=20"],
+    "t5_pairs": ["model=t5", "data=translation", "data.vocab_size=100", "task.input_length=16", "trainer.max_steps=20"],
+    # the combinations of a second task (task=NAME)
+    "t5_translation": [
+        "model=t5",
+        "task=seq2seq",
+        "data=translation",
+        "data.vocab_size=100",
+        "trainer.max_steps=20",
+    ],
+    "t5_equations": ["model=t5", "task=seq2seq", "data=modular", "data.p=11", "trainer.max_steps=20"],
+    "bert_text": ["model=bert", "task=mlm", "data=shakespeare", "task.length=32", "trainer.max_steps=20"],
+    "encdec_text": ["model=encdec", "task=spans", "data=shakespeare", "task.input_length=32", "trainer.max_steps=20"],
+    "bert_pairs": [
+        "model=bert",
+        "task=mlm",
+        "data=translation",
+        "data.vocab_size=100",
+        "task.length=16",
+        "trainer.max_steps=20",
+    ],
+}
+
+
+def has_decode(overrides: list[str]) -> bool:
+    """Whether a run's task decodes outputs (task=lm and task=seq2seq: task.decode)."""
+    return (
+        "model=gpt" in overrides
+        or "task=seq2seq" in overrides
+        or "model=encdec" in overrides
+        and "task=spans" not in overrides
+    )
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """run(name) -> the run directory of a tiny model trained in this process (once per module)."""
+    from transformer_lab.train import run
+
+    tmp, done = tmp_path_factory.mktemp("inference"), {}
+    pairs = write_pairs(tmp / "pairs.tsv", n=300)
+
+    def trained_run(name):
+        if name not in done:
+            if "data=shakespeare" in RUNS[name] and not SHAKESPEARE.exists():
+                pytest.skip(f"{SHAKESPEARE} missing: run `make data`")
+            toy_pairs = (
+                [f"data.path={pairs}", f"paths.data_dir={tmp / 'data'}"] if "data=translation" in RUNS[name] else []
+            )
+            cfg = compose_cfg(
+                [
+                    *RUNS[name],
+                    *TINY,
+                    *toy_pairs,
+                    "logger=none",
+                    "trainer.val_check_interval=20",
+                    *(["task.sample.enabled=false"] if "model=gpt" in RUNS[name] else []),  # (task=lm's)
+                    *(["task.decode.beam_size=1"] if has_decode(RUNS[name]) else []),
+                ],
+                output_dir=str(tmp / name),
+                return_hydra_config=True,
+            )
+            HydraConfig.instance().set_config(cfg)  # as under @hydra.main: the checkpoints keep the overrides
+            with open_dict(cfg):
+                del cfg["hydra"]
+            logging.disable(logging.WARNING)
+            try:
+                run(cfg)
+            finally:
+                logging.disable(logging.NOTSET)
+                HydraConfig.instance().cfg = None
+            done[name] = tmp / name
+        return done[name]
+
+    return trained_run
+
+
+def set_up(run_dir):
+    model, meta = load_model(run_dir / "checkpoints" / "best.ckpt")
+    datamodule = datamodule_from_checkpoint(meta)
+    datamodule.setup("fit")
+    return model, datamodule
+
+
+def test_beam_search_over_a_decoder_only_model_is_exact_search_when_the_beam_holds_everything():
+    # Vocabulary 5, 3 new tokens at most, a beam of 5^3: every continuation stays in the beam, so the result
+    # must be the best length-normalised one of all, found here by enumerating them on full forward passes
+    # (no cache): this checks the prompt's cache, its reordering between beams, and the scores.
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=5, block_size=8, n_layer=2, n_head=2, n_embd=16)).eval()
+    prompts, eos, max_new = torch.tensor([[0, 3, 4, 1], [1, 1, 0, 3]]), 2, 3
+    found = beam_search(PrefixLM(model, 4), prompts, 5**3, max_new, bos=eos, eos=eos, length_penalty=0.6)
+
+    def score(prompt, continuation, ended):
+        sequence = torch.tensor([[*prompt, *continuation, *([eos] if ended else [])]])
+        logp = model(sequence).log_softmax(-1)[0]
+        steps = range(len(prompt) - 1, sequence.size(1) - 1)
+        return sum(logp[t, sequence[0, t + 1]].item() for t in steps)
+
+    for prompt, best in zip(prompts.tolist(), found):
+        candidates = [(c, True) for n in range(max_new) for c in itertools.product([0, 1, 3, 4], repeat=n)]
+        candidates += [(c, False) for c in itertools.product([0, 1, 3, 4], repeat=max_new)]
+        ranked = max(candidates, key=lambda c: length_normalised(score(prompt, *c), len(c[0]) + c[1], 0.6))
+        assert list(ranked[0]) == best
+    # and a beam of one is greedy decoding, as generate() does it
+    greedy = continue_prompts(model, prompts, max_new, eos, beam_size=1).outputs
+    assert beam_search(PrefixLM(model, 4), prompts, 1, max_new, bos=eos, eos=eos) == greedy
+
+
+@needs_shakespeare
+def test_sample_takes_the_run_directory(trained, capsys):
+    from transformer_lab.sample import main
+
+    main([str(trained("gpt_text")), "prompt=ROMEO:", "max_new_tokens=12", "num_samples=2", "seed=3"])
+    samples = capsys.readouterr().out.split("-" * 40 + "\n")
+    assert len(samples) == 2 and all(s.startswith("ROMEO:") and len(s.rstrip("\n")) == 18 for s in samples)
+
+
+@needs_shakespeare
+def test_fill_reads_gaps_as_the_training_examples_show_them(trained):
+    from transformer_lab.fill import fill
+    from transformer_lab.tasks.decoding import fill_spans_greedy
+
+    run_dir = trained("t5_text")
+    model, datamodule = set_up(run_dir)
+    inputs = next(iter(datamodule.val_dataloader()))[0][:4]
+    shown = [datamodule.decode(x) for x in inputs.tolist()]  # what the run's examples print, <X0> ... marks
+    assert [datamodule.encode(text) for text in shown] == inputs.tolist()
+    spans = fill({"ckpt": str(run_dir), "spans": True, "max_len": 20}, shown)
+    expected = fill_spans_greedy(model, inputs, 20, datamodule.pad_id, datamodule.eos_id)
+    assert list(spans) == [
+        datamodule.decode(ids[: ids.index(datamodule.eos_id)] if datamodule.eos_id in ids else ids) for ids in expected
+    ]
+    # the text with its gaps filled keeps what was around them
+    (filled,) = fill({"ckpt": str(run_dir)}, ["To be, or not <X0> be: that is the <X1>"])
+    assert filled.startswith("To be, or not ") and " be: that is the " in filled and "<X" not in filled
+    warnings = []
+    assert list(fill({"ckpt": str(run_dir)}, ["<X100> is out of range", "no gap"], warn=warnings.append))[0] == ""
+    assert warnings == [
+        "line 1: <X100>: this model has the sentinels <X0> to <X99>; its output line is empty",
+        "line 2 has no gap (<X0>, <X1>, ...) to fill",
+    ]
+
+
+def test_classify_gives_the_models_answer_for_each_equation(trained):
+    from transformer_lab.classify import classify
+
+    run_dir = trained("bert_equations")
+    model, datamodule = set_up(run_dir)
+    x = datamodule.x[datamodule.val]
+    lines = [datamodule.decode(row) for row in x.tolist()]  # "3 + 5 =", as the run's examples print them
+    assert [datamodule.encode(line) for line in lines] == x.tolist()
+    results = list(classify({"ckpt": str(run_dir), "top": 2}, lines))
+    with torch.no_grad():
+        probabilities = model(x).softmax(-1)
+    for (_, ranked), p in zip(results, probabilities):
+        (first, p1), (_, p2) = ranked
+        assert first == p.argmax().item() and p1 == pytest.approx(p.max().item(), abs=1e-6) and p1 >= p2
+    warnings = []
+    lines = ["3 * 5 =", "12 + 1", "  ", "3 + 5 =\t8\textra"]
+    answers = list(classify({"ckpt": str(run_dir)}, lines, warn=warnings.append))
+    assert [text for text, _ in answers] == ["3 * 5 =", "12 + 1", "  ", "3 + 5 ="]
+    assert [ranked for _, ranked in answers[:3]] == [[], [], []] and len(answers[3][1]) == 1
+    assert warnings == [
+        "line 1: expected an equation of the form `a + b =` (data.op=+, data.terms=2)",
+        "line 2: 12: not a number in 0..10 (data.p=11)",
+        "line 3 is empty; its output line holds no class",
+        "line 4 has 3 tab-separated fields: its first is classified",
+    ]
+
+
+def test_translate_with_a_decoder_only_model_prompts_as_training_did(trained):
+    from transformer_lab.data.tokens import EOS
+    from transformer_lab.translate import translate
+
+    run_dir = trained("gpt_pairs")
+    model, datamodule = set_up(run_dir)
+    sources = [s for s, _ in datamodule.data.text["val"][:6]]
+    x, _, rows = next(iter(datamodule.val_dataloader()))
+    prompt = x[0, : datamodule.prompt_lengths("val")[rows[0]]].tolist()  # `<bos> source <sep>` as validated
+    assert datamodule.encode(datamodule.data.text["val"][rows[0]][0]) == prompt
+    greedy = list(translate({"ckpt": str(run_dir), "beam_size": 1}, sources))
+    expected = [
+        datamodule.decode(continue_prompts(model, torch.tensor([datamodule.encode(s)]), 50, EOS).outputs[0])
+        for s in sources
+    ]
+    assert greedy == expected and any(greedy)
+    beam = list(translate({"ckpt": str(run_dir), "beam_size": 3}, sources))
+    assert len(beam) == len(sources)
+
+
+@pytest.mark.parametrize(
+    "command, run, serves",
+    [
+        ("sample", "t5_text", "fill"),
+        ("translate", "gpt_text", "sample"),
+        ("fill", "bert_equations", "classify"),
+        ("classify", "gpt_pairs", "translate"),
+    ],
+)
+def test_a_checkpoint_of_another_kind_is_refused_naming_the_command_for_it(trained, command, run, serves):
+    import importlib
+
+    run_dir = trained(run)
+    with pytest.raises(UserError, match=f"which `{command}` cannot use: python -m transformer_lab {serves} "):
+        module = importlib.import_module(f"transformer_lab.{command}")
+        function = getattr(module, command)
+        list(function({"ckpt": str(run_dir)}) if command == "sample" else function({"ckpt": str(run_dir)}, ["x"]))
+
+
+@needs_shakespeare
+def test_evaluate_on_a_users_text_file(trained, tmp_path):
+    from transformer_lab.evaluate import evaluate
+
+    run_dir = trained("gpt_text")
+    text = SHAKESPEARE.read_text(encoding="utf-8")
+    held_out = tmp_path / "held_out.txt"  # the run's own validation text, as a user's file: the same windows
+    held_out.write_text(text[int(len(text) * 0.9) :], encoding="utf-8")
+    on_file = evaluate(
+        str(run_dir), "val", [f"data.path={held_out}", "trainer.limit_val_batches=3"], str(tmp_path / "a.json")
+    )
+    on_run = evaluate(str(run_dir), "val", ["trainer.limit_val_batches=3"], str(tmp_path / "b.json"))
+    assert on_file["metrics"]["val/loss"] == pytest.approx(on_run["metrics"]["val/loss"], abs=1e-6)
+    assert math.isfinite(on_file["metrics"]["val/ppl"])
+    foreign = tmp_path / "foreign.txt"
+    foreign.write_text("Ça va? " * 100, encoding="utf-8")
+    with pytest.raises(
+        DataUnavailableError, match=r"^data.path: .*foreign.txt has characters not in the vocabulary: \['Ç'\]"
+    ):
+        evaluate(str(run_dir), "val", [f"data.path={foreign}"], str(tmp_path / "c.json"))
+
+
+def test_evaluate_on_a_users_tsv(trained, tmp_path):
+    from transformer_lab.evaluate import evaluate
+
+    run_dir = trained("gpt_pairs")
+    _, datamodule = set_up(run_dir)
+    tsv = tmp_path / "test_pairs.tsv"  # the run's own test pairs, as a user's file: every line is evaluated
+    tsv.write_text("".join(f"{s}\t{t}\n" for s, t in datamodule.data.text["test"]), encoding="utf-8")
+    on_file = evaluate(str(run_dir), "test", [f"data.path={tsv}", "task.decode.beam_size=2"], str(tmp_path / "a.json"))
+    on_run = evaluate(str(run_dir), "test", ["task.decode.beam_size=2"], str(tmp_path / "b.json"))
+    for key in ("test/bleu", "test/loss"):
+        assert on_file["metrics"][key] == pytest.approx(on_run["metrics"][key], abs=1e-6)
+
+
+@pytest.mark.parametrize("module", ["sample", "translate", "fill", "classify", "evaluate"])
+def test_inference_commands_have_help(module, capsys):
+    import importlib
+
+    importlib.import_module(f"transformer_lab.{module}").main(["--help"])
+    out = capsys.readouterr().out
+    assert f"python -m transformer_lab {module} outputs/DATE/TIME" in out
+    if module != "evaluate":
+        assert "ckpt=RUN_DIR_OR_CKPT (or the first word)" in out and "device='cpu'" in out
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "t5_text",
+        "bert_equations",
+        "gpt_pairs",
+        "gpt_equations",
+        "encdec_equations",
+        "t5_pairs",
+        "t5_translation",
+        "t5_equations",
+        "bert_text",
+        "bert_pairs",
+        "encdec_text",
+    ],
+)
+def test_evaluate_gives_each_models_best_validation_again(trained, tmp_path, name):
+    # every model x data x task but two tested elsewhere (gpt on text: test_train.py; encdec on pairs:
+    # test_translation.py)
+    import json
+
+    from transformer_lab.evaluate import evaluate
+
+    run_dir = trained(name)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    result = evaluate(str(run_dir), "val", ["trainer.limit_val_batches=2"], str(tmp_path / "eval.json"))
+    assert result["checkpoint"].endswith("best.ckpt")
+    assert result["metrics"]["val/loss"] == pytest.approx(summary["val/loss_best"], abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    "command, run, options, message",
+    [
+        ("sample", "gpt_equations", ["num_samples=0"], "num_samples: must be an integer >= 1, got 0"),
+        ("sample", "gpt_equations", ["num_samples=two"], "num_samples: must be an integer >= 1, got 'two'"),
+        ("sample", "gpt_equations", ["max_new_tokens=-3"], "max_new_tokens: must be an integer >= 1, got -3"),
+        ("sample", "gpt_equations", ["prompt="], "prompt: is empty"),
+        ("sample", "gpt_equations", ["top_k=0"], "top_k: must be an integer >= 1 or null, got 0"),
+        ("sample", "gpt_equations", ["temperature=hot"], "temperature: must be a number >= 0, got 'hot'"),
+        ("sample", "gpt_equations", ["device=cuda:7"], "device: cuda:7 asks for a CUDA GPU but torch sees"),
+        ("sample", "gpt_equations", ["device=meta"], "device: 'meta': only cpu, cuda, cuda:N or mps"),
+        ("translate", "gpt_pairs", ["text=", "beam_size=2"], "text: is empty"),
+        ("translate", "gpt_pairs", ["text=ein Hund", "beam_size=0"], "beam_size: must be an integer >= 1, got 0"),
+        ("translate", "gpt_pairs", ["text=ein Hund", "batch_size=1.5"], "batch_size: must be an integer >= 1, got 1.5"),
+        ("translate", "gpt_pairs", ["text=ein Hund", "length_penalty=-1"], "length_penalty: must be a number >= 0"),
+        ("classify", "bert_equations", ["text=3 + 5 =", "top=0"], "top: must be an integer >= 1, got 0"),
+        (
+            "classify",
+            "bert_equations",
+            ["text=3 + 5 =", "device=tpu"],
+            "device: 'tpu' is not a device; use cpu, cuda, cuda:N or mps",
+        ),
+        ("classify", "bert_equations", [], "no input: give text=... or one input a line on standard input"),
+        ("fill", "t5_pairs", ["text=ein <X0>", "max_len=0"], "max_len: must be an integer >= 1, got 0"),
+        ("fill", "t5_pairs", ["text=ein <X0>", "spans=maybe"], "spans: must be true or false, got 'maybe'"),
+        ("evaluate", "gpt_equations", ["out=."], "out=.: give a file name"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_a_bad_inference_option_is_one_line_and_exit_2(trained, command, run, options, message, capsys, monkeypatch):
+    """Each command's options as typed: a wrong type, a count below one, an empty text, a device this
+    machine lacks: one `error:` line naming the option, exit code 2, and no output."""
+    import importlib
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"")))  # (no input lines at all)
+    main, run_dir = importlib.import_module(f"transformer_lab.{command}").main, trained(run)
+    capsys.readouterr()  # (what training printed)
+    with pytest.raises(SystemExit) as exit_:
+        main([str(run_dir), *options])
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 2 and out == "" and err == f"error: {err[7:]}" and message in err, err
+    assert "Traceback" not in err and err.count("\n") == 1
+
+
+def test_translate_refuses_standard_input_that_is_not_utf8(trained, capsys, monkeypatch):
+    import io
+
+    from transformer_lab.translate import main
+
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO("ein Hund\nzwei H\xfcnde\n".encode("latin-1"))))
+    run_dir = trained("gpt_pairs")
+    with pytest.raises(SystemExit) as exit_:
+        main([str(run_dir), "beam_size=1"])
+    assert exit_.value.code == 2
+    assert "error: standard input, line 2: not UTF-8 text (byte 0xfc)" in capsys.readouterr().err
+
+
+def test_evaluate_writes_into_a_folder_it_creates(trained, tmp_path):
+    from transformer_lab.evaluate import evaluate
+
+    out = tmp_path / "new" / "folder" / "eval.json"
+    evaluate(str(trained("gpt_equations")), out=str(out))
+    assert out.is_file() and "val/loss" in out.read_text()
+
+
+def test_an_encode_failing_its_own_way_is_that_lines_warning():
+    from transformer_lab.inference import encoder
+
+    class Mine:
+        def encode(self, text):
+            return [{"a": 0}[c] for c in text]  # a KeyError for any other character
+
+    encode = encoder(Mine())
+    assert encode("aa") == [0, 0]
+    with pytest.raises(ValueError, match=r"^Mine.encode\(\) failed on it \(KeyError: 'x'\)$"):
+        encode("ax")
+
+
+def test_translate_refuses_a_model_without_what_decoding_calls():
+    from torch import nn
+
+    from transformer_lab.errors import ConfigError
+    from transformer_lab.translate import check_decoding
+
+    class Greedy(nn.Module):
+        architecture = "decoder"
+
+        def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None): ...
+
+    check_decoding(Greedy(), 1)
+    with pytest.raises(ConfigError, match=r"^beam_size: Greedy has no new_cache\(\) to translate with; beam_size=1"):
+        check_decoding(Greedy(), 4)
+
+    class Halves(nn.Module):
+        architecture = "encoder-decoder"
+
+    with pytest.raises(ConfigError, match=r"^ckpt: Halves has no encode\(\), decode\(\), new_cache\(\) to translate"):
+        check_decoding(Halves(), 1)
+
+
+def test_the_grammars_words_and_values():
+    from transformer_lab.cli import command, parse
+
+    sample = command("sample")
+    assert parse(["run", "max_new_tokens=1e3", "temperature=1"], sample) == {
+        "ckpt": "run",
+        "max_new_tokens": 1000,
+        "temperature": 1,
+    }
+    with pytest.raises(UserError, match=r"^expected key=value, got 'run' \(ckpt= is given too\)$"):
+        parse(["ckpt=x", "run"], sample)
+    assert parse(["overwrite=yes"], command("export"))["overwrite"] == "yes"  # (then refused: true or false)
+    assert parse(["a,b"], command("compare"))["paths"] == ["a,b"] and parse(["paths=a,b"], command("compare"))[
+        "paths"
+    ] == ["a", "b"]
+
+
+def test_a_path_holding_an_equals_sign_is_a_path(tmp_path, monkeypatch):
+    from transformer_lab.cli import command, parse
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "lr=0.1").mkdir()
+    assert parse(["lr=0.1"], command("sample")) == {"ckpt": "lr=0.1"}
+    assert parse(["lr=0.1", "split=test"], command("evaluate")) == {"ckpt": "lr=0.1", "split": "test", "overrides": []}
+
+
+def test_a_file_that_is_no_checkpoint_is_named_so(tmp_path):
+    from transformer_lab.checkpoint import read_checkpoint
+
+    (tmp_path / "summary.json").write_text("{}")
+    with pytest.raises(UserError, match=r"summary.json is not a checkpoint \(a .ckpt that train.py wrote\)"):
+        read_checkpoint(tmp_path / "summary.json")
