@@ -371,6 +371,7 @@ def test_a_resume_on_changed_data_is_refused_by_name(data, tmp_path, train_proce
     result = train_process.run("ckpt_path=last", "trainer.max_steps=8", f"hydra.run.dir={run}")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert f"was trained on other data than this run reads: {path} (SHA-256" in result.stderr
+    assert "is not what it read (a file changed since, or another file" in result.stderr
     assert summary(run)["global_step"] == 4
     # evaluate keeps the checkpoint's vocabulary and takes the changed file as another file, saying so
     evaluated = subprocess.run(
