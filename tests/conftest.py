@@ -6,10 +6,7 @@ import os
 import pytest
 
 import transformer_lab.config  # noqa: F401  (registers the schemas, for every test that composes a config)
-
-# TrainProcess for train_process below; the others for tests/test_corpus.py and tests/test_pretrained.py, which
-# import them from conftest until they move to tests/unit and tests/e2e (then they go: no test imports conftest).
-from helpers.runs import ROOT, SHAKESPEARE, TINY, TrainProcess, compose_cfg, needs_shakespeare, run_train  # noqa: F401
+from helpers.runs import TrainProcess
 
 # One thread per process: the suite runs a worker per core, each starting train.py processes, and the
 # tests' tiny models gain nothing from more threads (two each made the suite ~17% slower on 2 cores).

@@ -32,7 +32,7 @@ from transformer_lab.tasks.configs import TASKS
 CONF = Path(__file__).resolve().parents[2] / "conf"  # the repository's config groups
 
 # The options of the model and data groups this repository ships: the class each builds (its `_target_`)
-# and the dataclass of its settings, which needs no torch (tests/test_config.py checks that each class
+# and the dataclass of its settings, which needs no torch (tests/unit/test_config.py checks that each class
 # declares that dataclass as its `config_class`). A user's own option names its class in its YAML alone.
 MODELS = {
     "gpt": ("transformer_lab.models.gpt.GPT", GPTConfig),

@@ -32,7 +32,7 @@ def ddp_process_command(local_rank: int) -> tuple[list[str], str]:
 
 
 # A private function of Lightning's, replaced in both launchers (the one function, imported by each);
-# tests/test_upstream.py fails once Lightning's own stops repeating the command line, or stops calling it.
+# tests/unit/test_upstream.py fails once Lightning's own stops repeating the command line, or stops calling it.
 LIGHTNING_COMMAND = fabric_launcher._hydra_subprocess_cmd
 fabric_launcher._hydra_subprocess_cmd = ddp_process_command
 pytorch_launcher._hydra_subprocess_cmd = ddp_process_command

@@ -2,7 +2,7 @@
 (they are in the run's files; loggers.py prints the one sync hint), and no "anonymous setting has no
 effect" warning: Lightning passes `anonymous=None` to wandb.init, which W&B 0.31 warns about since it
 removed anonymous mode (https://github.com/wandb/wandb/pull/10909). Lightning's arguments for wandb.init
-are a private attribute: tests/test_upstream.py fails once Lightning stops passing `anonymous`."""
+are a private attribute: tests/unit/test_upstream.py fails once Lightning stops passing `anonymous`."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Lightning's ModelCheckpoint restores its record of best.ckpt and last.ckpt only 
 the checkpoint was written from; after a move it forgets them, and saving last.ckpt again then found the
 file there and wrote `last-v1.ckpt` beside it (a later resume read the stale last.ckpt). Before the callbacks
 load their states, this rewrites the paths their states hold from the old run directory to this one, where
-the files are there under the same names. (The keys are ModelCheckpoint's `state_dict`: tests/test_upstream.py
+the files are there under the same names. (The keys are ModelCheckpoint's `state_dict`: tests/unit/test_upstream.py
 fails if they change.)"""
 
 from __future__ import annotations

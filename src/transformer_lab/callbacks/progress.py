@@ -15,7 +15,7 @@ log = logging.getLogger(__name__)
 class RichProgressBar(LightningRichProgressBar):
     """Runs here train for `trainer.max_steps` with `max_epochs=-1`, which Lightning 2.6's bar shows as a
     total of -2 epochs (fixed upstream, not yet released: https://github.com/Lightning-AI/pytorch-lightning/pull/21924):
-    show no total then. (A private method: tests/test_upstream.py fails once Lightning's is right.)"""
+    show no total then. (A private method: tests/unit/test_upstream.py fails once Lightning's is right.)"""
 
     def _get_train_description(self, current_epoch: int) -> str:
         if self.trainer.max_epochs is None or self.trainer.max_epochs >= 0:

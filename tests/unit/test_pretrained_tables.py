@@ -1,6 +1,6 @@
 """Each Transformers family's table against our own models, without `transformers`: the table names every
 tensor the model's state_dict has (and nothing else), and export then load gives back every tensor bit for
-bit. tests/test_pretrained.py compares the same tables with Transformers' models, where it is installed."""
+bit. tests/unit/test_pretrained.py compares the same tables with Transformers' models, where it is installed."""
 
 import pytest
 import torch

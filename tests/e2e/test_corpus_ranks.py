@@ -1,17 +1,16 @@
 """Processes started together (data/corpus/ranks.py): local rank 0 prepares the corpus cache, the others wait
 for it on the run's torch.distributed store and read what it wrote; the run's process group opens afterwards
-on the same address, as Lightning's DDP setup opens it."""
+on the same address, as Lightning's DDP setup opens it. That ranks.py never polls the file system is
+tests/unit/test_corpus_ranks.py; two ranks in threads, tests/unit/test_corpus.py."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "transformer_lab" / "data" / "corpus"
+from helpers.corpus import free_port
 
 # One process of the run: rank 0 encodes slowly (it waits until rank 1 is in prepare() too, then a second
 # more), so a rank 1 that did not wait for it would find the cache incomplete.
@@ -58,13 +57,6 @@ dist.destroy_process_group()
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.mark.e2e
 @pytest.mark.parametrize("launcher", ["torchrun", "env"])
 def test_rank_one_waits_for_rank_zero_and_reads_its_cache(tmp_path, launcher):
     """torchrun (its agent hosts the store) and processes given torch's env:// variables (hydra/launcher=
@@ -116,8 +108,3 @@ def test_rank_one_waits_for_rank_zero_and_reads_its_cache(tmp_path, launcher):
     assert output.count("learned the char tokenizer") == 1
     assert one["shards"] == zero["shards"] and one["tokenizer"] == zero["tokenizer"]
     assert zero["all_reduce"] == one["all_reduce"] == 3.0  # the run's process group opens as before
-
-
-def test_no_process_polls_the_file_system_for_the_cache():
-    for path in SRC.glob("*.py"):
-        assert "sleep(" not in path.read_text(), path

@@ -1,5 +1,6 @@
 """Text corpora (data=text, data/corpus/): sources, documents and their split, the tokenizers, the cache on
-disk and what every objective reads from it."""
+disk and what every objective reads from it. Each objective training on one cache through train.py is
+tests/e2e/test_corpus.py."""
 
 import json
 import re
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, TINY, needs_shakespeare, run_train
+from helpers.corpus import free_port
 from transformer_lab.data.corpus import TextCorpusDataModule, TokenFile, prepare
 from transformer_lab.data.tokenizers import pretrained
 from transformer_lab.errors import ConfigError, DataUnavailableError
@@ -269,18 +270,10 @@ def test_a_token_file_of_many_parts_reads_as_their_concatenation(tmp_path):
     assert len(tokens) == 15 and torch.equal(tokens[index], whole[index]) and tokens[index].dtype == torch.long
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_local_ranks_above_zero_wait_for_rank_zeros_cache_and_its_failure(tmp_path):
-    """Two ranks in threads of this process (tests/test_corpus_ranks.py starts them as processes): rank 1 waits
-    on the store rank 0 hosts, writes nothing, and reads what rank 0 wrote; or fails at once where rank 0 did,
-    or where its data.cache_dir lacks what rank 0 wrote."""
+    """Two ranks in threads of this process (tests/e2e/test_corpus_ranks.py starts them as processes): rank 1
+    waits on the store rank 0 hosts, writes nothing, and reads what rank 0 wrote; or fails at once where rank 0
+    did, or where its data.cache_dir lacks what rank 0 wrote."""
     from transformer_lab.data.configs import TextConfig
     from transformer_lab.data.corpus.ranks import Ranks
 
@@ -351,59 +344,6 @@ def test_bits_per_byte_leave_out_tokens_of_no_text(tmp_path):
     text = torch.tensor([True, False, True, True])
     nats = F.cross_entropy(logits[0, text], targets[0, text], reduction="sum").item()
     assert logged["val/bpb"] == pytest.approx(nats / math.log(2) / 3)
-
-
-@pytest.mark.e2e
-@needs_shakespeare
-@pytest.mark.parametrize(
-    "objective",
-    [["model=gpt"], ["model=t5", "task.input_length=24"], ["model=bert", "task=mlm", "task.length=24"]],
-    ids=["gpt", "t5", "bert"],
-)
-def test_every_objective_trains_on_one_corpus_cache(objective, tmp_path_factory):
-    """gpt's next tokens, t5's spans and bert's masked tokens, from the same cache (written by whichever runs
-    first; the others read it), each with a falling loss."""
-    cache = tmp_path_factory.getbasetemp() / "shared_corpus_cache"
-    run_dir = tmp_path_factory.mktemp("run")
-    result = run_train(
-        *objective,
-        "data=text",
-        f"data.path={ROOT / 'data/shakespeare/input.txt'}",
-        "data.tokenizer=bpe",
-        "data.vocab_size=512",
-        "data.val_fraction=0.1",
-        f"data.cache_dir={cache}",
-        "data.block_size=24",
-        "data.batch_size=16",
-        *TINY,
-        "optim.lr=3e-3",
-        "trainer.max_steps=60",
-        "trainer.val_check_interval=30",
-        "logger=csv",
-        f"hydra.run.dir={run_dir}",
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    val = [line["val/loss"] for line in lines if "val/loss" in line]
-    assert len(val) == 2 and val[-1] < val[0] < 7
-    assert len(list((cache / "shards").glob("*.train.bin"))) == 1  # one cache for all three
-    assert json.loads((run_dir / "summary.json").read_text())["val/bpb"] > 0
-    shown = {"model=gpt": "sample at step", "model=t5": "span fills at step", "model=bert": "masked-token predictions"}
-    assert shown[objective[0]] in result.stdout + result.stderr  # what each shows at validation
-    if objective == ["model=gpt"]:  # the checkpoint carries the tokenizer: sampling needs no cache
-        import shutil
-        import subprocess
-        import sys
-
-        shutil.rmtree(cache)
-        sample = subprocess.run(
-            [sys.executable, "-m", "transformer_lab.sample", str(run_dir), "prompt=ROMEO:", "max_new_tokens=20"],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-        )
-        assert sample.returncode == 0, sample.stderr[-2000:]
-        assert sample.stdout.startswith("ROMEO:") and len(sample.stdout) > len("ROMEO:") + 5
 
 
 def test_a_file_without_separators_is_cut_into_documents_not_held_whole(tmp_path, monkeypatch):
