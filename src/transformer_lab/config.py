@@ -27,13 +27,22 @@ from transformer_lab.data.configs import (
 )
 from transformer_lab.errors import ConfigError, exit_on_user_error, require
 from transformer_lab.models.configs import BertConfig, EncDecConfig, GPTConfig, T5Config
-from transformer_lab.tasks.configs import TASKS
+from transformer_lab.tasks.configs import (
+    ClassifyConfig,
+    LanguageModelConfig,
+    MaskedLMConfig,
+    Seq2SeqConfig,
+    SpanCorruptionConfig,
+)
 
 CONF = Path(__file__).resolve().parents[2] / "conf"  # the repository's config groups
 
-# The options of the model and data groups this repository ships: the class each builds (its `_target_`)
-# and the dataclass of its settings, which needs no torch (tests/unit/test_config.py checks that each class
-# declares that dataclass as its `config_class`). A user's own option names its class in its YAML alone.
+# The options of the model, data and task groups this repository ships, in one place: the class each builds
+# (its `_target_`) and the dataclass of its settings, which needs no torch (tests/unit/test_config.py checks
+# that each class declares that dataclass as its `config_class`). A user's own option names its class in its
+# YAML alone. (The Transformers families init_from=hf: reads are pretrained/load.py's FAMILIES: their tables
+# need torch.) A model's YAML names its default task; `task=NAME` picks another; factory.form_read is where
+# a task, its batch transform and a dataset meet.
 MODELS = {
     "gpt": ("transformer_lab.models.gpt.GPT", GPTConfig),
     "encdec": ("transformer_lab.models.encdec.EncDec", EncDecConfig),
@@ -46,6 +55,13 @@ DATA = {
     "translation": ("transformer_lab.data.translation.TranslationDataModule", TranslationConfig),
     "text": ("transformer_lab.data.corpus.TextCorpusDataModule", TextConfig),
     "labelled": ("transformer_lab.data.labelled.LabelledTextDataModule", LabelledConfig),
+}
+TASKS = {
+    "lm": ("transformer_lab.tasks.lm.LanguageModelTask", LanguageModelConfig),
+    "seq2seq": ("transformer_lab.tasks.seq2seq.Seq2SeqTask", Seq2SeqConfig),
+    "classify": ("transformer_lab.tasks.classify.ClassificationTask", ClassifyConfig),
+    "spans": ("transformer_lab.tasks.span_corruption.SpanCorruptionTask", SpanCorruptionConfig),
+    "mlm": ("transformer_lab.tasks.masked_lm.MaskedLMTask", MaskedLMConfig),
 }
 # A class (`_target_`) -> the dataclass of its settings, to check them before any heavy import (validate.py).
 SETTINGS = {target: config_class for target, config_class in (*MODELS.values(), *DATA.values(), *TASKS.values())}

@@ -181,7 +181,7 @@ def task_having(key: str, composed: DictConfig) -> str:
     where they were before the task group): the tasks whose settings have it."""
     import dataclasses
 
-    from transformer_lab.tasks.configs import TASKS
+    from transformer_lab.config import TASKS
 
     section, _, name = key.partition(".")
     at_top = section != "task" and not name

@@ -87,9 +87,8 @@ TASKS_OF = {
 def test_declarations_give_the_documented_matrix():
     from hydra.utils import get_class
 
-    from transformer_lab.config import DATA, MODELS
+    from transformer_lab.config import DATA, MODELS, TASKS
     from transformer_lab.factory import fits
-    from transformer_lab.tasks.configs import TASKS
 
     batches = {t: yaml.safe_load((ROOT / "conf" / "task" / f"{t}.yaml").read_text())["batches"] for t in TASKS}
     for (model, data), tasks in TASKS_OF.items():
@@ -285,9 +284,8 @@ def test_schemas_are_the_settings_dataclasses_the_classes_declare(tmp_path):
 
     from hydra.utils import get_class
 
-    from transformer_lab.config import DATA, MODELS
+    from transformer_lab.config import DATA, MODELS, TASKS
     from transformer_lab.data.configs import DATA_DECIDED
-    from transformer_lab.tasks.configs import TASKS
 
     for group, options in (("data", DATA), ("model", MODELS), ("task", TASKS)):
         for name, (target, config_class) in options.items():

@@ -151,14 +151,3 @@ class MaskedLMConfig(TaskConfig):  # tasks/masked_lm.py: BERT's objective (batch
             "mask_token_prob + random_token_prob must be at most 1, got "
             f"{self.mask_token_prob + self.random_token_prob}",
         )
-
-
-# The options of the task group this repository ships: the LightningModule each builds (its `_target_`) and
-# the dataclass of its settings. A model's YAML names its default task; `task=NAME` picks another.
-TASKS = {
-    "lm": ("transformer_lab.tasks.lm.LanguageModelTask", LanguageModelConfig),
-    "seq2seq": ("transformer_lab.tasks.seq2seq.Seq2SeqTask", Seq2SeqConfig),
-    "classify": ("transformer_lab.tasks.classify.ClassificationTask", ClassifyConfig),
-    "spans": ("transformer_lab.tasks.span_corruption.SpanCorruptionTask", SpanCorruptionConfig),
-    "mlm": ("transformer_lab.tasks.masked_lm.MaskedLMTask", MaskedLMConfig),
-}
