@@ -19,6 +19,7 @@ from transformer_lab.main import (  # noqa: E402
     composition_problem,
     output_dir_problem,
     print_help,
+    raised_in_a_run,
     searchpath_problem,
 )
 from transformer_lab.main import main as run_main  # noqa: E402
@@ -40,7 +41,13 @@ if __name__ == "__main__":
     arguments = sys.argv[1:]
     overrides = command_overrides(arguments)
     if {"--help", "-h"} & set(arguments):
-        print_help(CONFIG_DIR, overrides)
+        try:
+            print_help(CONFIG_DIR, overrides)
+        except Exception as error:
+            if (problem := composition_problem(error, CONFIG_DIR, overrides)) is None:
+                raise
+            print(f"error: {problem}", file=sys.stderr)
+            sys.exit(2)
         sys.exit(0)
     if problem := output_dir_problem(arguments) or searchpath_problem(overrides):
         print(f"error: {problem}", file=sys.stderr)
@@ -61,6 +68,9 @@ if __name__ == "__main__":
         if (problem := trials.problem(error)) is not None:
             print(f"error: {problem}", file=sys.stderr)  # failed trials, in one line
             sys.exit(1)
+        if isinstance(error, ValueError) and not (trials.failed or trials.completed or raised_in_a_run(error)):
+            print(f"error: {str(error).splitlines()[0]}", file=sys.stderr)  # Hydra's, on its flags (-m --cfg job)
+            sys.exit(2)
         raise
     # The runs are over and their files closed. Python's exit would run its garbage collector over the
     # ~400k objects torch, Lightning and W&B leave behind, ~1 s of a process (experiments/shakespeare_char_cpu.md).

@@ -25,7 +25,7 @@ from transformer_lab.errors import UserError, exit_on_user_error, no_such_key
 from transformer_lab.files import read_json
 from transformer_lab.overrides import override_key
 from transformer_lab.prepare import Prepared, prepare
-from transformer_lab.rundir import LOCK, record, release
+from transformer_lab.rundir import LOCK, earlier_run, record, release
 
 log = logging.getLogger(__name__)
 
@@ -52,14 +52,23 @@ def claim_run_dir(prepared: Prepared, run_dir: Path, key: str) -> bool:
 
 
 def remove_if_unused(run_dir: Path | None) -> None:
-    """Removes a run directory holding only what Hydra writes before a run starts: a run that failed before
-    training (its summary.json is written once training starts, whatever happens then)."""
+    """Removes a run directory Hydra made for this run that holds only the run's record, log and lock: a run
+    refused, stopped or failed before training (its summary.json is written once training starts, whatever
+    happens then), or with nothing to do; and the date folder above it, left empty (outputs/DATE/TIME)."""
+    from transformer_lab.rundir import first_process
+
     if (
         run_dir is not None
+        and first_process()  # (the directory is the job's first process's to remove)
         and run_dir.is_dir()
         and {p.name for p in run_dir.iterdir()} <= {".hydra", "train.log", LOCK}
     ):
         shutil.rmtree(run_dir, ignore_errors=True)
+        for folder in (run_dir.parent, run_dir.parent.parent):  # (Hydra's default layout: outputs/DATE/TIME)
+            if re.fullmatch(r"\d{4}-\d{2}-\d{2}|outputs|multirun", folder.name) and not any(folder.iterdir()):
+                folder.rmdir()
+            else:
+                break
 
 
 def unwind_claim(run_dir: Path) -> None:
@@ -304,18 +313,21 @@ def main(cfg: DictConfig, start_time: float | None = None, trials: Trials | None
         except (UserError, TrialFailed) as e:  # (a multirun's job: the sweep goes on)
             if not multirun:
                 raise
-            if new:  # (its own directory keeps what was tried and why it failed)
+            if new or earlier_run(run_dir) is None:  # (its own directory keeps what was tried and why it failed)
                 with record(run_dir, cfg, None):
                     log.error("error: %s", e)
             else:
                 log.error("error: %s", e)
             trials.failed.append((run_dir, str(e)))
             raise TrialFailed(str(e)) from None
-        except SystemExit:  # (a mistake told in one line: a directory this run made and left unused goes)
+        except (SystemExit, KeyboardInterrupt):  # (a directory this run made and left unused goes)
+            release(run_dir)
             remove_if_unused(run_dir if new else None)
             raise
         finally:
             release(run_dir)
+        if summary is None:  # (nothing to do)
+            remove_if_unused(run_dir if new else None)
         if multirun:
             trials.completed.append(run_dir)
         return value
@@ -337,9 +349,14 @@ def check_and_run(cfg: DictConfig, run_dir: Path, key: str, start_time: float | 
 
     try:
         with record(run_dir, prepared.cfg, prepared.overrides if prepared.recomposed else None) as log_handler:
-            early.setTarget(log_handler)
+            early.setTarget(log_handler)  # (None: no log file, the records go)
             early.close()  # (flushed into the log file)
-            return run(cfg, None if key == "hydra.sweep.dir" else start_time, prepared)  # (a job's own start)
+            try:
+                return run(cfg, None if key == "hydra.sweep.dir" else start_time, prepared)  # (a job's own start)
+            except UserError as e:  # (the console's one line, in the run's log too)
+                if log_handler is not None:
+                    log_handler.handle(log.makeRecord(log.name, logging.ERROR, __file__, 0, "error: %s", (e,), None))
+                raise
     except BaseException:
         unwind_claim(run_dir)
         raise

@@ -46,8 +46,9 @@ def first_process() -> bool:
     return all(int(os.environ.get(name) or 0) == 0 for name in ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"))
 
 
-def lock(run_dir: Path, key: str) -> None:
-    """Claims `run_dir` for this process, or refuses in one line naming the process that holds it."""
+def lock(run_dir: Path, key: str, write_pid: bool = True) -> None:
+    """Claims `run_dir` for this process, or refuses in one line naming the process that holds it. Its pid
+    goes into the lock file (`write_pid`; a claim writes it once the directory is found to be its own)."""
     run_dir = Path(run_dir).absolute()
     if run_dir in _held:
         return
@@ -62,9 +63,16 @@ def lock(run_dir: Path, key: str) -> None:
             f"{key}={run_dir}: another process (pid {holder}) is writing to this run directory; "
             f"wait for it to end, or choose another {key}"
         ) from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
     _held[run_dir] = fd
+    if write_pid:
+        mark_writer(run_dir)
+
+
+def mark_writer(run_dir: Path) -> None:
+    """This process's pid in the lock file it holds (what a second process's refusal names)."""
+    fd = _held[Path(run_dir).absolute()]
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
 
 
 def release(run_dir: Path | None = None) -> None:
@@ -107,17 +115,20 @@ def claim(run_dir: Path, key: str, resumes: Path | None, overwrite: bool, keep: 
     if not first_process():
         return
     run_dir = Path(run_dir).absolute()
-    lock(run_dir, key)
+    lock(run_dir, key, write_pid=False)  # (a refused claim leaves the lock file as it was)
     restore_overwritten(run_dir)  # (a run killed with an earlier run set aside: it goes back first)
     remove_stale_temporaries(run_dir / "checkpoints")  # of a writer killed mid-write
     held = earlier_run(run_dir)
     if held is None:
+        mark_writer(run_dir)
         return
     if resumes is not None and Path(resumes).absolute().is_relative_to(run_dir):
         note_resume(run_dir)  # resuming the run this directory holds
+        mark_writer(run_dir)
         return
     if overwrite:
         set_aside(run_dir, keep)
+        mark_writer(run_dir)
         return
     release(run_dir)
     if "completed" in held:
@@ -288,6 +299,9 @@ def record(run_dir: Path, cfg, overrides: list[str] | None):
 
     if first_process():
         folder = run_dir / ".hydra"
+        if earlier_run(run_dir) is None:  # (a new run: what an attempt that never trained left goes)
+            _remove(folder)
+            (run_dir / "train.log").unlink(missing_ok=True)
         if (folder / "config.yaml").exists():
             folder = folder / f"{datetime.now():%Y-%m-%d_%H-%M-%S}"
         folder.mkdir(parents=True, exist_ok=True)
@@ -306,7 +320,15 @@ def log_file(run_dir: Path):
     from hydra.core.hydra_config import HydraConfig
 
     hydra = HydraConfig.get()
-    handler = logging.FileHandler(run_dir / f"{hydra.job.name}.log")
+    # The job's first process writes train.log; the others their own (Lightning's launcher names them
+    # ddp_process_N; processes started together, by torchrun or srun, are named here by their rank).
+    rank = next((os.environ[v] for v in ("RANK", "SLURM_PROCID", "LOCAL_RANK") if os.environ.get(v)), "0")
+    name = hydra.job.name if first_process() or hydra.job.name.startswith("ddp_process") else f"ddp_process_{rank}"
+    try:
+        handler = logging.FileHandler(run_dir / f"{name}.log")
+    except FileNotFoundError:  # (another process's directory, removed as its run was refused: the console alone)
+        yield None
+        return
     handler.setFormatter(
         logging.Formatter(hydra.job_logging.formatters[hydra.job_logging.handlers.file.formatter].format)
     )

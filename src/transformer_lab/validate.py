@@ -100,8 +100,17 @@ def check_pair(cfg: DictConfig, datamodule) -> None:
         _require(trainer.max_epochs >= 1, "trainer.max_epochs", "set trainer.max_steps or trainer.max_epochs")
 
 
+# The config's sections; its other top-level keys are conf/train.yaml's own.
+SECTIONS = ("model", "data", "task", "trainer", "optim", "logger", "callbacks", "paths")
+
+
 def validate(cfg: DictConfig) -> None:
     data, trainer, optim = cfg.data, cfg.trainer, cfg.optim
+
+    known = [*SECTIONS, *(k for k in OmegaConf.load(CONF / "train.yaml") if k != "defaults")]
+    for key in cfg:  # one added with `+` (a section's own keys are its schema's to check)
+        if key not in known:
+            raise no_such_key(str(key), known)
 
     seed = cfg.seed
     _require(isinstance(seed, int) and not isinstance(seed, bool), "seed", f"must be an integer, got {seed!r}")

@@ -21,6 +21,14 @@ CASES = [
     ("type-float", ["optim.lr=fast"], "Value 'fast' of type 'str' could not be converted to Float"),
     ("type-bool", ["model.bias=maybe"], "Value 'maybe' is not a valid bool"),
     ("unknown-key", ["model.n_layers=2"], "error: model.n_layers: no such key; did you mean model.n_layer?\n"),
+    ("unknown-top-level-key", ["+seeed=1"], "error: seeed: no such key; did you mean seed?\n"),
+    (
+        "help-unknown-key",
+        ["--help", "model.n_layers=2"],
+        "error: model.n_layers: no such key; did you mean model.n_layer?\n",
+    ),
+    ("help-unknown-option", ["--help", "data=nope"], "error: data=nope: no such option; data has: "),
+    ("multirun-and-cfg", ["-m", "--cfg", "job", "seed=1,2"], "error: Only one of --run, --multirun, --cfg"),
     ("added-key", ["+model.n_layers=2"], "error: model.n_layers: no such key; did you mean model.n_layer?\n"),
     ("unknown-trainer-key", ["trainer.max_step=10"], "trainer.max_step: no such key; did you mean trainer.max_steps?"),
     (

@@ -195,6 +195,8 @@ def test_nonfinite_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(t
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert "the loss is nan at step" in result.stderr or "the loss is inf at step" in result.stderr
     step = int(result.stderr.split(" at step ")[1].split(";")[0])
+    assert "The last good checkpoint is kept" in result.stderr
+    assert "error: the loss is" in (tmp_path / "train.log").read_text()  # (the console's line, in the log too)
     failed = summary(tmp_path)
     assert failed["status"] == "failed" and failed["global_step"] == step
     # last.ckpt is from the last good step and loads as a finite model
@@ -488,3 +490,32 @@ def test_a_resume_that_fails_before_its_first_step_adds_nothing_to_the_run(tmp_p
         refused = train_process.run("ckpt_path=last", "trainer.max_steps=10", broken, f"hydra.run.dir={run}")
         assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-2000:]
         assert snapshot(run) == finished  # not a .hydra record, not a train.log line
+
+
+def test_a_refused_run_leaves_the_lock_file_and_a_nothing_to_do_resume_leaves_no_directory(train_process, tmp_path):
+    """A run refused at another run's directory leaves its lock file as it was (the pid of the process that
+    wrote the run, not of the refused one); a resume with nothing to do makes no directory."""
+    run = tmp_path / "run"
+    tiny = [*TINY, "data=modular", "data.p=11", "logger=none", "trainer.max_steps=4", "trainer.val_check_interval=2"]
+    assert train_process.run(*tiny, f"hydra.run.dir={run}").returncode == 0
+    lock = (run / ".lock").read_bytes()
+    refused = train_process.run(*tiny, f"hydra.run.dir={run}")
+    assert refused.returncode == 2 and "holds a completed run" in refused.stderr
+    assert (run / ".lock").read_bytes() == lock
+    done = train_process.run(*tiny, f"ckpt_path={run}/checkpoints/last.ckpt", f"hydra.run.dir={tmp_path / 'new'}")
+    assert done.returncode == 0 and "nothing to do" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_a_new_run_replaces_what_an_attempt_that_never_trained_left(train_process, tmp_path):
+    """A directory holding only the record and log of a run refused before training (a failed trial of an
+    earlier sweep) is a new run's: its .hydra/ says what ran, its train.log holds no stale error."""
+    run = tmp_path / "run"
+    tiny = [*TINY, "data=modular", "data.p=11", "logger=none", "trainer.max_steps=2", "trainer.val_check_interval=2"]
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text("optim: {lr: -1}\n")
+    (run / "train.log").write_text("error: optim.lr: must be positive\n")
+    assert train_process.run(*tiny, "seed=5", f"hydra.run.dir={run}").returncode == 0
+    assert sorted(p.name for p in (run / ".hydra").iterdir()) == ["config.yaml", "hydra.yaml", "overrides.yaml"]
+    assert "seed: 5" in (run / ".hydra" / "config.yaml").read_text()
+    assert "error:" not in (run / "train.log").read_text()

@@ -137,9 +137,17 @@ class Task(L.LightningModule):
                 self.log("train/lr", self.lr_schedulers().get_last_lr()[0])
             return loss
         if not self.optim["skip_nonfinite"]:
+            kept = (
+                "The last good checkpoint is kept"
+                if any(
+                    getattr(c, "best_model_path", "") or getattr(c, "last_model_path", "")
+                    for c in self.trainer.checkpoint_callbacks
+                )
+                else "No checkpoint was saved before it"
+            )
             raise NonFiniteLossError(
-                f"the loss is {loss.item()} at step {self.global_step}; training stopped. The last good "
-                "checkpoint is kept; lower optim.lr, or set optim.skip_nonfinite=true to skip such steps."
+                f"the loss is {loss.item()} at step {self.global_step}; training stopped. {kept}; lower "
+                "optim.lr, or set optim.skip_nonfinite=true to skip such steps."
             )
         self.skipped_steps += 1
         self.log("train/skipped_steps", float(self.skipped_steps))
