@@ -378,7 +378,9 @@ def build(
         "data_files": datamodule.data_files(),
         "code_roots": code_roots(cfg),  # where a user's classes were imported from (origins.py)
     }
-    task = task_class(cfg).build(cfg, model, datamodule, meta)
+    named = (cfg.task.get("metrics") or {}).get(datamodule.form) or []
+    metrics = [import_class(path, "task.metrics", Metric) for path in named]
+    task = task_class(cfg).build(cfg, model, datamodule, meta, metrics)
     return datamodule, model, task
 
 

@@ -66,18 +66,15 @@ class Task(L.LightningModule):
         self.specials = Specials()  # the data's ids of padding, start, end and separator (build() sets them)
 
     @classmethod
-    def build(cls, cfg, model: torch.nn.Module, datamodule, checkpoint_meta: dict) -> Task:
-        """The task for a run's config, model and data module (the factory's one call), with the metric its
-        YAML names for the form of data the batches read."""
-        from transformer_lab.factory import import_class  # (the factory checked these names before the run)
-
+    def build(cls, cfg, model: torch.nn.Module, datamodule, checkpoint_meta: dict, metrics: list[type]) -> Task:
+        """The task for a run's config, model and data module (the factory's one call), with the metrics its
+        YAML names for the form of data the batches read (`metrics`: their classes, imported by the factory)."""
         settings = OmegaConf.to_container(cfg.task, resolve=True)
-        named = (settings.get("metrics") or {}).get(datamodule.form) or []
         task = cls(
             model,
             OmegaConf.to_container(cfg.optim, resolve=True),
             checkpoint_meta=checkpoint_meta,
-            metric=Metrics([import_class(path, "task.metrics", Metric)(settings, datamodule, model) for path in named]),
+            metric=Metrics([metric(settings, datamodule, model) for metric in metrics]),
             **cls.settings(cfg, datamodule),
         )
         task.specials = datamodule.specials
