@@ -20,3 +20,15 @@ def train_process():
     process = TrainProcess()
     yield process
     process.close()
+
+
+@pytest.fixture(autouse=True)
+def default_signal_handling():
+    """Each test starts with Ctrl-C and SIGTERM as a terminal gives them: a test that ran Lightning in this
+    worker may have left SIGINT ignored (Lightning ignores it while it shuts down after a KeyboardInterrupt),
+    and a process a later test starts would inherit that and never see the Ctrl-C it is sent."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
