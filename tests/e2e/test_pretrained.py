@@ -26,6 +26,7 @@ def gpt2_stand_in(folder):
     config = transformers.GPT2Config(
         vocab_size=tokenizer.get_vocab_size(), n_positions=64, n_embd=32, n_layer=2, n_head=2
     )
+    torch.manual_seed(0)  # (its weights, the same whichever tests ran before in this worker)
     transformers.GPT2LMHeadModel(config).save_pretrained(folder)
     tokenizer.save(str(folder / "tokenizer.json"))
     return tokenizer
@@ -96,6 +97,7 @@ def t5_stand_in(folder, texts):
     tokenizer.save(str(folder / "tokenizer.json"))
     config = transformers.T5Config(vocab_size=tokenizer.get_vocab_size() + 8, d_model=32, d_kv=16, d_ff=64, num_layers=2,
                                    num_heads=2, dropout_rate=0.0)  # fmt: skip
+    torch.manual_seed(0)  # (its weights, the same whichever tests ran before in this worker)
     transformers.T5ForConditionalGeneration(config).save_pretrained(folder)
     return tokenizer
 
@@ -160,6 +162,7 @@ def bert_stand_in(folder, texts):
     tokenizer.save(str(folder / "tokenizer.json"))
     config = transformers.BertConfig(vocab_size=tokenizer.get_vocab_size(), hidden_size=32, num_hidden_layers=2,
                                      num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)  # fmt: skip
+    torch.manual_seed(0)  # (its weights, the same whichever tests ran before in this worker)
     transformers.BertForMaskedLM(config).save_pretrained(folder)
     return tokenizer
 
@@ -177,7 +180,7 @@ def test_fine_tune_a_transformers_bert_into_a_classifier_classify_and_export_it(
     tokenizer = bert_stand_in(hub, [text for text, _ in rows])
     run_dir = tmp_path / "run"
     result = run_train("model=bert", "data=labelled", f"data.path={tsv}", "data.max_length=48", f"init_from=hf:{hub}",
-                       "optim.lr=1e-3", "trainer.max_steps=60", "trainer.val_check_interval=30", "logger=csv",
+                       "optim.lr=1e-3", "trainer.max_steps=150", "trainer.val_check_interval=75", "logger=csv",
                        "trainer.enable_progress_bar=false", f"hydra.run.dir={run_dir}")  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     log = result.stdout + result.stderr
