@@ -9,6 +9,7 @@ here (check_settings); a user's own model or data module, once the factory impor
 
 from __future__ import annotations
 
+import functools
 import sys
 import typing
 
@@ -104,10 +105,16 @@ def check_pair(cfg: DictConfig, datamodule) -> None:
 SECTIONS = ("model", "data", "task", "trainer", "optim", "logger", "callbacks", "paths")
 
 
+@functools.cache
+def top_level_keys() -> list[str]:
+    """The config's sections and conf/train.yaml's own keys (read once per process)."""
+    return [*SECTIONS, *(k for k in OmegaConf.load(CONF / "train.yaml") if k != "defaults")]
+
+
 def validate(cfg: DictConfig) -> None:
     data, trainer, optim = cfg.data, cfg.trainer, cfg.optim
 
-    known = [*SECTIONS, *(k for k in OmegaConf.load(CONF / "train.yaml") if k != "defaults")]
+    known = top_level_keys()
     for key in cfg:  # one added with `+` (a section's own keys are its schema's to check)
         if key not in known:
             raise no_such_key(str(key), known)
