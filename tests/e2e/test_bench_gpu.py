@@ -4,12 +4,12 @@ Here: its --smoke run and its errors, as a command; tests/unit/test_bench_gpu.py
 
 import json
 import math
-import subprocess
 import sys
 
 import pytest
 import torch
 
+from helpers import forked
 from helpers.bench_gpu import SCRIPT, bench
 from helpers.runs import ROOT, needs_shakespeare
 
@@ -17,9 +17,7 @@ MULTI30K = ROOT / "data" / "multi30k"
 
 
 def run_script(*args, timeout=300):
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
-    )
+    return forked.run([sys.executable, str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
 @needs_shakespeare

@@ -4,13 +4,13 @@ Here: a real sweep, and the command in a subprocess; tests/unit/test_compare.py 
 
 import json
 import os
-import subprocess
 import sys
 
 import matplotlib.colors
 import matplotlib.image
 import pytest
 
+from helpers import forked
 from helpers.runs import ROOT, TINY, run_train
 
 
@@ -34,7 +34,7 @@ def sweep(tmp_path_factory):
 
 
 def compare(*args):
-    return subprocess.run(
+    return forked.run(
         [sys.executable, "-m", "transformer_lab", "compare", *map(str, args)],
         capture_output=True,
         text=True,

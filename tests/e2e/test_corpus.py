@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from helpers import forked
 from helpers.runs import ROOT, TINY, needs_shakespeare, run_train
 
 
@@ -46,11 +47,10 @@ def test_every_objective_trains_on_one_corpus_cache(objective, tmp_path_factory)
     assert shown[objective[0]] in result.stdout + result.stderr  # what each shows at validation
     if objective == ["model=gpt"]:  # the checkpoint carries the tokenizer: sampling needs no cache
         import shutil
-        import subprocess
         import sys
 
         shutil.rmtree(cache)
-        sample = subprocess.run(
+        sample = forked.run(
             [sys.executable, "-m", "transformer_lab.sample", str(run_dir), "prompt=ROMEO:", "max_new_tokens=20"],
             capture_output=True,
             text=True,

@@ -5,11 +5,11 @@ Here: the benchmark scripts' options, read from their --help; tests/unit/test_do
 
 import functools
 import re
-import subprocess
 import sys
 
 import pytest
 
+from helpers import forked
 from helpers.docs import DOCS
 from helpers.runs import ROOT
 
@@ -27,7 +27,7 @@ def shown_commands() -> list[tuple[str, str, str]]:
 
 @functools.cache
 def usage(script: str) -> str:
-    result = subprocess.run([sys.executable, script, "--help"], cwd=ROOT, capture_output=True, text=True)
+    result = forked.run([sys.executable, script, "--help"], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     return result.stdout
 

@@ -6,12 +6,12 @@ Here: their runs through train.py; tests/unit/test_extension.py has the rest."""
 import json
 import math
 import os
-import subprocess
 import sys
 import textwrap
 
 import pytest
 
+from helpers import forked
 from helpers.docs import documented_files
 from helpers.runs import ROOT, TrainProcess, needs_shakespeare, run_train
 
@@ -272,7 +272,7 @@ def test_own_model_trains_resumes_and_samples(user_files, tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert read_summary(run)["global_step"] == 60
 
-    sample = subprocess.run(
+    sample = forked.run(
         [
             sys.executable,
             "-m",
@@ -452,7 +452,7 @@ def documented(tmp_path_factory):
 
 
 def in_folder(user, *arguments, cwd, env=None, timeout=300):
-    return subprocess.run(
+    return forked.run(
         [sys.executable, *map(str, arguments)],
         cwd=cwd,
         capture_output=True,

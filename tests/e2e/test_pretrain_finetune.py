@@ -5,12 +5,12 @@ Here: both pipelines through train.py; tests/unit/test_pretrain_finetune.py has 
 
 import json
 import math
-import subprocess
 import sys
 from collections import Counter
 
 import pytest
 
+from helpers import forked
 from helpers.runs import ROOT, SHAKESPEARE, TINY, needs_shakespeare
 from helpers.translation import bleu_matches_the_written_translations, write_pairs
 
@@ -76,7 +76,7 @@ def test_t5_fine_tuned_for_translation_from_span_corruption(span_pretrained, tmp
     test_set = bleu_matches_the_written_translations(run, pairs, min_test_bleu=5)
 
     # translate serves the T5 translation checkpoint, and gives the outputs the run scored
-    out = subprocess.run(
+    out = forked.run(
         [sys.executable, "-m", "transformer_lab.translate", str(run), "beam_size=2"],
         input="\n".join(r["source"] for r in test_set) + "\n",
         capture_output=True,

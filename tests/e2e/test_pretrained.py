@@ -10,6 +10,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from helpers import forked  # noqa: E402
 from helpers.runs import ROOT, SHAKESPEARE, needs_shakespeare, run_train  # noqa: E402
 
 
@@ -34,7 +35,6 @@ def gpt2_stand_in(folder):
 
 @needs_shakespeare
 def test_fine_tune_a_transformers_gpt2_on_text_sample_and_export_it(tmp_path):
-    import subprocess
     import sys
 
     hub = tmp_path / "gpt2"
@@ -58,7 +58,7 @@ def test_fine_tune_a_transformers_gpt2_on_text_sample_and_export_it(tmp_path):
     cfg = (run_dir / ".hydra" / "config.yaml").read_text()
     assert "mlp: gelu-tanh" in cfg and "n_layer: 2" in cfg and f"tokenizer: {hub}" in cfg
 
-    sample = subprocess.run([sys.executable, "-m", "transformer_lab.sample", str(run_dir), "prompt=ROMEO:",
+    sample = forked.run([sys.executable, "-m", "transformer_lab.sample", str(run_dir), "prompt=ROMEO:",
                              "max_new_tokens=10"], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     assert sample.returncode == 0 and sample.stdout.startswith("ROMEO:"), sample.stderr[-2000:]
 
@@ -103,7 +103,6 @@ def t5_stand_in(folder, texts):
 
 
 def test_fine_tune_a_transformers_t5_on_translation_pairs_translate_and_export_it(tmp_path):
-    import subprocess
     import sys
 
     read = multi30k_lines(3000)
@@ -136,7 +135,7 @@ def test_fine_tune_a_transformers_t5_on_translation_pairs_translate_and_export_i
     src, tgt = datamodule.sequences(*[side[0] for side in datamodule.data.pairs("train")])
     assert src[-1] == 1 and src[-2] != 1 and tgt[0] == 0 and tgt[-1] == 1
 
-    translated = subprocess.run([sys.executable, "-m", "transformer_lab.translate", str(run_dir), "text=Ein Mann.",
+    translated = forked.run([sys.executable, "-m", "transformer_lab.translate", str(run_dir), "text=Ein Mann.",
                                  "max_extra_len=5"], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     assert translated.returncode == 0, translated.stderr[-2000:]
 
@@ -168,7 +167,6 @@ def bert_stand_in(folder, texts):
 
 
 def test_fine_tune_a_transformers_bert_into_a_classifier_classify_and_export_it(tmp_path):
-    import subprocess
     import sys
 
     read = multi30k_lines(1500)
@@ -188,25 +186,25 @@ def test_fine_tune_a_transformers_bert_into_a_classifier_classify_and_export_it(
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["val/acc"] > 0.7, summary  # German or English (chance: 0.5): the pretrained body, a new head
 
-    classified = subprocess.run([sys.executable, "-m", "transformer_lab.classify", str(run_dir),
+    classified = forked.run([sys.executable, "-m", "transformer_lab.classify", str(run_dir),
                                  "text=Ein Mann fährt Fahrrad."], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     assert classified.returncode == 0, classified.stderr[-2000:]
     assert classified.stdout.split("\t")[1] in ("de", "en")
     # lines of the labelled file itself: the text is classified, the label is not read as part of it
     lines = "Ein Mann fährt Fahrrad.\tde\nA man rides a bike.\ten\n"
-    piped = subprocess.run([sys.executable, "-m", "transformer_lab.classify", str(run_dir)], input=lines,
+    piped = forked.run([sys.executable, "-m", "transformer_lab.classify", str(run_dir)], input=lines,
                            capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     assert piped.returncode == 0, piped.stderr[-2000:]
     assert [line.split("\t")[0] for line in piped.stdout.splitlines()] == [
         "Ein Mann fährt Fahrrad.",
         "A man rides a bike.",
     ]
-    evaluated = subprocess.run([sys.executable, "-m", "transformer_lab.evaluate", str(run_dir)], capture_output=True,
+    evaluated = forked.run([sys.executable, "-m", "transformer_lab.evaluate", str(run_dir)], capture_output=True,
                                text=True, cwd=ROOT)  # fmt: skip
     assert evaluated.returncode == 0 and "val/acc" in evaluated.stdout, evaluated.stderr[-2000:]
     unseen = tmp_path / "unseen.tsv"
     unseen.write_text("Un homme fait du vélo.\tfr\nA man rides a bike.\ten\n")
-    refused = subprocess.run([sys.executable, "-m", "transformer_lab.evaluate", str(run_dir), f"data.path={unseen}"],
+    refused = forked.run([sys.executable, "-m", "transformer_lab.evaluate", str(run_dir), f"data.path={unseen}"],
                              capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-2000:]
     assert refused.stderr.strip().splitlines()[-1] == (

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import forked
 from helpers.runs import ROOT, TINY, needs_shakespeare, run_train
 from helpers.translation import write_pairs
 
@@ -294,7 +295,7 @@ def test_a_run_directory_belongs_to_one_run(tmp_path, train_process):
     run is not overwritten, a resume with nothing to do changes nothing, overwrite=true starts afresh."""
     run = tmp_path / "run"
     short = [*DATA["modular"], *TINY, "logger=none", "callbacks.last_checkpoint.every_n_train_steps=5"]
-    first = subprocess.Popen(
+    first = forked.Popen(
         [sys.executable, str(ROOT / "train.py"), *short, "trainer.max_steps=30", f"hydra.run.dir={run}"]
         + [
             "+callbacks.sleep._target_=helpers.callbacks.SleepAt",
@@ -376,7 +377,7 @@ def test_a_resume_on_changed_data_is_refused_by_name(data, tmp_path, train_proce
     assert "is not what it read (a file changed since, or another file" in result.stderr
     assert summary(run)["global_step"] == 4
     # evaluate keeps the checkpoint's vocabulary and takes the changed file as another file, saying so
-    evaluated = subprocess.run(
+    evaluated = forked.run(
         [sys.executable, "-m", "transformer_lab.evaluate", str(run)], capture_output=True, text=True, cwd=ROOT
     )
     assert evaluated.returncode == 0 and f"data.path: {path} has changed since the checkpoint's run" in evaluated.stderr
@@ -451,7 +452,7 @@ def test_an_overwrite_stopped_before_it_trains_leaves_the_earlier_run_as_it_was(
     first = train_process.run(*short, "trainer.max_steps=10", f"hydra.run.dir={run}")
     assert first.returncode == 0, first.stderr[-2000:]
     finished = snapshot(run)
-    process = subprocess.Popen(
+    process = forked.Popen(
         [sys.executable, str(ROOT / "train.py"), *short, "trainer.max_steps=20", "overwrite=true",
          f"hydra.run.dir={run}", "+callbacks.sleep._target_=helpers.callbacks.SleepAtSetup", "+callbacks.sleep.seconds=60"],
         cwd=ROOT, env={**os.environ, **HELPERS}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -468,7 +469,7 @@ def test_an_overwrite_stopped_before_it_trains_leaves_the_earlier_run_as_it_was(
         assert snapshot(run) == finished
         return
     assert (run / ".overwritten").is_dir()  # killed outright: the next command that reads the run puts it back
-    evaluated = subprocess.run([sys.executable, "-m", "transformer_lab.evaluate", str(run)], capture_output=True,
+    evaluated = forked.run([sys.executable, "-m", "transformer_lab.evaluate", str(run)], capture_output=True,
                                text=True, cwd=ROOT)  # fmt: skip
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
     assert not (run / ".overwritten").exists()

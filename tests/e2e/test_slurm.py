@@ -12,6 +12,7 @@ import time
 import pytest
 import yaml
 
+from helpers import forked
 from helpers.runs import ROOT, TINY, run_train
 
 SCRIPT = ROOT / "tests" / "helpers" / "cluster" / "slurm.sh"
@@ -155,7 +156,7 @@ class Job:
         self.slurm, self.run = slurm, tmp_path / "sweep" / "0"
         command = [sys.executable, str(ROOT / "train.py"), "-m", *ON_SLURM, "hardware=cpu", "trainer.devices=1"]
         command += [*SHORT_RUN, *overrides, f"hydra.sweep.dir={tmp_path / 'sweep'}"]
-        self.launcher = subprocess.Popen(
+        self.launcher = forked.Popen(
             command, cwd=tmp_path, env=slurm, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from helpers import forked
 from helpers.modular import recomputed_val_accuracy
 from helpers.runs import ROOT, TINY, logged, needs_shakespeare, run_train
 from helpers.wandb_records import records
@@ -128,7 +129,7 @@ def test_evaluate_a_run_directory(shakespeare_run, tmp_path):
     run_dir, _ = shakespeare_run
     summary = json.loads((run_dir / "summary.json").read_text())
     out = tmp_path / "eval.json"
-    result = subprocess.run(
+    result = forked.run(
         [sys.executable, "-m", "transformer_lab.evaluate", str(run_dir), "trainer.limit_val_batches=4", f"out={out}"],
         capture_output=True,
         text=True,
@@ -193,11 +194,11 @@ def test_sample_from_checkpoint(shakespeare_run):
         "num_samples=2",
         "seed=1",
     ]
-    first = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    first = forked.run(cmd, capture_output=True, text=True, cwd=ROOT)
     assert first.returncode == 0, first.stderr
     samples = first.stdout.split("-" * 40 + "\n")
     assert len(samples) == 2 and all(s.startswith("ROMEO:") and len(s.rstrip("\n")) >= 31 for s in samples)
-    assert subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT).stdout == first.stdout  # seeded
+    assert forked.run(cmd, capture_output=True, text=True, cwd=ROOT).stdout == first.stdout  # seeded
 
 
 def test_modular_answer_accuracy_rises(tmp_path, train_process):

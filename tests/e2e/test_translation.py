@@ -1,9 +1,9 @@
 import json
-import subprocess
 import sys
 
 import pytest
 
+from helpers import forked
 from helpers.runs import ROOT, TINY
 from helpers.translation import bleu_matches_the_written_translations, scored_test_set, write_pairs
 from transformer_lab.data.translation import TranslationDataModule
@@ -38,7 +38,7 @@ def test_translation_pairs_train_end_to_end(tmp_path, train_process):
     test_set = bleu_matches_the_written_translations(run, pairs, min_test_bleu=5)  # measured 9.9
 
     # The translate command gives the outputs the run scored: the best checkpoint, beam 2, the test sources.
-    out = subprocess.run(
+    out = forked.run(
         [sys.executable, "-m", "transformer_lab.translate", str(run), "beam_size=2"],
         input="\n".join(r["source"] for r in test_set) + "\n",
         capture_output=True,
@@ -115,7 +115,7 @@ def test_separate_vocabularies(tmp_path, train_process):
     # The translate command reads sources with the source vocabulary: its outputs (beam 4, as decode.beam_size)
     # are those the run scored on the test set with the best checkpoint.
     test_set = scored_test_set(run)
-    out = subprocess.run(
+    out = forked.run(
         [sys.executable, "-m", "transformer_lab.translate", str(run), "beam_size=4"],
         input="\n".join(r["source"] for r in test_set) + "\n",
         capture_output=True,

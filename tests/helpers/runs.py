@@ -12,6 +12,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 import transformer_lab.config  # noqa: F401  (registers the schemas)
+from helpers import forked
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAKESPEARE = ROOT / "data" / "shakespeare" / "input.txt"
@@ -44,7 +45,7 @@ def compose_cfg(overrides=(), output_dir="/tmp/transformer-lab-test", return_hyd
 
 def run_train(*overrides, cwd=ROOT, env=None, timeout=300):
     """python train.py OVERRIDES, as a user would run it."""
-    return subprocess.run(
+    return forked.run(
         [sys.executable, str(ROOT / "train.py"), *overrides],
         cwd=cwd,
         capture_output=True,
@@ -64,7 +65,7 @@ class TrainProcess:
         self.process = self._start()
 
     def _start(self):
-        return subprocess.Popen(
+        return forked.Popen(
             [sys.executable, str(ROOT / "tests" / "helpers" / "train_driver.py")],
             cwd=ROOT,
             stdin=subprocess.PIPE,

@@ -1,13 +1,14 @@
 """Offline W&B runs read back from their files (`wandb leet inspect`)."""
 
 import json
-import subprocess
 import sys
+
+from helpers import forked
 
 
 def inspect(offline_run) -> dict[str, list[dict]]:
     """The records of one offline W&B run folder, by type (run, config, history, ...)."""
-    out = subprocess.run(
+    out = forked.run(
         [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline_run)],
         capture_output=True,
         text=True,
