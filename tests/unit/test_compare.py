@@ -2,6 +2,7 @@
 
 Here: run directories written without training; tests/e2e/test_compare.py has the rest."""
 
+import functools
 import json
 
 import matplotlib.colors
@@ -17,8 +18,7 @@ def fake_run(run_dir, overrides, val_loss):
     from omegaconf import OmegaConf
 
     (run_dir / ".hydra").mkdir(parents=True)
-    cfg = compose_cfg(overrides, output_dir="${hydra:runtime.output_dir}")
-    OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")
+    (run_dir / ".hydra" / "config.yaml").write_text(composed_yaml(tuple(overrides)))
     OmegaConf.save(
         {"hydra": {"runtime": {"output_dir": str(run_dir), "cwd": str(ROOT)}}}, run_dir / ".hydra" / "hydra.yaml"
     )
@@ -27,6 +27,14 @@ def fake_run(run_dir, overrides, val_loss):
         "".join(json.dumps({"step": s, "val/loss": val_loss + 1 / s}) + "\n" for s in (5, 10))
     )
     return run_dir
+
+
+@functools.cache
+def composed_yaml(overrides: tuple) -> str:
+    """The config Hydra composes for these overrides, as it writes it (composed once per module)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_yaml(compose_cfg(overrides, output_dir="${hydra:runtime.output_dir}"))
 
 
 def test_table_shows_resolved_settings_that_differ_in_100_columns(tmp_path, capsys, monkeypatch):

@@ -45,19 +45,22 @@ def gpt_as_encdec(vocab_size, prompt_length, max_len, seed=0):
     return PrefixLM(peaked(GPT(config)), prompt_length)
 
 
-def log_prob(model, src, output, ends):
-    """The model's log-probability of `output` (then <eos> where it ends) after one source (1, S),
-    computed from the whole sequence at once."""
-    target = output + [EOS] * ends
-    if not target:
-        return 0.0
+def log_probs(model, src, targets):
+    """The model's log-probability of each target (equally long token lists) after one source (1, S), each
+    computed from its whole sequence at once (no cache), the targets side by side in one batch."""
+    if not targets[0]:
+        return [0.0] * len(targets)
     if isinstance(model, PrefixLM):  # the prompt's last position predicts the first output token
         prompt = src[0].tolist()
-        logits = model.model(torch.tensor([prompt + target[:-1]]))[:, len(prompt) - 1 :]
+        logits = model.model(torch.tensor([prompt + t[:-1] for t in targets]))[:, len(prompt) - 1 :]
     else:
         memory, pad = model.encode(src)
-        logits = model.decode(torch.tensor([[BOS, *target[:-1]]]), memory, pad)
-    return logits.log_softmax(-1)[0, torch.arange(len(target)), torch.tensor(target)].sum().item()
+        B = len(targets)
+        logits = model.decode(
+            torch.tensor([[BOS, *t[:-1]] for t in targets]), memory.expand(B, -1, -1), pad.expand(B, -1)
+        )
+    chosen = logits.float().log_softmax(-1).gather(-1, torch.tensor(targets).unsqueeze(-1))  # (B, T, 1)
+    return chosen.sum((1, 2)).tolist()
 
 
 def exhaustive(model, src, max_len, alpha):
@@ -66,10 +69,11 @@ def exhaustive(model, src, max_len, alpha):
     words = [w for w in range(model_vocab(model)) if w != EOS]
     scored = []
     for n in range(max_len + 1):
-        for output in map(list, itertools.product(words, repeat=n)):
-            ends = n < max_len
-            length = n + 1 if ends else n
-            scored.append((length_normalised(log_prob(model, src, output, ends), length, alpha), output))
+        outputs = list(map(list, itertools.product(words, repeat=n)))
+        ends = n < max_len
+        length = n + 1 if ends else n
+        scores = log_probs(model, src, [output + [EOS] * ends for output in outputs])
+        scored += [(length_normalised(score, length, alpha), output) for score, output in zip(scores, outputs)]
     scored.sort(key=lambda item: -item[0])
     assert scored[0][0] - scored[1][0] > 1e-4, "a near tie: choose another seed"
     return scored[0][1]
@@ -97,11 +101,11 @@ def reference_beam_search(model, src, K, max_len, alpha):
     """Textbook beam search for one source (1, S): the whole sequence recomputed at every step, no cache,
     every step up to max_len taken (no early stopping); keeps the K best live prefixes, collects every
     prefix + <eos> met among the candidates on the way."""
+    memory, pad = model.encode(src)
     live, finished = [(0.0, [])], []
     for step in range(max_len):
         candidates = []
-        for score, prefix in live:
-            logp = log_probs_next(model, src, prefix)
+        for (score, prefix), logp in zip(live, log_probs_next(model, memory, pad, [p for _, p in live])):
             candidates += [(score + logp[w], prefix + [w]) for w in range(len(logp))]
         candidates.sort(key=lambda item: -item[0])
         live = []
@@ -116,10 +120,11 @@ def reference_beam_search(model, src, K, max_len, alpha):
     return max(finished, key=lambda item: item[0])[1]
 
 
-def log_probs_next(model, src, prefix):
-    memory, pad = model.encode(src)
-    logits = model.decode(torch.tensor([[BOS, *prefix]]), memory, pad)
-    return logits[0, -1].float().log_softmax(-1).tolist()
+def log_probs_next(model, memory, pad, prefixes):
+    """The next token's log-probabilities after each prefix (all of one length), each recomputed whole."""
+    B = len(prefixes)
+    logits = model.decode(torch.tensor([[BOS, *p] for p in prefixes]), memory.expand(B, -1, -1), pad.expand(B, -1))
+    return logits[:, -1].float().log_softmax(-1).tolist()
 
 
 class EagerToStop:
