@@ -25,7 +25,7 @@ from transformer_lab.data.configs import (
     TextConfig,
     TranslationConfig,
 )
-from transformer_lab.errors import ConfigError, exit_on_user_error, require
+from transformer_lab.errors import ConfigError, require
 from transformer_lab.models.configs import BertConfig, EncDecConfig, GPTConfig, T5Config
 from transformer_lab.tasks.configs import (
     ClassifyConfig,
@@ -216,16 +216,15 @@ class OptimConfig:
 
 def tasks_per_node(devices) -> int:
     """hydra/launcher=slurm's task count: one task per device, so trainer.devices must be a number. Resolved
-    while Hydra builds the launcher, where an exception would print a traceback: a mistake exits at once."""
+    while Hydra builds the launcher: the mistake reaches the command line's error line (main.composition_problem)."""
     if isinstance(devices, int) and devices >= 1:
         return devices
-    with exit_on_user_error():
-        raise ConfigError(
-            "trainer.devices",
-            "hydra/launcher=slurm and slurm_local start one task (one process) "
-            f"per device on each node, so they need a number, got {devices!r}: "
-            "add trainer.devices=N",
-        )
+    raise ConfigError(
+        "trainer.devices",
+        "hydra/launcher=slurm and slurm_local start one task (one process) "
+        f"per device on each node, so they need a number, got {devices!r}: "
+        "add trainer.devices=N",
+    )
 
 
 def cpu_has_bf16_units() -> bool:

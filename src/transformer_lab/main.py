@@ -138,6 +138,8 @@ def composition_problem(error: BaseException, config_dir: str, overrides: list[s
     from hydra.errors import HydraException, MissingConfigException
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
+    if (mistake := user_error_inside(error)) is not None and not raised_in_a_run(error):
+        return str(mistake)  # ours, raised while Hydra composed or resolved (a resolver: config.tasks_per_node)
     if isinstance(error, MissingConfigException):  # data=imagenet
         if error.missing_cfg_file and error.options is not None:
             group, _, option = error.missing_cfg_file.rpartition("/")
@@ -160,6 +162,13 @@ def composition_problem(error: BaseException, config_dir: str, overrides: list[s
         message = str(no_such_key(key, list(known) if OmegaConf.is_dict(known) else []))
         return message + task_having(key, composed) + added_setting(key, composed)
     return f"{key}: {str(cause).split(chr(10))[0]}"
+
+
+def user_error_inside(error: BaseException) -> UserError | None:
+    """The UserError that `error` wraps (Hydra and OmegaConf re-raise what a resolver raised), if any."""
+    while error is not None and not isinstance(error, UserError):
+        error = error.__cause__ or error.__context__
+    return error
 
 
 def raised_in_a_run(error: BaseException) -> bool:

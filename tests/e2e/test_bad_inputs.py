@@ -38,6 +38,12 @@ CASES = [
     ),
     ("seed-type", ["seed=abc"], "seed: must be an integer, got 'abc'"),
     (
+        "slurm-devices",  # a resolver's refusal (config.tasks_per_node), raised while Hydra builds the launcher
+        ["-m", "hydra/launcher=slurm_local", "trainer.devices=auto", "hydra.sweep.dir={ws}/sweep"],
+        "error: trainer.devices: hydra/launcher=slurm and slurm_local start one task (one process) per device on each "
+        "node, so they need a number, got 'auto': add trainer.devices=N\n",
+    ),
+    (
         "attention-kernel-cannot-serve",
         [*MODULAR, "model.dropout=0.1", "attention_kernel=flash", "trainer.max_steps=2"],
         "error: attention_kernel: flash cannot serve this run's attention (torch: No available kernel.  Aborting "
