@@ -144,7 +144,7 @@ def check_same_data(path: str, saved_meta: dict, datamodule) -> None:
     """A run resumes only on the data its checkpoint was trained on: the same file contents (their SHA-256,
     wherever the files are now) and the same vocabulary, so every token id means what it meant and the
     splits are the same. (Checkpoints from before data_files was recorded are checked by vocabulary only.)"""
-    saved, now = saved_meta.get("data_files"), datamodule.data_files()
+    saved, now = saved_meta.get("data_files"), datamodule.data.data_files()
     if saved is not None and sorted(saved.values()) != sorted(now.values()):
         changed = [f"{name} (SHA-256 {digest[:12]}…)" for name, digest in now.items() if digest not in saved.values()]
         raise ConfigError(
@@ -154,7 +154,7 @@ def check_same_data(path: str, saved_meta: dict, datamodule) -> None:
             "other splits with another vocabulary. "
             "Restore the data, or start a new run from its weights with init_from",
         )
-    for key, value in datamodule.checkpoint_meta().items():
+    for key, value in datamodule.data.checkpoint_meta().items():
         if saved_meta.get(key) != value:
             raise ConfigError(
                 "ckpt_path",

@@ -136,7 +136,7 @@ def with_classifier_specials(tokenizer, meta: dict):
 
     if tokenizer.post_processor is not None or "data" not in meta["config"]:
         return tokenizer
-    specials = datamodule_from_checkpoint(meta).specials
+    specials = datamodule_from_checkpoint(meta).data.specials
     bos, eos = tokenizer.id_to_token(specials.bos), tokenizer.id_to_token(specials.eos)
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"{bos} $A {eos}", special_tokens=[(bos, specials.bos), (eos, specials.eos)]

@@ -374,8 +374,8 @@ def build(
         "model_args": from_data,
         "overrides": overrides,
         "vocab": None,
-        **datamodule.checkpoint_meta(),
-        "data_files": datamodule.data_files(),
+        **datamodule.data.checkpoint_meta(),
+        "data_files": datamodule.data.data_files(),
         "code_roots": code_roots(cfg),  # where a user's classes were imported from (origins.py)
     }
     named = (cfg.task.get("metrics") or {}).get(datamodule.form) or []

@@ -110,7 +110,7 @@ def run(cfg: DictConfig, start_time: float | None = None, prepared: Prepared | N
         check_same_data(resumed.path, resumed.meta, datamodule)
         check_state_fits(resumed.path, resumed.shapes, resumed.config, cfg, task)
     if cfg.get("init_from"):
-        report, misfits, task.pretrained = init_weights(model, cfg.init_from, datamodule.checkpoint_meta())
+        report, misfits, task.pretrained = init_weights(model, cfg.init_from, datamodule.data.checkpoint_meta())
         _require(not (misfits and cfg.init_strict), "init_strict", f"not every tensor fits: {report}")
         log.info(report)
     summary = Summary()

@@ -95,7 +95,7 @@ def translate(args: dict, lines: Iterable[str], warn: Callable[[str], None] = wa
     outputs_of = OUTPUTS[type(model).architecture]
     check_decoding(model, args["beam_size"])
     encode = encoder(datamodule.data)  # the dataset's own: a source sentence's ids
-    limit = datamodule.max_source_tokens  # source tokens the model read in training
+    limit = datamodule.data.max_tokens  # source tokens the model read in training
     cut: list[tuple[int, int]] = []  # (line number, tokens) of the lines cut to the limit
     truncated = 0
     for chunk in batched(lines, args["batch_size"]):
@@ -118,7 +118,7 @@ def translate(args: dict, lines: Iterable[str], warn: Callable[[str], None] = wa
         while groups:
             group = groups.pop(0)
             try:
-                decoded = outputs_of(model, [todo[i] for i in group], args, datamodule.specials)
+                decoded = outputs_of(model, [todo[i] for i in group], args, datamodule.data.specials)
             except Exception as e:  # noqa: BLE001  (whatever it was, the other lines are still translated)
                 if len(group) > 1:
                     groups = [[i] for i in group] + groups

@@ -1,13 +1,13 @@
 """A task's batches: what a dataset's raw splits (data/base.py) become for one objective. A task's YAML names
 one transform per form it reads (`batches: {text: ..., pairs: ..., equations: ...}`); the factory builds the
 first the dataset provides, around the dataset, and gives it to Lightning as the run's data module. Every
-attribute the task, the factory and the commands read from it is named here.
+attribute the task, the factory and the commands read from it is named here; what is the dataset's alone (its
+specials, files, checkpoint record, references) they read from `.data`, the dataset (data/base.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import lightning as L
 
@@ -73,17 +73,6 @@ class Batching(L.LightningDataModule):
     def for_checkpoint(self, meta: dict, path=None) -> None:
         self.data.take_checkpoint(meta, path)
 
-    def checkpoint_meta(self) -> dict[str, Any]:
-        return self.data.checkpoint_meta()
-
-    def data_files(self) -> dict[str, str]:
-        return self.data.data_files()
-
-    @property
-    def specials(self):
-        """The data's ids of padding, start, end and separator (data/tokens.py Specials)."""
-        return self.data.specials
-
     def decode(self, ids) -> str:
         """Text of a model's ids (special tokens left out)."""
         return self.data.decode(ids)
@@ -123,19 +112,8 @@ class Batching(L.LightningDataModule):
         """An answer's text (AnswerAccuracy's examples)."""
         return str(answer)
 
-    def references(self, split: str) -> list[str]:
-        """The reference texts of an evaluation split's rows (Bleu); its batches carry the rows third."""
-        return self.data.references(split)
-
-    def sources(self, split: str) -> list[str]:
-        return self.data.sources(split)
-
-    # The translate command's: the source tokens a model read at most in training, and a source's ids (the
-    # dataset's encode()) as the model reads them.
-    @property
-    def max_source_tokens(self) -> int | None:
-        return self.data.max_tokens
-
+    # The translate command's: a source's ids (the dataset's encode()) as the model reads them (at most the
+    # dataset's max_tokens of them, as in training).
     def source_input(self, ids: list[int]) -> list[int]:
         raise NotImplementedError
 

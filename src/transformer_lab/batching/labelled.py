@@ -20,7 +20,7 @@ class LabelledBatches(Batching):
         ids, labels = self.data.labelled(split)
         if not ids:  # (a file evaluated whole holds nothing out for training: data/base.py whole_file)
             return torch.zeros(0, 2, dtype=torch.long), torch.zeros(0, dtype=torch.long)
-        s = self.specials
+        s = self.data.specials
         return pad_batch([torch.tensor([s.bos, *row, s.eos]) for row in ids], s.pad), torch.tensor(labels)
 
     def make(self) -> None:
@@ -32,10 +32,10 @@ class LabelledBatches(Batching):
 
     @property
     def pad_id(self) -> int:
-        return self.specials.pad
+        return self.data.specials.pad
 
     def encode(self, text: str) -> list[int]:
-        s = self.specials
+        s = self.data.specials
         return [s.bos, *self.data.encode(text), s.eos]
 
     def answer_text(self, answer: int) -> str:

@@ -135,10 +135,10 @@ class PairBatches(Batching):
 
     @property
     def pad_values(self) -> tuple[int, int]:
-        return (self.specials.pad, self.specials.pad)
+        return (self.data.specials.pad, self.data.specials.pad)
 
     def sequences(self, src: list[int], tgt: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        s = self.specials
+        s = self.data.specials
         return torch.tensor([*src, s.eos]), torch.tensor([s.bos, *tgt, s.eos])
 
     @property
@@ -172,15 +172,15 @@ class PairBatches(Batching):
 
     @property
     def pad_id(self) -> int:
-        return self.specials.pad
+        return self.data.specials.pad
 
     def encode(self, text: str) -> list[int]:
         return self.source_input(self.data.encode(text))
 
     def source_input(self, ids: list[int]) -> list[int]:
-        """A source sentence's ids as the model reads them: cut to max_source_tokens as in training, then
+        """A source sentence's ids as the model reads them: cut to the dataset's max_tokens as in training, then
         <eos>."""
-        return [*ids[: self.max_source_tokens], self.specials.eos]
+        return [*ids[: self.data.max_tokens], self.data.specials.eos]
 
     def train_dataloader(self):
         return for_this_rank(self.train_batches, self.trainer)
@@ -200,7 +200,7 @@ class PrefixLM(PairBatches):
 
     @property
     def pad_values(self) -> tuple[int, int]:
-        return (self.specials.pad, -100)
+        return (self.data.specials.pad, -100)
 
     def __init__(self, data, *args, **kwargs):
         super().__init__(data, *args, **kwargs)
@@ -211,7 +211,7 @@ class PrefixLM(PairBatches):
         )
 
     def sequences(self, src, tgt):
-        s = self.specials
+        s = self.data.specials
         return prefix_lm(torch.tensor([*src, s.eos]), torch.tensor([s.bos, *tgt, s.eos]), s.bos, s.sep)
 
     def prompt_lengths(self, split: str) -> list[int]:
@@ -222,5 +222,5 @@ class PrefixLM(PairBatches):
         return 2 * self.data.sequence_length  # it sees both sides
 
     def source_input(self, ids: list[int]) -> list[int]:
-        """The prompt `<bos> source <sep>`, the source cut to max_source_tokens as in training."""
-        return [self.specials.bos, *ids[: self.max_source_tokens], self.specials.sep]
+        """The prompt `<bos> source <sep>`, the source cut to the dataset's max_tokens as in training."""
+        return [self.data.specials.bos, *ids[: self.data.max_tokens], self.data.specials.sep]

@@ -77,7 +77,7 @@ class Task(L.LightningModule):
             metric=Metrics([metric(settings, datamodule, model) for metric in metrics]),
             **cls.settings(cfg, datamodule),
         )
-        task.specials = datamodule.specials
+        task.specials = datamodule.data.specials
         return task
 
     @classmethod

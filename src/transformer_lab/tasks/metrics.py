@@ -191,12 +191,12 @@ class Bleu(Metric):
             )
         rows = sorted(self.hypotheses)
         hypotheses = [self.hypotheses[r] for r in rows]
-        references = [self.datamodule.references(split)[r] for r in rows]
+        references = [self.datamodule.data.references(split)[r] for r in rows]
         self.hypotheses = {}
         task.log(f"{split}/bleu", sacrebleu.corpus_bleu(hypotheses, [references]).score, prog_bar=True)
         if split == "test":
             task.log("test/bleu_lowercase", sacrebleu.corpus_bleu(hypotheses, [references], lowercase=True).score)
-        sources = [self.datamodule.sources(split)[r] for r in rows]
+        sources = [self.datamodule.data.sources(split)[r] for r in rows]
         if task.translations_dir is not None and task.trainer.is_global_zero:
             task.translations_dir.mkdir(parents=True, exist_ok=True)
             with open(task.translations_dir / f"{split}-step{task.global_step:06d}.jsonl", "w") as f:
