@@ -4,9 +4,9 @@ its data module built once (README: "Where to read the code first"), for a new r
 @main composes the command line twice itself (once to tell a run from a multirun, once to run it)."""
 
 import json
-import subprocess
 import sys
 
+from helpers import forked
 from helpers.runs import ROOT, TINY
 
 # train.py as `__main__`, with the steps counted: Hydra's compositions and ours (its public compose()),
@@ -38,9 +38,11 @@ finally:
 """
 
 
-def counted_run(*overrides):
-    result = subprocess.run(
-        [sys.executable, "-c", COUNTING, str(ROOT / "train.py"), *overrides],
+def counted_run(tmp_path, *overrides):
+    script = tmp_path / "counting.py"
+    script.write_text(COUNTING)
+    result = forked.run(
+        [sys.executable, str(script), str(ROOT / "train.py"), *overrides],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -52,8 +54,8 @@ def counted_run(*overrides):
 
 def test_a_run_composes_validates_and_builds_its_data_once(tmp_path):
     run = ["data=modular", "data.p=11", *TINY, "logger=none", "trainer.val_check_interval=5"]
-    calls = counted_run(*run, "trainer.max_steps=5", f"hydra.run.dir={tmp_path}")
+    calls = counted_run(tmp_path, *run, "trainer.max_steps=5", f"hydra.run.dir={tmp_path}")
     assert calls == {"composed": 2, "validate": 1, "datamodule": 1}  # (Hydra's two; none of ours)
     # a resume: composed again from the checkpoint's overrides with this command's on top, checked once
-    calls = counted_run(*run, "trainer.max_steps=10", "ckpt_path=last", f"hydra.run.dir={tmp_path}")
+    calls = counted_run(tmp_path, *run, "trainer.max_steps=10", "ckpt_path=last", f"hydra.run.dir={tmp_path}")
     assert calls == {"composed": 3, "compose": 1, "validate": 1, "datamodule": 1}
