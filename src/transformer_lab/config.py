@@ -217,12 +217,12 @@ class OptimConfig:
 def tasks_per_node(devices) -> int:
     """hydra/launcher=slurm's task count: one task per device, so trainer.devices must be a number. Resolved
     while Hydra builds the launcher: the mistake reaches the command line's error line (main.composition_problem)."""
-    if isinstance(devices, int) and devices >= 1:
+    if isinstance(devices, int) and not isinstance(devices, bool) and devices >= 1:
         return devices
     raise ConfigError(
         "trainer.devices",
         "hydra/launcher=slurm and slurm_local start one task (one process) "
-        f"per device on each node, so they need a number, got {devices!r}: "
+        f"per device on each node, so they need a number of devices, 1 or more, got {devices!r}: "
         "add trainer.devices=N",
     )
 

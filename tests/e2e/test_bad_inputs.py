@@ -41,7 +41,17 @@ CASES = [
         "slurm-devices",  # a resolver's refusal (config.tasks_per_node), raised while Hydra builds the launcher
         ["-m", "hydra/launcher=slurm_local", "trainer.devices=auto", "hydra.sweep.dir={ws}/sweep"],
         "error: trainer.devices: hydra/launcher=slurm and slurm_local start one task (one process) per device on each "
-        "node, so they need a number, got 'auto': add trainer.devices=N\n",
+        "node, so they need a number of devices, 1 or more, got 'auto': add trainer.devices=N\n",
+    ),
+    (
+        "slurm-devices-zero",
+        ["-m", "hydra/launcher=slurm", "trainer.devices=0", "hydra.sweep.dir={ws}/sweep"],
+        "they need a number of devices, 1 or more, got 0: add trainer.devices=N\n",
+    ),
+    (
+        "slurm-devices-bool",
+        ["-m", "hydra/launcher=slurm_local", "trainer.devices=true", "hydra.sweep.dir={ws}/sweep"],
+        "they need a number of devices, 1 or more, got True: add trainer.devices=N\n",
     ),
     (
         "attention-kernel-cannot-serve",

@@ -5,9 +5,10 @@ file descriptors it reads and writes. The answer is the child's pid, then its wa
 
 A child is a fresh `python` but for those libraries: this process never imports transformer_lab or a user's
 code, and the child starts with the command's own sys.argv, sys.path (its folder, then PYTHONPATH, then the
-interpreter's), environment, working folder, standard streams and default signal handlers, and leaves through
-the interpreter's own exit (atexit handlers, the exit code of SystemExit, a traceback and 1, or SIGINT's death
-for a KeyboardInterrupt)."""
+interpreter's), environment, working folder, standard streams, default signal handlers and fresh random seeds
+(numpy's and torch's global generators), and leaves through the interpreter's own exit (atexit handlers, the
+exit code of SystemExit, a traceback and 1, or SIGINT's death for a KeyboardInterrupt). What it cannot give a
+child is said in helpers.forked, which starts such commands as plain subprocesses instead."""
 
 import atexit
 import io
@@ -19,19 +20,22 @@ import signal
 import socket
 import sys
 import threading
+import traceback
 
 import hydra  # noqa: F401
 import lightning  # noqa: F401
+import numpy
 import omegaconf  # noqa: F401
-import torch  # noqa: F401
+import torch
 
 # The interpreter's own path: started without PYTHONPATH, so all but this script's folder
 INTERPRETER_PATH = sys.path[1:]
 
 
-def serve(address: str) -> None:
+def serve(name: str) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the test run's, not this server's
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    listener.bind(address)
+    listener.bind(f"\0{name}")  # Linux's abstract namespace
     listener.listen(64)
     wakeup_read, wakeup_write = os.pipe()
     os.set_blocking(wakeup_write, False)
@@ -89,16 +93,25 @@ def become(command: dict, fds) -> None:
         os.close(fd)
     os.chdir(command["cwd"])
     os.environ.clear()
-    os.environ.update(command["env"])
+    os.environ.update(command["env"])  # (its start-up variables are this server's: helpers.forked checks)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for signum in (signal.SIGTERM, signal.SIGCHLD):
         signal.signal(signum, signal.SIG_DFL)
-    encoding = os.environ.get("PYTHONIOENCODING", "utf-8")
-    sys.stdin = io.TextIOWrapper(open(0, "rb", closefd=False), encoding=encoding)
-    sys.stdout = io.TextIOWrapper(open(1, "wb", closefd=False), encoding=encoding)
-    sys.stderr = io.TextIOWrapper(
-        open(2, "wb", closefd=False), encoding=encoding, errors="backslashreplace", line_buffering=True
-    )
+    numpy.random.seed()  # a fresh process seeds its global generators anew
+    torch.seed()
+    # The streams as Python made this server's from the same start-up variables (encoding, errors, unbuffered),
+    # on the child's own descriptors: stdout line-buffered only on a terminal, as Python does
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        model = getattr(sys, f"__{name}__")
+        stream = io.TextIOWrapper(
+            open(fd, "rb" if fd == 0 else "wb", buffering=0 if fd and model.write_through else -1, closefd=False),
+            encoding=model.encoding,
+            errors=model.errors,
+            line_buffering=fd == 2 or (fd == 1 and os.isatty(1)),
+            write_through=fd > 0 and model.write_through,
+        )
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
     python_path = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     arguments = command["args"]
     code, interrupted = 0, False
@@ -119,9 +132,19 @@ def become(command: dict, fds) -> None:
             print(e.code, file=sys.stderr)
             code = 1
     except BaseException as e:
-        sys.excepthook(type(e), e, e.__traceback__)
+        print_as_python_does(e, module=arguments[0] == "-m")
         code, interrupted = 1, isinstance(e, KeyboardInterrupt)
     exit_as_python_does(code, interrupted)
+
+
+def print_as_python_does(error: BaseException, module: bool) -> None:
+    """The traceback `python` prints, without the frames of this server (and of runpy, for a script: Python
+    runs a script itself, a module through runpy)."""
+    ours = {__file__} if module else {__file__, "<frozen runpy>", runpy.__file__}
+    tb = error.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename in ours:
+        tb = tb.tb_next
+    sys.stderr.write("".join(traceback.format_exception(type(error), error, tb)))
 
 
 def exit_as_python_does(code: int, interrupted: bool) -> None:
@@ -142,4 +165,4 @@ def exit_as_python_does(code: int, interrupted: bool) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(sys.argv[1])  # the socket's name
