@@ -2,7 +2,8 @@
 
 Each YAML option in conf/ starts from one of these schemas (its defaults list names it), so a
 wrong type or an unknown key is rejected while Hydra composes, before anything runs. Value checks
-that need more than a type (n_embd divisible by n_head, ...) are in `validate.py`.
+that need more than a type are each section's dataclass's (`__post_init__`: OptimConfig here, a model's in
+models/configs.py, ...); checks across sections, and of conf/train.yaml's own keys, are in `validate.py`.
 """
 
 from __future__ import annotations

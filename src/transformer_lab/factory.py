@@ -9,8 +9,8 @@ names a model, a dataset or a task.
 - A data YAML's `_target_` is a `data.base.DataModule` declaring the forms of raw splits it `provides`
   (text, pairs, equations). The run's data module is the task's transform for the first of them.
 
-So a model, dataset or objective of your own is one Python file and one YAML (README: "Your own model or
-dataset").
+So a model, dataset or objective of your own is one Python file and one YAML (README: "Your own model, dataset
+or task").
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.batching.base import Batching
+from transformer_lab.config import SETTINGS
 from transformer_lab.data.base import DATA_DECIDED
 from transformer_lab.errors import ConfigError, UserError, first_line
 from transformer_lab.origins import code_roots
@@ -231,11 +232,13 @@ def check_buildable(cfg: DictConfig) -> Batching:
     """The checks of build() that need the classes but read no file: the model and data declarations fit,
     the data module's and the model's own checks of their settings, and Lightning's of the trainer's.
     Returns the data module, not set up."""
+    # a user's own task and model, once imported, by their dataclasses (ours: validate.validate)
     task_cls = task_class(cfg)
-    if hasattr(task_cls, "config_class"):  # a user's own task may declare its settings' dataclass
+    if hasattr(task_cls, "config_class") and cfg.task.get("_target_") not in SETTINGS:
         check_settings(cfg, "task", task_cls.config_class)
     datamodule = make_datamodule(cfg)
-    check_settings(cfg, "model", model_class(cfg).config_class)
+    if cfg.model.get("_target_") not in SETTINGS:
+        check_settings(cfg, "model", model_class(cfg).config_class)
     for i, path in enumerate((cfg.task.get("metrics") or {}).get(datamodule.form) or []):
         import_class(path, f"task.metrics.{datamodule.form}[{i}]", Metric)
     check_model(cfg, datamodule)
@@ -350,7 +353,7 @@ def build(
     """Data module (set up), model and task of a run; `overrides`, those the config was composed from, go
     into its checkpoints (to resume it from them alone). With `checkpoint_meta`, the data takes that
     checkpoint's vocabulary (to evaluate its model). `datamodule`: the one check_buildable() built for
-    this config, if it was called already (main.prepare)."""
+    this config, if it was called already (prepare.prepare)."""
     datamodule = datamodule or check_buildable(cfg)
     if checkpoint_meta is not None:
         datamodule.for_checkpoint(checkpoint_meta, cfg.data.get("path"))

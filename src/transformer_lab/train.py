@@ -1,4 +1,5 @@
-"""The run (train.py's entry is main.py): validate the config, build data, model, task, logger and callbacks, fit, write summary.json."""
+"""The run, once prepare.prepare has checked its config (main.check_and_run): build data, model, task, logger and
+callbacks, fit, write summary.json."""
 
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ def earlier_summary(output_dir: Path) -> dict:
 
 def run(cfg: DictConfig, start_time: float | None = None, prepared: Prepared | None = None) -> dict:
     """Train one configuration and return its summary (also written to summary.json in the run dir).
-    `prepared`: what main.prepare checked and built for this run before its directory existed."""
+    `prepared`: what prepare.prepare checked and built for this run before its directory existed."""
     start_time = start_time or time.time()
     prepared = prepared or prepare(cfg)
     resumed, overrides = prepared.resumed, prepared.overrides
