@@ -182,14 +182,18 @@ class TrainerConfig:
         )
 
 
-Optimizer = choice("Optimizer", "adamw", "adafactor")  # optim.name: built in tasks/base.py's configure_optimizers
+Optimizer = choice(
+    "Optimizer", "adamw", "adafactor", "muon"
+)  # optim.name: built in tasks/base.py's configure_optimizers
+# optim.muon_shape_scaling: torch.optim.Muon's adjust_lr_fn (how an update's size follows its matrix's shape)
+MuonShapeScaling = choice("MuonShapeScaling", "original", "match_rms_adamw")
 
 
 @dataclass
 class OptimConfig:
-    name: Optimizer = (
-        Optimizer.adamw
-    )  # adamw | adafactor (relative steps, T5's optimizer: lr is relative, e.g. 1e-2; betas, eps, fused unused)
+    # adamw | adafactor (relative steps, T5's optimizer: lr is relative, e.g. 1e-2; betas, eps, fused unused) |
+    # muon (torch's Muon on the hidden matrices at muon_lr, AdamW on the rest at lr: tasks/optim.py)
+    name: Optimizer = Optimizer.adamw
     lr: float = 1e-3  # peak learning rate, reached after warmup
     min_lr: float = 1e-4  # where the cosine decay ends
     warmup_steps: int = 100
@@ -200,6 +204,9 @@ class OptimConfig:
     fused: Optional[bool] = True  # torch's fused AdamW kernel (CUDA and CPU); null lets torch choose
     skip_nonfinite: bool = False  # on an inf/nan loss: false stops the run, true skips the step (counted)
     pretrained_lr: Optional[float] = None  # with init_from: peak lr of the loaded tensors (null: lr, as the rest)
+    muon_lr: float = 0.02  # optim.name=muon: peak lr of the hidden matrices (the schedule scales it as lr)
+    muon_momentum: float = 0.95  # Muon's (Nesterov) momentum
+    muon_shape_scaling: MuonShapeScaling = MuonShapeScaling.original  # Keller Jordan's, or Moonshot's
 
     def __post_init__(self):
         require(self.lr > 0, "lr", f"must be positive, got {self.lr}")
@@ -208,6 +215,8 @@ class OptimConfig:
         require(0 <= self.min_lr <= self.lr, "min_lr", f"must be in [0, optim.lr={self.lr}], got {self.min_lr}")
         require(self.warmup_steps >= 0, "warmup_steps", f"must be >= 0, got {self.warmup_steps}")
         require(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
+        require(self.muon_lr > 0, "muon_lr", f"must be positive, got {self.muon_lr}")
+        require(0 <= self.muon_momentum < 1, "muon_momentum", f"must be in [0, 1), got {self.muon_momentum}")
         require(
             len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
             "betas",

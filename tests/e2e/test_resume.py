@@ -18,6 +18,8 @@ from helpers.translation import write_pairs
 
 DATA = {
     "modular": ["data=modular", "data.p=11", "data.train_fraction=0.9", "data.batch_size=16"],
+    # Muon on the hidden matrices and AdamW on the rest: both optimizers' states come back
+    "modular-muon": ["data=modular", "data.p=11", "data.train_fraction=0.9", "data.batch_size=16", "optim.name=muon"],
     "shakespeare": ["data=shakespeare", "data.block_size=32", "data.batch_size=8", "task.sample.max_new_tokens=10"],
     # a corpus on disk (memmap windows), its cache in the fixture's folder
     "text": [
@@ -111,7 +113,12 @@ def uninterrupted(tmp_path_factory):
 
 @pytest.mark.parametrize(
     "data",
-    ["modular", *(pytest.param(d, marks=needs_shakespeare) for d in ("shakespeare", "text")), "translation"],
+    [
+        "modular",
+        "modular-muon",
+        *(pytest.param(d, marks=needs_shakespeare) for d in ("shakespeare", "text")),
+        "translation",
+    ],
 )
 def test_sigkill_then_resume_equals_an_uninterrupted_run(data, uninterrupted, tmp_path):
     crashed = tmp_path / "crashed"

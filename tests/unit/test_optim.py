@@ -1,9 +1,11 @@
 import pytest
 import torch
 
+from transformer_lab.models.bert import Bert, BertConfig
+from transformer_lab.models.encdec import EncDec, EncDecConfig
 from transformer_lab.models.gpt import GPT, GPTConfig
 from transformer_lab.models.t5 import T5, T5Config
-from transformer_lab.tasks.optim import adafactor, adamw, warmup_cosine
+from transformer_lab.tasks.optim import adafactor, adamw, hidden_matrices, muon, warmup_cosine
 
 
 def test_warmup_then_cosine_to_min_lr():
@@ -46,3 +48,67 @@ def test_adafactor_keeps_the_groups_and_steps_each_tensor_in_proportion_to_its_s
     assert rms(before[0]) / rms(before[1]) > 10  # the sizes the initialisation gave them
     assert 0.5 < moved[0] / moved[1] < 2, moved  # ... yet both move by about the same fraction of it
     assert all(0 < m <= 1.1e-2 for m in moved), moved  # at most lr of their own size
+
+
+MODELS = {
+    "gpt": lambda: GPT(GPTConfig(vocab_size=20, block_size=8, n_layer=2, n_head=2, n_embd=16, bias=True)),
+    "encdec": lambda: EncDec(EncDecConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, n_embd=16)),
+    "bert": lambda: Bert(BertConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, n_embd=16, n_classes=3)),
+    "t5": lambda: T5(T5Config(vocab_size=20, n_layer=1, n_head=2, n_embd=16)),
+}
+
+
+@pytest.mark.parametrize("kind", MODELS)
+def test_muon_takes_the_hidden_linear_weights_and_adamw_the_rest(kind):
+    model = MODELS[kind]()
+    hidden = hidden_matrices(model)
+    linear = {f"{n}.weight" for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    assert hidden == linear - {f"{layer}.weight" for layer in model.output_layers}  # no logits layer
+    assert hidden and all(dict(model.named_parameters())[n].dim() == 2 for n in hidden)
+    optimizer = muon(model, 1e-3, 0.1, (0.9, 0.99), 1e-8, None, 0.02, 0.95, "original")
+    in_muon = {id(p) for g in optimizer.muon.param_groups for p in g["params"]}
+    in_adamw = {id(p) for g in optimizer.adamw.param_groups for p in g["params"]}
+    assert in_muon == {id(p) for n, p in model.named_parameters() if n in hidden} and not in_muon & in_adamw
+    assert in_muon | in_adamw == {id(p) for p in model.parameters()}  # every tensor, once (tied ones too)
+    embedding = next(m for m in model.modules() if isinstance(m, torch.nn.Embedding)).weight
+    assert id(embedding) in in_adamw
+
+
+def test_one_muon_step_is_torchs_muon_on_the_matrices_and_adamw_on_the_rest():
+    torch.manual_seed(0)
+    ours, theirs = MODELS["gpt"](), MODELS["gpt"]()
+    theirs.load_state_dict(ours.state_dict())
+    idx = torch.randint(0, 20, (4, 8))
+    hidden = hidden_matrices(ours)
+    optimizer = muon(ours, 1e-3, 0.1, (0.9, 0.99), 1e-8, None, 0.02, 0.95, "match_rms_adamw")
+    matrices = [p for n, p in theirs.named_parameters() if n in hidden]
+    by_hand = [
+        torch.optim.Muon(matrices, lr=0.02, weight_decay=0.1, momentum=0.95, adjust_lr_fn="match_rms_adamw"),
+        torch.optim.AdamW(adamw_groups := [
+            {"params": [p for n, p in theirs.named_parameters() if n not in hidden and p.dim() >= 2], "weight_decay": 0.1},
+            {"params": [p for n, p in theirs.named_parameters() if n not in hidden and p.dim() < 2], "weight_decay": 0.0},
+        ], lr=1e-3, betas=(0.9, 0.99), eps=1e-8),
+    ]  # fmt: skip
+    assert len(adamw_groups) == len(optimizer.adamw.param_groups)
+    for _ in range(3):
+        for model, step in ((ours, optimizer.step), (theirs, lambda: [o.step() for o in by_hand])):
+            model(idx).logsumexp(-1).mean().backward()
+            step()
+            model.zero_grad()
+    for (name, a), b in zip(ours.named_parameters(), theirs.parameters()):
+        assert torch.equal(a, b), name
+
+
+def test_a_muon_state_dict_comes_back_and_the_schedule_still_reaches_every_group():
+    model = MODELS["gpt"]()
+    optimizer = muon(model, 1e-3, 0.1, (0.9, 0.99), 1e-8, None, 0.02, 0.95, "original")
+    model(torch.randint(0, 20, (2, 8))).sum().backward()
+    optimizer.step()
+    state = optimizer.state_dict()
+    restored = muon(model, 1e-3, 0.1, (0.9, 0.99), 1e-8, None, 0.02, 0.95, "original")
+    restored.load_state_dict(state)
+    assert str(restored.state_dict()) == str(state)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(restored, lambda step: 0.5)
+    assert scheduler.get_last_lr()[0] == 0.5e-3  # AdamW's group first: train/lr is optim.lr's
+    inner = restored.adamw.param_groups + restored.muon.param_groups
+    assert [g["lr"] for g in inner] == [0.5e-3] * len(restored.adamw.param_groups) + [0.01]

@@ -41,6 +41,7 @@ class MaskedLMHead(nn.Module):
 
 class Bert(nn.Module):
     architecture = "encoder"  # (B, T) -> (B, n_classes), or (B, T, vocab_size) with n_classes None
+    output_layers = ("head",)  # the layers that give logits (optim.name=muon leaves them to AdamW)
     config_class = BertConfig
 
     def __init__(self, config: BertConfig):

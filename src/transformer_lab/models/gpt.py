@@ -48,6 +48,7 @@ class Block(nn.Module):
 
 class GPT(nn.Module):
     architecture = "decoder"  # causal: tokens -> next-token logits at every position
+    output_layers = ("lm_head",)  # the layers that give logits (optim.name=muon leaves them to AdamW)
     config_class = GPTConfig
 
     def __init__(self, config: GPTConfig):

@@ -167,6 +167,7 @@ class EncoderDecoder(nn.Module):
     each decoder layer with `self_attn` and `ff`), `lm_head`, `config.n_embd`, encode() and decode()."""
 
     architecture = "encoder-decoder"  # (source, target prefix) -> next-token logits of the target
+    output_layers = ("lm_head",)  # the layers that give logits (optim.name=muon leaves them to AdamW)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         memory, pad = self.encode(src)  # (B, S, C), (B, S)

@@ -19,7 +19,7 @@ from transformer_lab.callbacks.history import metrics_written
 from transformer_lab.data.tokens import Specials
 from transformer_lab.errors import NonFiniteLossError
 from transformer_lab.tasks.metrics import Metric, Metrics
-from transformer_lab.tasks.optim import adafactor, adamw, warmup_cosine
+from transformer_lab.tasks.optim import adafactor, adamw, muon, warmup_cosine
 
 log = logging.getLogger(__name__)
 
@@ -190,6 +190,18 @@ class Task(L.LightningModule):
                 self.model, o["lr"], o["weight_decay"], tuple(o["betas"]), o["eps"], fused, **groups
             ),
             "adafactor": lambda: adafactor(self.model, o["lr"], o["weight_decay"], **groups),
+            "muon": lambda: muon(
+                self.model,
+                o["lr"],
+                o["weight_decay"],
+                tuple(o["betas"]),
+                o["eps"],
+                fused,
+                o["muon_lr"],
+                o["muon_momentum"],
+                str(o["muon_shape_scaling"]),
+                **groups,
+            ),  # fmt: skip
         }
         optimizer = optimizers[str(o["name"])]()
         decay_steps = o["decay_steps"] or max(self.trainer.max_steps, 1)

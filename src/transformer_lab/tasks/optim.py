@@ -1,4 +1,5 @@
-"""AdamW or Adafactor with decay / no-decay parameter groups, and nanoGPT's warmup + cosine learning-rate schedule."""
+"""AdamW, Adafactor, or Muon with AdamW, over decay / no-decay parameter groups, and nanoGPT's warmup + cosine
+learning-rate schedule."""
 
 from __future__ import annotations
 
@@ -15,13 +16,15 @@ def param_groups(
     weight_decay: float,
     pretrained: Collection[str] = (),
     pretrained_lr: float | None = None,
+    leave_out: Collection[str] = (),
 ) -> list[dict]:
     """Matrices (linear and embedding weights) decay; biases and norm gains (1-D tensors) do not. With
     `pretrained_lr`, the parameters named in `pretrained` (those init_from loaded: a pretrained body) take
-    that peak learning rate and the others (a new head) `lr`; the schedule scales both alike."""
+    that peak learning rate and the others (a new head) `lr`; the schedule scales both alike. Those named in
+    `leave_out` are another optimizer's."""
     groups: dict[tuple[bool, float], list] = {}
     for name, p in model.named_parameters():  # tied weights once, under their first name
-        if p.requires_grad:
+        if p.requires_grad and name not in leave_out:
             rate = pretrained_lr if pretrained_lr is not None and name in pretrained else lr
             groups.setdefault((p.dim() >= 2, rate), []).append(p)
     order = sorted(groups, key=lambda key: (key[1] != lr, not key[0]))  # optim.lr first, decaying first
@@ -56,6 +59,84 @@ def adafactor(
     which one AdamW learning rate cannot do. Its lr is thus a relative size (T5's 1e-2), and torch caps it
     at 1/sqrt(step)."""
     return torch.optim.Adafactor(param_groups(model, lr, weight_decay, pretrained, pretrained_lr), lr=lr)
+
+
+def hidden_matrices(model: nn.Module) -> set[str]:
+    """The parameters Muon takes: the weights of the model's nn.Linear layers but its outputs (the layers a model
+    class names in `output_layers`: logits are no hidden state). Embeddings, norms, biases and any other tensor
+    are AdamW's; a weight tied to an embedding is the embedding's."""
+    outputs = set(getattr(model, "output_layers", ()))
+    embedded = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    return {
+        f"{name}.weight" if name else "weight"
+        for name, m in model.named_modules(remove_duplicate=False)
+        if isinstance(m, nn.Linear) and name not in outputs and id(m.weight) not in embedded and m.weight.requires_grad
+    }
+
+
+class MuonWithAdamW(torch.optim.Optimizer):
+    """torch's Muon on the hidden matrices and AdamW on every other tensor, stepped as one optimizer (Lightning's
+    automatic optimization takes one): its param_groups are both's, AdamW's first (train/lr is optim.lr's), so the
+    learning-rate schedule and gradient clipping reach every group; its state_dict holds both."""
+
+    def __init__(self, muon: torch.optim.Muon, adamw: torch.optim.AdamW):
+        self.muon, self.adamw = muon, adamw
+        super().__init__([*adamw.param_groups, *muon.param_groups], {})  # (the same group dicts, shared)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self.muon.step()
+        self.adamw.step()
+        return loss
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.muon.zero_grad(set_to_none)
+        self.adamw.zero_grad(set_to_none)
+
+    def state_dict(self) -> dict:
+        return {"muon": self.muon.state_dict(), "adamw": self.adamw.state_dict()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.muon.load_state_dict(state_dict["muon"])
+        self.adamw.load_state_dict(state_dict["adamw"])
+        # torch's load_state_dict makes new group dicts: share them again, or the schedule would set stale ones
+        self.param_groups = [*self.adamw.param_groups, *self.muon.param_groups]
+
+
+def muon(
+    model: nn.Module,
+    lr: float,
+    weight_decay: float,
+    betas: tuple[float, float],
+    eps: float,
+    fused: bool | None,
+    muon_lr: float,
+    momentum: float,
+    shape_scaling: str,
+    pretrained: Collection[str] = (),
+    pretrained_lr: float | None = None,
+) -> MuonWithAdamW:
+    """torch's Muon (Jordan et al. 2024: Nesterov momentum, orthogonalised by Newton-Schulz) on `hidden_matrices` at
+    muon_lr, decaying; AdamW on the rest as `adamw` builds it. With pretrained_lr, Muon's loaded matrices take
+    muon_lr scaled as AdamW's loaded tensors are (pretrained_lr / lr)."""
+    hidden = hidden_matrices(model)
+    matrices: dict[float, list] = {}
+    for name, p in model.named_parameters():
+        if name in hidden:
+            rate = muon_lr * (pretrained_lr / lr if pretrained_lr is not None and name in pretrained else 1.0)
+            matrices.setdefault(rate, []).append(p)
+    muon_groups = [{"params": matrices[rate], "lr": rate} for rate in sorted(matrices, key=lambda r: r != muon_lr)]
+    adamw_groups = param_groups(model, lr, weight_decay, pretrained, pretrained_lr, leave_out=hidden)
+    return MuonWithAdamW(
+        torch.optim.Muon(
+            muon_groups, lr=muon_lr, weight_decay=weight_decay, momentum=momentum, adjust_lr_fn=shape_scaling
+        ),
+        torch.optim.AdamW(adamw_groups, lr=lr, betas=betas, eps=eps, fused=fused),
+    )
 
 
 def warmup_cosine(step: int, lr: float, min_lr: float, warmup_steps: int, decay_steps: int) -> float:
