@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from transformer_lab.errors import ConfigError
 from transformer_lab.models.bert import Bert, BertConfig
 from transformer_lab.models.encdec import EncDec, EncDecConfig
 from transformer_lab.models.gpt import GPT, GPTConfig
@@ -112,3 +113,16 @@ def test_a_muon_state_dict_comes_back_and_the_schedule_still_reaches_every_group
     assert scheduler.get_last_lr()[0] == 0.5e-3  # AdamW's group first: train/lr is optim.lr's
     inner = restored.adamw.param_groups + restored.muon.param_groups
     assert [g["lr"] for g in inner] == [0.5e-3] * len(restored.adamw.param_groups) + [0.01]
+
+
+def test_muon_scales_loaded_matrices_as_adamw_scales_loaded_tensors_and_refuses_a_model_without_matrices():
+    model = MODELS["gpt"]()
+    loaded = {n for n, _ in model.named_parameters() if n.startswith("blocks.0.")}  # a pretrained body, in part
+    optimizer = muon(model, 1e-3, 0.1, (0.9, 0.99), 1e-8, None, 0.02, 0.95, "original", loaded, 1e-4)
+    rates = {id(p): g["lr"] for g in optimizer.param_groups for p in g["params"]}
+    for name, p in model.named_parameters():
+        base = 0.02 if name in hidden_matrices(model) else 1e-3
+        assert rates[id(p)] == pytest.approx(base * (0.1 if name in loaded else 1.0)), name
+    gru = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.GRU(4, 4))
+    with pytest.raises(ConfigError, match="muon steps the weights of nn.Linear layers that give no logits, and "):
+        muon(gru, 1e-3, 0.1, (0.9, 0.99), 1e-8, None, 0.02, 0.95, "original")

@@ -9,6 +9,8 @@ from collections.abc import Collection
 import torch
 from torch import nn
 
+from transformer_lab.errors import ConfigError
+
 
 def param_groups(
     model: nn.Module,
@@ -124,6 +126,12 @@ def muon(
     muon_lr, decaying; AdamW on the rest as `adamw` builds it. With pretrained_lr, Muon's loaded matrices take
     muon_lr scaled as AdamW's loaded tensors are (pretrained_lr / lr)."""
     hidden = hidden_matrices(model)
+    if not hidden:
+        raise ConfigError(
+            "optim.name",
+            f"muon steps the weights of nn.Linear layers that give no logits, and {type(model).__qualname__} has "
+            "none: use adamw",
+        )
     matrices: dict[float, list] = {}
     for name, p in model.named_parameters():
         if name in hidden:
