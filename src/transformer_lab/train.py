@@ -38,6 +38,7 @@ from transformer_lab.launch import ddp_process_command  # noqa: F401  (importing
 from transformer_lab.loggers import build_loggers
 from transformer_lab.prepare import Prepared, prepare
 from transformer_lab.resume import logger_versions
+from transformer_lab.tasks.optim import check_optimizer
 from transformer_lab.trainer_args import trainer_arguments
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,7 @@ def run(cfg: DictConfig, start_time: float | None = None, prepared: Prepared | N
         report, misfits, task.pretrained = init_weights(model, cfg.init_from, datamodule.data.checkpoint_meta())
         _require(not (misfits and cfg.init_strict), "init_strict", f"not every tensor fits: {report}")
         log.info(report)
+    check_optimizer(str(cfg.optim.name), model)  # (before training: a refusal leaves no run behind)
     summary = Summary()
     interrupt = GracefulInterrupt(output_dir / "checkpoints" / "last.ckpt")
     callbacks = [hydra.utils.instantiate(c) for c in (cfg.callbacks or {}).values() if c is not None]  # null: dropped

@@ -595,3 +595,32 @@ def test_a_documented_text_run_resumes_evaluates_samples_exports_and_compares_fr
         assert sorted(p.name for p in (run / ".hydra").iterdir()) == before  # a refused resume writes nothing
     finally:
         (documented / "myconf_moved").rename(documented / "myconf")
+
+
+@pytest.mark.parametrize(
+    "outputs, message",
+    [
+        ('("head",)', "error: optim.name: muon steps the weights of nn.Linear layers that give no logits, and "),
+        ('("lm_head",)', "error: model: Declared.output_layers names 'lm_head', which is none of its layers"),
+    ],
+)
+def test_own_model_declares_its_output_layers_for_muon(user_files, tmp_path, outputs, message):
+    # TinyGRU's only nn.Linear is its head: declared so, Muon has nothing to step; a declared name it lacks is
+    # refused (its head would go to Muon unnoticed). Either before training: no run directory is left.
+    user, searchpath, env = user_files
+    (tmp_path / "declared.py").write_text(
+        f"from mine import TinyGRU\n\nclass Declared(TinyGRU):\n    output_layers = {outputs}\n"
+    )
+    (tmp_path / "conf" / "model").mkdir(parents=True)
+    (tmp_path / "conf" / "model" / "declared.yaml").write_text(
+        textwrap.dedent(MODEL_YAML).replace("mine.TinyGRU", "declared.Declared").replace("name: mine", "name: declared")
+    )
+    run = tmp_path / "run"
+    result = run_train(
+        "model=declared", "data=shakespeare", "optim.name=muon", "trainer.max_steps=5", *FAST,
+        f"hydra.searchpath=[file://{user / 'conf'},file://{tmp_path / 'conf'}]", f"hydra.run.dir={run}",
+        env={"PYTHONPATH": os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])},
+    )  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1].startswith(message)
+    assert not run.exists()

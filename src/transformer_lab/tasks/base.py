@@ -142,9 +142,10 @@ class Task(L.LightningModule):
                 )
                 else "No checkpoint was saved before it"
             )
+            rates = "optim.lr or optim.muon_lr" if str(self.optim["name"]) == "muon" else "optim.lr"
             raise NonFiniteLossError(
                 f"the loss is {loss.item()} at step {self.global_step}; training stopped. {kept}; lower "
-                "optim.lr, or set optim.skip_nonfinite=true to skip such steps."
+                f"{rates}, or set optim.skip_nonfinite=true to skip such steps."
             )
         self.skipped_steps += 1
         self.log("train/skipped_steps", float(self.skipped_steps))

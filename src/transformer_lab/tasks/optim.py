@@ -3,6 +3,7 @@ learning-rate schedule."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Collection
 
@@ -66,14 +67,43 @@ def adafactor(
 def hidden_matrices(model: nn.Module) -> set[str]:
     """The parameters Muon takes: the weights of the model's nn.Linear layers but its outputs (the layers a model
     class names in `output_layers`: logits are no hidden state). Embeddings, norms, biases and any other tensor
-    are AdamW's; a weight tied to an embedding is the embedding's."""
-    outputs = set(getattr(model, "output_layers", ()))
+    are AdamW's; a weight tied to an embedding is the embedding's. A name in output_layers that the model lacks
+    is refused (a layer renamed would go to Muon unnoticed); one it sets to None (BERT's head, as a masked LM) is not."""
+    outputs = tuple(getattr(model, "output_layers", ()))
+    for name in outputs:
+        try:
+            functools.reduce(getattr, name.split("."), model)
+        except AttributeError:
+            raise ConfigError(
+                "model", f"{type(model).__qualname__}.output_layers names {name!r}, which is none of its layers"
+            ) from None
     embedded = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     return {
         f"{name}.weight" if name else "weight"
         for name, m in model.named_modules(remove_duplicate=False)
         if isinstance(m, nn.Linear) and name not in outputs and id(m.weight) not in embedded and m.weight.requires_grad
     }
+
+
+def muon_matrices(model: nn.Module) -> set[str]:
+    """hidden_matrices, or a ConfigError where there are none for Muon to step."""
+    hidden = hidden_matrices(model)
+    if not hidden:
+        raise ConfigError(
+            "optim.name",
+            f"muon steps the weights of nn.Linear layers that give no logits, and {type(model).__qualname__} has "
+            "none: use adamw",
+        )
+    return hidden
+
+
+# What each optimizer needs of a model, checked once the model is built, before the run trains (train.run)
+NEEDS_OF_THE_MODEL = {"muon": muon_matrices}
+
+
+def check_optimizer(name: str, model: nn.Module) -> None:
+    if name in NEEDS_OF_THE_MODEL:
+        NEEDS_OF_THE_MODEL[name](model)
 
 
 class MuonWithAdamW(torch.optim.Optimizer):
@@ -125,13 +155,7 @@ def muon(
     """torch's Muon (Jordan et al. 2024: Nesterov momentum, orthogonalised by Newton-Schulz) on `hidden_matrices` at
     muon_lr, decaying; AdamW on the rest as `adamw` builds it. With pretrained_lr, Muon's loaded matrices take
     muon_lr scaled as AdamW's loaded tensors are (pretrained_lr / lr)."""
-    hidden = hidden_matrices(model)
-    if not hidden:
-        raise ConfigError(
-            "optim.name",
-            f"muon steps the weights of nn.Linear layers that give no logits, and {type(model).__qualname__} has "
-            "none: use adamw",
-        )
+    hidden = muon_matrices(model)
     matrices: dict[float, list] = {}
     for name, p in model.named_parameters():
         if name in hidden:
