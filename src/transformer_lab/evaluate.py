@@ -65,6 +65,7 @@ def evaluate(
     defaults = [
         "logger=none",
         "ckpt_path=null",
+        "optim.pretrained_lr=null",  # (no optimizer: a run started with init_from is evaluated as any other)
         *(["task.sample.enabled=false"] if "sample" in meta["config"]["task"] else []),
         "trainer.limit_val_batches=1.0",
         "trainer.limit_test_batches=null",

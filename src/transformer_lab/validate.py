@@ -178,8 +178,8 @@ def validate(cfg: DictConfig) -> None:
     # optim.* and trainer.*: their dataclasses check them (config.py); only keys across sections here
     check_settings(cfg, "optim", OptimConfig)
     check_settings(cfg, "trainer", TrainerConfig, strict=False)  # (+trainer.KEY: Lightning's to check)
-    _require(
-        optim.get("pretrained_lr") is None or cfg.get("init_from") is not None,
+    _require(  # (a resume: the tensors its first start loaded, which its checkpoints name)
+        optim.get("pretrained_lr") is None or cfg.get("init_from") is not None or cfg.get("ckpt_path") is not None,
         "optim.pretrained_lr",
         "applies to the weights init_from loads: give init_from",
     )

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from helpers import forked
 from helpers.runs import ROOT, TINY, needs_shakespeare, run_train
@@ -527,3 +528,28 @@ def test_a_new_run_replaces_what_an_attempt_that_never_trained_left(train_proces
     assert sorted(p.name for p in (run / ".hydra").iterdir()) == ["config.yaml", "hydra.yaml", "overrides.yaml"]
     assert "seed: 5" in (run / ".hydra" / "config.yaml").read_text()
     assert "error:" not in (run / "train.log").read_text()
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_a_run_started_with_init_from_and_pretrained_lr_resumes_and_is_evaluated(optimizer, tmp_path):
+    # Its checkpoints name the tensors init_from loaded, so a resume builds the same optimizer groups (the
+    # loaded ones at pretrained_lr) and takes up their state; evaluating it needs no optimizer.
+    tiny = ["data=modular", "data.p=11", *TINY, "trainer.val_check_interval=10", "logger=none"]
+    source, run = tmp_path / "source", tmp_path / "run"
+    assert run_train(*tiny, "trainer.max_steps=10", f"hydra.run.dir={source}").returncode == 0
+    started = run_train(
+        *tiny, "trainer.max_steps=10", f"init_from={source}", "optim.pretrained_lr=1e-4", f"optim.name={optimizer}",
+        f"hydra.run.dir={run}",
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr[-3000:]
+    checkpoint = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert checkpoint["pretrained"] and set(checkpoint["pretrained"]) <= set(checkpoint["state_dict"]) | {
+        k.removeprefix("model.") for k in checkpoint["state_dict"]
+    }
+    resumed = run_train("ckpt_path=last", "trainer.max_steps=20", f"hydra.run.dir={run}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert summary(run)["global_step"] == 20
+    evaluated = forked.run(
+        [sys.executable, "-m", "transformer_lab", "evaluate", str(run)], capture_output=True, text=True
+    )
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]

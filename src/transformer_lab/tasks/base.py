@@ -216,6 +216,7 @@ class Task(L.LightningModule):
         # The resolved config and the vocabulary, so a checkpoint is enough to sample from; and the random
         # generators' states (dropout draws from them), so a resumed run continues exactly.
         checkpoint["transformer_lab"] = self.checkpoint_meta
+        checkpoint["pretrained"] = sorted(self.pretrained)  # the tensors init_from loaded: optim.pretrained_lr's
         checkpoint["rng"] = {
             "torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
@@ -224,6 +225,8 @@ class Task(L.LightningModule):
         }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        # (before configure_optimizers: a resumed run that started with init_from has its pretrained_lr groups)
+        self.pretrained = set(checkpoint.get("pretrained", self.pretrained))
         rng = checkpoint.get("rng")
         if rng is None:
             return
