@@ -144,7 +144,29 @@ def resume_config(cfg: DictConfig) -> tuple[DictConfig, Resumed | None, list[str
             f"{path} holds {saved_optimizer}'s optimizer state, which {cfg.optim.name} cannot take up: resume with "
             f"optim.name={saved_optimizer}, or start a new run from its weights with init_from={path}",
         )
+    check_optimizer_kept(resumed, cfg)
     return cfg, resumed, overrides
+
+
+# optim.* settings the optimizer's state holds in its parameter groups (learning rates as the schedule's base),
+# which a resume takes up from the checkpoint rather than from the config
+KEPT_IN_THE_OPTIMIZER = ("lr", "weight_decay", "betas", "eps", "pretrained_lr", "muon_lr", "muon_momentum")
+KEPT_IN_THE_OPTIMIZER += ("muon_shape_scaling",)
+
+
+def check_optimizer_kept(resumed: Resumed, cfg: DictConfig) -> None:
+    """A resume that changes one of KEPT_IN_THE_OPTIMIZER would record the new value and step with the old one:
+    refused, naming the key (a schedule's min_lr, warmup_steps and decay_steps are computed anew, and change)."""
+    saved = resumed.config.get("optim") or {}
+    now = OmegaConf.to_container(cfg.optim, resolve=True, enum_to_str=True)
+    for key in KEPT_IN_THE_OPTIMIZER:
+        if key in saved and key in now and saved[key] != now[key]:
+            raise ConfigError(
+                f"optim.{key}",
+                f"{resumed.path}'s optimizer state steps with optim.{key}={saved[key]}, which a resume takes up: "
+                f"resume without optim.{key}={now[key]}, or start a new run from its weights with "
+                f"init_from={resumed.path}",
+            )
 
 
 def nothing_to_do(cfg: DictConfig, resumed: Resumed) -> bool:
