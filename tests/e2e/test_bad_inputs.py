@@ -86,7 +86,7 @@ CASES = [
     ("train-fraction", ["data=modular", "data.train_fraction=1.5"], "data.train_fraction: must be in (0, 1)"),
     ("min-lr", ["optim.min_lr=1"], "optim.min_lr: must be in [0, optim.lr=0.001]"),
     ("betas", ["optim.betas=[0.9,1.5]"], "optim.betas: must be two numbers in [0, 1)"),
-    ("optimizer", ["optim.name=sgd"], "Invalid value 'sgd', expected one of [adamw, adafactor]"),
+    ("optimizer", ["optim.name=sgd"], "Invalid value 'sgd', expected one of [adamw, adafactor, muon]"),
     ("endless", ["trainer.max_steps=-1"], "trainer.max_steps: must be set: task=lm on data=shakespeare draws"),
     ("val-interval", ["trainer.val_check_interval=0.5"], "trainer.val_check_interval: must be a number of steps"),
     ("temperature", ["task.sample.temperature=-1"], "task.sample.temperature: must be >= 0"),
