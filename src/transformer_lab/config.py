@@ -182,9 +182,8 @@ class TrainerConfig:
         )
 
 
-Optimizer = choice(
-    "Optimizer", "adamw", "adafactor", "muon"
-)  # optim.name: built in tasks/base.py's configure_optimizers
+# optim.name: built in tasks/base.py's configure_optimizers
+Optimizer = choice("Optimizer", "adamw", "adafactor", "muon")
 # optim.muon_shape_scaling: torch.optim.Muon's adjust_lr_fn (how an update's size follows its matrix's shape)
 MuonShapeScaling = choice("MuonShapeScaling", "original", "match_rms_adamw")
 

@@ -150,8 +150,16 @@ def resume_config(cfg: DictConfig) -> tuple[DictConfig, Resumed | None, list[str
 
 # optim.* settings the optimizer's state holds in its parameter groups (learning rates as the schedule's base),
 # which a resume takes up from the checkpoint rather than from the config
-KEPT_IN_THE_OPTIMIZER = ("lr", "weight_decay", "betas", "eps", "pretrained_lr", "muon_lr", "muon_momentum")
-KEPT_IN_THE_OPTIMIZER += ("muon_shape_scaling",)
+KEPT_IN_THE_OPTIMIZER = (
+    "lr",
+    "weight_decay",
+    "betas",
+    "eps",
+    "pretrained_lr",
+    "muon_lr",
+    "muon_momentum",
+    "muon_shape_scaling",
+)
 
 
 def check_optimizer_kept(resumed: Resumed, cfg: DictConfig) -> None:

@@ -202,7 +202,7 @@ class Task(L.LightningModule):
                 o["muon_momentum"],
                 str(o["muon_shape_scaling"]),
                 **groups,
-            ),  # fmt: skip
+            ),
         }
         optimizer = optimizers[str(o["name"])]()
         decay_steps = o["decay_steps"] or max(self.trainer.max_steps, 1)

@@ -43,9 +43,10 @@ def adamw(
     fused: bool | None,
     pretrained: Collection[str] = (),
     pretrained_lr: float | None = None,
+    leave_out: Collection[str] = (),
 ) -> torch.optim.AdamW:
-    """torch's AdamW over `param_groups`."""
-    params = param_groups(model, lr, weight_decay, pretrained, pretrained_lr)
+    """torch's AdamW over `param_groups` (but those named in `leave_out`)."""
+    params = param_groups(model, lr, weight_decay, pretrained, pretrained_lr, leave_out)
     return torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, fused=fused)
 
 
@@ -162,12 +163,11 @@ def muon(
             rate = muon_lr * (pretrained_lr / lr if pretrained_lr is not None and name in pretrained else 1.0)
             matrices.setdefault(rate, []).append(p)
     muon_groups = [{"params": matrices[rate], "lr": rate} for rate in sorted(matrices, key=lambda r: r != muon_lr)]
-    adamw_groups = param_groups(model, lr, weight_decay, pretrained, pretrained_lr, leave_out=hidden)
     return MuonWithAdamW(
         torch.optim.Muon(
             muon_groups, lr=muon_lr, weight_decay=weight_decay, momentum=momentum, adjust_lr_fn=shape_scaling
         ),
-        torch.optim.AdamW(adamw_groups, lr=lr, betas=betas, eps=eps, fused=fused),
+        adamw(model, lr, weight_decay, betas, eps, fused, pretrained, pretrained_lr, leave_out=hidden),
     )
 
 
