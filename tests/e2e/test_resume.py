@@ -19,8 +19,18 @@ from helpers.translation import write_pairs
 
 DATA = {
     "modular": ["data=modular", "data.p=11", "data.train_fraction=0.9", "data.batch_size=16"],
-    # Muon on the hidden matrices and AdamW on the rest: both optimizers' states come back
-    "modular-muon": ["data=modular", "data.p=11", "data.train_fraction=0.9", "data.batch_size=16", "optim.name=muon"],
+    # Muon on the hidden matrices and AdamW on the rest: both optimizers' states come back; the speedrun's options
+    "modular-muon": [
+        "data=modular",
+        "data.p=11",
+        "data.train_fraction=0.9",
+        "data.batch_size=16",
+        "optim.name=muon",
+        "model.qk_norm=true",
+        "model.mlp=relu2",
+        "model.zero_init_projections=true",
+        "model.logit_softcap=15",
+    ],
     "shakespeare": ["data=shakespeare", "data.block_size=32", "data.batch_size=8", "task.sample.max_new_tokens=10"],
     # a corpus on disk (memmap windows), its cache in the fixture's folder
     "text": [

@@ -201,7 +201,12 @@ def test_sample_from_checkpoint(shakespeare_run):
     assert forked.run(cmd, capture_output=True, text=True, cwd=ROOT).stdout == first.stdout  # seeded
 
 
-def test_modular_answer_accuracy_rises(tmp_path, train_process):
+SPEEDRUN = ["optim.name=muon", "optim.muon_lr=0.05", "model.qk_norm=true", "model.mlp=relu2",
+            "model.zero_init_projections=true", "model.logit_softcap=15"]  # fmt: skip
+
+
+@pytest.mark.parametrize("recipe", [[], SPEEDRUN], ids=["adamw", "muon-speedrun-options"])
+def test_modular_answer_accuracy_rises(tmp_path, train_process, recipe):
     result = train_process.run(
         "data=modular",
         "data.p=11",
@@ -217,6 +222,7 @@ def test_modular_answer_accuracy_rises(tmp_path, train_process):
         "logger=csv",
         "trainer.log_every_n_steps=1",
         f"hydra.run.dir={tmp_path}",
+        *recipe,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     train_losses = logged(tmp_path, "train/loss")

@@ -60,6 +60,7 @@ def test_cross_attention_with_padding_matches_multihead_attention():
     "activation, formula",
     [
         ("relu", lambda f, x: F.relu(f.up(x))),
+        ("relu2", lambda f, x: torch.where(f.up(x) > 0, f.up(x) * f.up(x), 0.0)),
         ("gelu", lambda f, x: F.gelu(f.up(x))),
         (
             "gelu-tanh",

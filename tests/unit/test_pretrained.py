@@ -57,7 +57,7 @@ def decoder_configs():
                 resid_pdrop=0.0,
                 embd_pdrop=0.0,
                 attn_pdrop=0.0,
-            )  # fmt: skip
+            )
         ),
         "gpt2-untied-relu": lambda: transformers.GPT2LMHeadModel(
             transformers.GPT2Config(
@@ -69,7 +69,12 @@ def decoder_configs():
                 n_inner=40,
                 activation_function="relu",
                 tie_word_embeddings=False,
-            )  # fmt: skip
+            )
+        ),
+        "gpt2-relu2": lambda: transformers.GPT2LMHeadModel(  # the speedrun's ReLU² is Transformers' "relu2"
+            transformers.GPT2Config(
+                vocab_size=V, n_positions=64, n_embd=32, n_layer=2, n_head=4, activation_function="relu2"
+            )
         ),
         "llama-gqa": lambda: transformers.LlamaForCausalLM(
             transformers.LlamaConfig(**common, num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=500.0)
@@ -336,6 +341,40 @@ def test_a_model_no_transformers_architecture_expresses_is_refused_by_name(tmp_p
     with pytest.raises(UserError) as info:
         export(our_checkpoint(model, tmp_path, bpe_tokenizer()), tmp_path / "out")
     assert "model.norm: GPT-2 has norm=layernorm" in str(info.value) and "pos_encoding" in str(info.value)
+
+
+def test_the_speedrun_options_load_off_export_relu2_and_refuse_the_rest_by_name(tmp_path):
+    from transformer_lab.errors import UserError
+    from transformer_lab.export import export
+    from transformer_lab.models.gpt import GPT, GPTConfig
+    from transformer_lab.pretrained.load import apply
+
+    model = randomised(GPT(GPTConfig(vocab_size=V, block_size=16, n_layer=2, n_head=2, n_embd=16, mlp="relu2",
+                                     zero_init_projections=True)))  # fmt: skip
+    out = export(our_checkpoint(model, tmp_path, bpe_tokenizer()), tmp_path / "out")
+    exported = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    assert exported.config.activation_function == "relu2"
+    idx = torch.randint(0, V, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(exported(idx).logits, model(idx), atol=1e-5, rtol=1e-5)
+    for key, value, shown in (("qk_norm", True, "True"), ("logit_softcap", 30.0, "30.0")):
+        other = GPT(GPTConfig(vocab_size=V, block_size=16, n_layer=1, n_head=2, n_embd=16, **{key: value}))
+        folder = tmp_path / key
+        folder.mkdir()
+        with pytest.raises(UserError) as info:
+            export(our_checkpoint(other, folder, bpe_tokenizer()), folder / "out")
+        assert f"model.{key}: GPT-2 has no {key}, this model {key}={shown}: no Transformers" in str(info.value)
+    tokenizer, hub = bpe_tokenizer(), tmp_path / "hub"
+    transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=tokenizer.get_vocab_size(), n_positions=32,
+                                                         n_embd=16, n_layer=1, n_head=2)).save_pretrained(hub)  # fmt: skip
+    tokenizer.save(str(hub / "tokenizer.json"))
+    overrides = ["data=text", "data.path=x.txt", f"init_from=hf:{hub}", f"data.tokenizer={hub / 'tokenizer.json'}"]
+    cfg, added = apply(compose_cfg(overrides), overrides)
+    assert cfg.model.qk_norm is False and cfg.model.logit_softcap is None and "model.qk_norm=false" in added
+    for extra in ("model.qk_norm=true", "model.logit_softcap=30"):
+        key = extra.split("=")[0]
+        with pytest.raises(ConfigError, match=rf"^{key}: hf:.* has {key.split('.')[1]}=.*: leave {key} out"):
+            apply(compose_cfg([*overrides, extra]), [*overrides, extra])
 
 
 def test_a_gpt_without_biases_exports_as_gpt2_with_zero_biases(tmp_path):

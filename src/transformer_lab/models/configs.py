@@ -10,7 +10,8 @@ from transformer_lab.errors import ConfigError
 
 Norm = choice("Norm", "layernorm", "rmsnorm", "none")
 PosEncoding = choice("PosEncoding", "learned", "rope")
-Mlp = choice("Mlp", "gelu", "gelu-tanh", "relu", "swiglu")  # gelu-tanh: GPT-2's approximated GELU
+# gelu-tanh: GPT-2's approximated GELU; relu2: ReLU(x)^2 (So et al. 2021, the NanoGPT speedrun's)
+Mlp = choice("Mlp", "gelu", "gelu-tanh", "relu", "relu2", "swiglu")
 Positions = choice("Positions", "sinusoidal", "learned")
 Pooling = choice("Pooling", "cls", "mean")
 FeedForwardKind = choice("FeedForwardKind", "relu", "gated-gelu")
@@ -54,9 +55,15 @@ class GPTConfig:
     tie_weights: bool = True  # share the token embedding with the output projection
     init_std: float | None = 0.02  # std of every weight's normal init; None: 1/sqrt(n_embd)
     scale_residual_init: bool = True  # GPT-2: residual projections' std divided by sqrt(2 * n_layer)
+    # The NanoGPT speedrun's options (issue #45), each off by default:
+    qk_norm: bool = False  # RMS-normalise each head's queries and keys (no weight) before their dot product
+    zero_init_projections: bool = False  # attention's and the MLP's output projections start at zero
+    logit_softcap: float | None = None  # logits -> c * tanh(logits / c) (Gemma 2; the speedrun's 30)
 
     def __post_init__(self):
         check_sizes(self)
+        if self.logit_softcap is not None and not self.logit_softcap > 0:
+            raise ConfigError("logit_softcap", f"must be positive or null, got {self.logit_softcap}")
         if self.n_kv_head is not None and (self.n_kv_head < 1 or self.n_head % self.n_kv_head):
             raise ConfigError("n_kv_head", f"must divide n_head={self.n_head}, got {self.n_kv_head}")
         if self.d_ff is not None and self.d_ff < 1:

@@ -3,7 +3,9 @@
 Pre-LN blocks, causal self-attention through F.scaled_dot_product_attention (grouped-query as an
 option), a GELU (tanh-GELU, ReLU, SwiGLU) MLP, learned (or rotary) positions, optional biases, weight
 tying and GPT-2 initialisation with the residual projections scaled by 1/sqrt(2 * n_layer). GPT-2 is
-the learned/layernorm/gelu-tanh/bias settings; a Llama is rope/rmsnorm/swiglu without biases. Runs on its own:
+the learned/layernorm/gelu-tanh/bias settings; a Llama is rope/rmsnorm/swiglu without biases. The NanoGPT
+speedrun's options: QK-norm, a ReLU² MLP (mlp=relu2), zero-initialised output projections, logit soft-capping.
+Runs on its own:
 
     model = GPT(GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128))
     logits = model(idx)                     # (B, T) -> (B, T, vocab_size)
@@ -35,7 +37,14 @@ class Block(nn.Module):
         hidden = config.d_ff or hidden
         self.ln_1 = make_norm(config.norm, C, config.bias, config.norm_eps)
         self.attn = Attention(
-            C, config.n_head, config.bias, config.dropout, rotary, n_kv_head=config.n_kv_head, qkv_bias=config.qkv_bias
+            C,
+            config.n_head,
+            config.bias,
+            config.dropout,
+            rotary,
+            n_kv_head=config.n_kv_head,
+            qkv_bias=config.qkv_bias,
+            qk_norm=config.qk_norm,
         )
         self.ln_2 = make_norm(config.norm, C, config.bias, config.norm_eps)
         self.mlp = FeedForward(C, hidden, config.mlp, config.bias)
@@ -73,6 +82,12 @@ class GPT(nn.Module):
             for name, p in self.named_parameters():
                 if name.endswith(("attn.out_proj.weight", "mlp.down.weight")):
                     nn.init.normal_(p, mean=0.0, std=std / math.sqrt(2 * config.n_layer))
+        if config.zero_init_projections:
+            # The speedrun's: every block starts as the identity (its branches add zero), yet learns (the
+            # projections' gradients need only their inputs, which are not zero).
+            for block in self.blocks:
+                nn.init.zeros_(block.attn.out_proj.weight)
+                nn.init.zeros_(block.mlp.down.weight)
 
     @staticmethod
     def _init_weights(module: nn.Module, std: float) -> None:
@@ -111,7 +126,11 @@ class GPT(nn.Module):
         x = self.drop(x)
         for i, block in enumerate(self.blocks):
             x = block(x, cache[i] if cache is not None else None)
-        return self.lm_head(self.ln_f(x))  # (B, T, V)
+        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
+        if self.config.logit_softcap is not None:  # bounded to (-c, c), in float32 (tanh saturates in bf16)
+            c = self.config.logit_softcap
+            logits = c * torch.tanh(logits.float() / c)
+        return logits
 
     @torch.no_grad()
     def generate(

@@ -51,7 +51,8 @@ class Attention(nn.Module):
     Options: rotary positions (in self-attention), an additive logit bias (T5's relative positions), the
     logit scale (None: 1/sqrt(head_dim); T5 uses 1), grouped-query attention (n_kv_head < n_head heads of
     keys and values, each shared by n_head / n_kv_head query heads; the cache holds only those), a head
-    width other than n_embd / n_head (T5's d_kv), biases on q, k, v but not the output (Qwen2's).
+    width other than n_embd / n_head (T5's d_kv), biases on q, k, v but not the output (Qwen2's), QK-norm
+    (each head's queries and keys RMS-normalised, without a weight, before the dot product: the speedrun's).
     """
 
     def __init__(
@@ -65,6 +66,7 @@ class Attention(nn.Module):
         n_kv_head: int | None = None,
         head_dim: int | None = None,
         qkv_bias: bool | None = None,
+        qk_norm: bool = False,
     ):
         super().__init__()
         assert head_dim or n_embd % n_head == 0, "n_embd must be divisible by n_head"
@@ -72,9 +74,12 @@ class Attention(nn.Module):
         assert n_head % self.n_kv_head == 0, "n_head must be a multiple of n_kv_head"
         self.head_dim = head_dim or n_embd // n_head
         self.q_size, self.kv_size = n_head * self.head_dim, self.n_kv_head * self.head_dim
-        self.dropout, self.rotary, self.scale = dropout, rotary, scale
+        self.dropout, self.rotary, self.scale, self.qk_norm = dropout, rotary, scale, qk_norm
         self.in_proj = nn.Linear(n_embd, self.q_size + 2 * self.kv_size, bias=bias if qkv_bias is None else qkv_bias)
         self.out_proj = nn.Linear(self.q_size, n_embd, bias=bias)
+
+    def _qk_norm(self, t: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(t, (self.head_dim,)) if self.qk_norm else t  # (B, heads, L, hd): over each head's hd
 
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
         B, L, _ = t.shape
@@ -97,6 +102,7 @@ class Attention(nn.Module):
         Q, KV = self.q_size, self.kv_size
         if memory is None:
             q, k, v = (self._heads(t) for t in self.in_proj(x).split([Q, KV, KV], dim=2))
+            k = self._qk_norm(k)
         else:
             w, b = self.in_proj.weight, self.in_proj.bias
             q = self._heads(F.linear(x, w[:Q], None if b is None else b[:Q]))
@@ -104,6 +110,8 @@ class Attention(nn.Module):
                 k, v = cache["k"], cache["v"]  # the memory's keys and values never change
             else:
                 k, v = (self._heads(t) for t in F.linear(memory, w[Q:], None if b is None else b[Q:]).split(KV, dim=2))
+                k = self._qk_norm(k)
+        q = self._qk_norm(q)
         past = cache["k"].size(2) if cache and memory is None else 0
         if self.rotary is not None and memory is None:
             q, k = self.rotary(q, past), self.rotary(k, past)
@@ -136,11 +144,12 @@ class Attention(nn.Module):
 class FeedForward(nn.Module):
     """Position-wise feed-forward: down(dropout(act(up(x)))), or gated, down(dropout(act(gate(x)) * up(x))).
 
-    activation: "relu" | "gelu" (exact) | "gelu-tanh" (GPT-2's approximation) | "silu" (Marian's swish) |
-    "swiglu" (SiLU gate, Shazeer 2020) | "gated-gelu" (tanh-GELU gate, T5.1.1)."""
+    activation: "relu" | "relu2" (ReLU squared) | "gelu" (exact) | "gelu-tanh" (GPT-2's approximation) | "silu"
+    (Marian's swish) | "swiglu" (SiLU gate, Shazeer 2020) | "gated-gelu" (tanh-GELU gate, T5.1.1)."""
 
     ACTIVATIONS = {
         "relu": F.relu,
+        "relu2": lambda h: F.relu(h).square(),
         "gelu": F.gelu,
         "gelu-tanh": lambda h: F.gelu(h, approximate="tanh"),
         "silu": F.silu,

@@ -7,11 +7,13 @@ import torch
 from transformer_lab.pretrained.tables import (
     ACT_TO_HF,
     ACT_TO_OURS,
+    NOT_IN_TRANSFORMERS,
     Entry,
     Family,
     linear,
     norm,
     refuse_export,
+    refuse_options_on,
     refuse_unless,
 )
 
@@ -44,6 +46,7 @@ class GPT2(Family):
             norm_eps=hf.get("layer_norm_epsilon", 1e-5),
             d_ff=hf.get("n_inner") or 4 * C,
             tie_weights=hf.get("tie_word_embeddings", True),
+            **NOT_IN_TRANSFORMERS,
         )
 
     def table(self, s):
@@ -76,8 +79,9 @@ class GPT2(Family):
         for key, wanted in (("pos_encoding", "learned"), ("norm", "layernorm")):
             if s[key] != wanted:
                 raise refuse_export(key, f"GPT-2 has {key}={wanted}, this model {s[key]}")
-        if s["mlp"] not in ("gelu", "gelu-tanh", "relu"):
+        if s["mlp"] not in ("gelu", "gelu-tanh", "relu", "relu2"):
             raise refuse_export("mlp", f"GPT-2's MLP is not gated, this model's is {s['mlp']}")
+        refuse_options_on(s, "GPT-2")
         if s.get("n_kv_head") not in (None, s["n_head"]):
             raise refuse_export("n_kv_head", "GPT-2 has no grouped-query attention")
         return dict(

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from transformer_lab.pretrained.gpt2 import hidden_width
 from transformer_lab.pretrained.tables import (
+    NOT_IN_TRANSFORMERS,
     Entry,
     Family,
     linear,
     norm,
     qkv,
     refuse_export,
+    refuse_options_on,
     refuse_unless,
 )
 
@@ -65,6 +67,7 @@ class Llama(Family):
             norm_eps=hf.get("rms_norm_eps", 1e-6),
             d_ff=hf["intermediate_size"],
             tie_weights=hf.get("tie_word_embeddings", False),
+            **NOT_IN_TRANSFORMERS,
         )
 
     def table(self, s):
@@ -87,6 +90,7 @@ class Llama(Family):
         for key, wanted in (("pos_encoding", "rope"), ("norm", "rmsnorm"), ("mlp", "swiglu"), ("bias", False)):
             if s[key] != wanted:
                 raise refuse_export(key, f"a Llama has {key}={wanted}, this model {s[key]}")
+        refuse_options_on(s, "a Llama")
         return dict(
             architectures=[self.architecture],
             vocab_size=s["vocab_size"],

@@ -100,5 +100,21 @@ def refuse_export(key: str, what: str) -> ConfigError:
     return ConfigError(f"model.{key}", f"{what}: no Transformers architecture here expresses it")
 
 
-ACT_TO_OURS = {"gelu_new": "gelu-tanh", "gelu_pytorch_tanh": "gelu-tanh", "gelu": "gelu", "relu": "relu"}
-ACT_TO_HF = {"gelu-tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "silu": "swish"}
+ACT_TO_OURS = {
+    "gelu_new": "gelu-tanh",
+    "gelu_pytorch_tanh": "gelu-tanh",
+    "gelu": "gelu",
+    "relu": "relu",
+    "relu2": "relu2",
+}
+ACT_TO_HF = {"gelu-tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "relu2": "relu2", "silu": "swish"}
+
+# gpt's speedrun options that neither GPT-2 nor a Llama has, as they are when off: a checkpoint loads with them off
+# (an override turning one on is refused by name), and a model with one on does not export.
+NOT_IN_TRANSFORMERS = {"qk_norm": False, "logit_softcap": None}
+
+
+def refuse_options_on(s: dict, family: str) -> None:
+    for key, off in NOT_IN_TRANSFORMERS.items():
+        if s.get(key, off) != off:
+            raise refuse_export(key, f"{family} has no {key}, this model {key}={s[key]}")
