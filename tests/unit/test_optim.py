@@ -6,7 +6,7 @@ from transformer_lab.models.bert import Bert, BertConfig
 from transformer_lab.models.encdec import EncDec, EncDecConfig
 from transformer_lab.models.gpt import GPT, GPTConfig
 from transformer_lab.models.t5 import T5, T5Config
-from transformer_lab.tasks.optim import adafactor, adamw, hidden_matrices, muon, warmup_cosine
+from transformer_lab.tasks.optim import StackedMuon, adafactor, adamw, hidden_matrices, muon, warmup_cosine
 
 
 def test_warmup_then_cosine_to_min_lr():
@@ -98,6 +98,29 @@ def test_one_muon_step_is_torchs_muon_on_the_matrices_and_adamw_on_the_rest():
             model.zero_grad()
     for (name, a), b in zip(ours.named_parameters(), theirs.parameters()):
         assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("nesterov", [True, False])
+@pytest.mark.parametrize("scaling", ["original", "match_rms_adamw"])
+def test_stacked_muon_steps_as_torchs_muon_bit_for_bit(scaling, nesterov):
+    torch.manual_seed(0)
+    shapes = [(48, 16), (16, 16), (16, 64), (48, 16), (16, 64), (16, 16), (7, 5)]  # tall, square, wide; repeats
+    ours = [torch.nn.Parameter(torch.randn(*s) * 0.1) for s in shapes]
+    theirs = [torch.nn.Parameter(p.detach().clone()) for p in ours]
+    groups = lambda ps: [{"params": ps[:4]}, {"params": ps[4:], "lr": 0.005}]  # noqa: E731
+    settings = dict(lr=0.02, weight_decay=0.1, momentum=0.9, nesterov=nesterov, adjust_lr_fn=scaling)
+    stacked, torchs = StackedMuon(groups(ours), **settings), torch.optim.Muon(groups(theirs), **settings)
+    for step in range(4):
+        for a, b in zip(ours, theirs):
+            a.grad = torch.randn(a.shape, generator=torch.Generator().manual_seed(step))
+            b.grad = a.grad.clone()
+        ours[2].grad = None if step == 1 else ours[2].grad  # a matrix without a gradient this step
+        theirs[2].grad = ours[2].grad
+        stacked.step()
+        torchs.step()
+    for a, b in zip(ours, theirs):
+        assert torch.equal(a, b)
+    assert str(stacked.state_dict()) == str(torchs.state_dict())  # each loads the other's
 
 
 def test_a_muon_state_dict_comes_back_and_the_schedule_still_reaches_every_group():

@@ -107,12 +107,68 @@ def check_optimizer(name: str, model: nn.Module) -> None:
         NEEDS_OF_THE_MODEL[name](model)
 
 
+def newton_schulz(G: torch.Tensor, coefficients: tuple[float, float, float], steps: int, eps: float) -> torch.Tensor:
+    """torch's Newton-Schulz iteration (torch.optim.Muon's: bfloat16, on the wide orientation, normalised by the
+    Frobenius norm, quintic steps) over a stack of same-shaped matrices G (S, A, B) at once."""
+    a, b, c = coefficients
+    X = G.bfloat16()
+    tall = G.size(-2) > G.size(-1)
+    if tall:
+        X = X.mT
+    X = X / X.norm(dim=(-2, -1), keepdim=True).clamp(min=eps)
+    for _ in range(steps):
+        gram = X @ X.mT  # (S, min, min)
+        X = torch.baddbmm(X, torch.baddbmm(gram, gram, gram, beta=b, alpha=c), X, beta=a)
+    return X.mT if tall else X
+
+
+def shape_scale(adjust_lr_fn: str | None, shape: torch.Size) -> float:
+    """torch.optim.Muon's adjust_lr_fn: how much of lr a matrix of this shape takes."""
+    A, B = shape[:2]
+    return math.sqrt(max(1, A / B)) if adjust_lr_fn in (None, "original") else 0.2 * math.sqrt(max(A, B))
+
+
+class StackedMuon(torch.optim.Muon):
+    """torch's Muon, its settings, state and update, but each step orthogonalises the matrices of one shape
+    together: torch's runs Newton-Schulz matrix by matrix (it has no foreach), ~15 small matmuls each, which at
+    this repository's sizes cost as much as the model's own forward and backward (benchmarks/time_to_target.md).
+    The same arithmetic, stacked (tests/unit/test_optim.py checks it against torch's, bit for bit)."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            lr, momentum = group["lr"], group["momentum"]
+            stacks: dict[torch.Size, list] = {}
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(p.grad, memory_format=torch.preserve_format)
+                buf = state["momentum_buffer"]
+                buf.lerp_(p.grad, 1 - momentum)
+                stacks.setdefault(p.shape, []).append((p, p.grad.lerp(buf, momentum) if group["nesterov"] else buf))
+            for shape, pairs in stacks.items():
+                updates = newton_schulz(
+                    torch.stack([u for _, u in pairs]), group["ns_coefficients"], group["ns_steps"], group["eps"]
+                )
+                rate = lr * shape_scale(group["adjust_lr_fn"], shape)
+                for (p, _), update in zip(pairs, updates):
+                    p.mul_(1 - lr * group["weight_decay"])
+                    p.add_(update, alpha=-rate)
+        return loss
+
+
 class MuonWithAdamW(torch.optim.Optimizer):
     """torch's Muon on the hidden matrices and AdamW on every other tensor, stepped as one optimizer (Lightning's
     automatic optimization takes one): its param_groups are both's, AdamW's first (train/lr is optim.lr's), so the
     learning-rate schedule and gradient clipping reach every group; its state_dict holds both."""
 
-    def __init__(self, muon: torch.optim.Muon, adamw: torch.optim.AdamW):
+    def __init__(self, muon: StackedMuon, adamw: torch.optim.AdamW):
         self.muon, self.adamw = muon, adamw
         super().__init__([*adamw.param_groups, *muon.param_groups], {})  # (the same group dicts, shared)
 
@@ -164,9 +220,7 @@ def muon(
             matrices.setdefault(rate, []).append(p)
     muon_groups = [{"params": matrices[rate], "lr": rate} for rate in sorted(matrices, key=lambda r: r != muon_lr)]
     return MuonWithAdamW(
-        torch.optim.Muon(
-            muon_groups, lr=muon_lr, weight_decay=weight_decay, momentum=momentum, adjust_lr_fn=shape_scaling
-        ),
+        StackedMuon(muon_groups, lr=muon_lr, weight_decay=weight_decay, momentum=momentum, adjust_lr_fn=shape_scaling),
         adamw(model, lr, weight_decay, betas, eps, fused, pretrained, pretrained_lr, leave_out=hidden),
     )
 
