@@ -75,7 +75,16 @@ CASES = [
     ),
     ("batch-size", ["data.batch_size=0"], "data.batch_size: must be a positive integer, got 0"),
     ("dropout", ["model.dropout=1.5"], "model.dropout: must be in [0, 1), got 1.5"),
-    ("logit-softcap", ["model.logit_softcap=0"], "error: model.logit_softcap: must be positive or null, got 0.0\n"),
+    (
+        "logit-softcap",
+        ["model.logit_softcap=0"],
+        "error: model.logit_softcap: must be a positive number or null, got 0.0\n",
+    ),
+    (
+        "logit-softcap-inf",
+        ["model.logit_softcap=inf"],
+        "error: model.logit_softcap: must be a positive number or null, got inf\n",
+    ),
     ("positions", ["model.pos_encoding=alibi"], "Invalid value 'alibi', expected one of [learned, rope]"),
     (
         "rope-head",

@@ -357,13 +357,19 @@ def test_the_speedrun_options_load_off_export_relu2_and_refuse_the_rest_by_name(
     idx = torch.randint(0, V, (2, 12), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         torch.testing.assert_close(exported(idx).logits, model(idx), atol=1e-5, rtol=1e-5)
-    for key, value, shown in (("qk_norm", True, "True"), ("logit_softcap", 30.0, "30.0")):
-        other = GPT(GPTConfig(vocab_size=V, block_size=16, n_layer=1, n_head=2, n_embd=16, **{key: value}))
-        folder = tmp_path / key
+    for options, named in (
+        (dict(qk_norm=True), "model.qk_norm: GPT-2 has neither QK-norm nor logit soft-capping, this model qk_norm=true"),
+        (dict(logit_softcap=30.0), "model.logit_softcap: GPT-2 has neither QK-norm nor logit soft-capping, this "
+                                   "model logit_softcap=30.0"),
+        (dict(qk_norm=True, logit_softcap=30.0), "model.qk_norm and model.logit_softcap: GPT-2 has neither QK-norm "
+                                                 "nor logit soft-capping, this model qk_norm=true, logit_softcap=30.0"),
+    ):  # fmt: skip
+        other = GPT(GPTConfig(vocab_size=V, block_size=16, n_layer=1, n_head=2, n_embd=16, **options))
+        folder = tmp_path / "-".join(options)
         folder.mkdir()
         with pytest.raises(UserError) as info:
             export(our_checkpoint(other, folder, bpe_tokenizer()), folder / "out")
-        assert f"model.{key}: GPT-2 has no {key}, this model {key}={shown}: no Transformers" in str(info.value)
+        assert named in str(info.value)
     tokenizer, hub = bpe_tokenizer(), tmp_path / "hub"
     transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=tokenizer.get_vocab_size(), n_positions=32,
                                                          n_embd=16, n_layer=1, n_head=2)).save_pretrained(hub)  # fmt: skip
@@ -371,7 +377,7 @@ def test_the_speedrun_options_load_off_export_relu2_and_refuse_the_rest_by_name(
     overrides = ["data=text", "data.path=x.txt", f"init_from=hf:{hub}", f"data.tokenizer={hub / 'tokenizer.json'}"]
     cfg, added = apply(compose_cfg(overrides), overrides)
     assert cfg.model.qk_norm is False and cfg.model.logit_softcap is None and "model.qk_norm=false" in added
-    for extra in ("model.qk_norm=true", "model.logit_softcap=30"):
+    for extra in ("model.qk_norm=true", "model.logit_softcap=30", "model.zero_init_projections=true"):
         key = extra.split("=")[0]
         with pytest.raises(ConfigError, match=rf"^{key}: hf:.* has {key.split('.')[1]}=.*: leave {key} out"):
             apply(compose_cfg([*overrides, extra]), [*overrides, extra])

@@ -3,6 +3,7 @@ command line is composed and checked before anything heavy loads (the model file
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from transformer_lab.choices import choice
@@ -62,8 +63,8 @@ class GPTConfig:
 
     def __post_init__(self):
         check_sizes(self)
-        if self.logit_softcap is not None and not self.logit_softcap > 0:
-            raise ConfigError("logit_softcap", f"must be positive or null, got {self.logit_softcap}")
+        if self.logit_softcap is not None and not 0 < self.logit_softcap < math.inf:
+            raise ConfigError("logit_softcap", f"must be a positive number or null, got {self.logit_softcap}")
         if self.n_kv_head is not None and (self.n_kv_head < 1 or self.n_head % self.n_kv_head):
             raise ConfigError("n_kv_head", f"must divide n_head={self.n_head}, got {self.n_kv_head}")
         if self.d_ff is not None and self.d_ff < 1:

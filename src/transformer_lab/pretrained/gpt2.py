@@ -7,7 +7,7 @@ import torch
 from transformer_lab.pretrained.tables import (
     ACT_TO_HF,
     ACT_TO_OURS,
-    NOT_IN_TRANSFORMERS,
+    LOADED_OFF,
     Entry,
     Family,
     linear,
@@ -46,7 +46,7 @@ class GPT2(Family):
             norm_eps=hf.get("layer_norm_epsilon", 1e-5),
             d_ff=hf.get("n_inner") or 4 * C,
             tie_weights=hf.get("tie_word_embeddings", True),
-            **NOT_IN_TRANSFORMERS,
+            **LOADED_OFF,
         )
 
     def table(self, s):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from transformer_lab.pretrained.gpt2 import hidden_width
 from transformer_lab.pretrained.tables import (
-    NOT_IN_TRANSFORMERS,
+    LOADED_OFF,
     Entry,
     Family,
     linear,
@@ -67,7 +67,7 @@ class Llama(Family):
             norm_eps=hf.get("rms_norm_eps", 1e-6),
             d_ff=hf["intermediate_size"],
             tie_weights=hf.get("tie_word_embeddings", False),
-            **NOT_IN_TRANSFORMERS,
+            **LOADED_OFF,
         )
 
     def table(self, s):

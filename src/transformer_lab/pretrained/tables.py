@@ -109,12 +109,15 @@ ACT_TO_OURS = {
 }
 ACT_TO_HF = {"gelu-tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "relu2": "relu2", "silu": "swish"}
 
-# gpt's speedrun options that neither GPT-2 nor a Llama has, as they are when off: a checkpoint loads with them off
-# (an override turning one on is refused by name), and a model with one on does not export.
+# gpt's speedrun options that neither GPT-2 nor a Llama has, as they are when off: a model with one on does not
+# export; a checkpoint loads with them off, as it loads with its own weights (not zero-initialised ones), so an
+# override turning one of LOADED_OFF on with init_from=hf: is refused by name.
 NOT_IN_TRANSFORMERS = {"qk_norm": False, "logit_softcap": None}
+LOADED_OFF = {**NOT_IN_TRANSFORMERS, "zero_init_projections": False}
 
 
 def refuse_options_on(s: dict, family: str) -> None:
-    for key, off in NOT_IN_TRANSFORMERS.items():
-        if s.get(key, off) != off:
-            raise refuse_export(key, f"{family} has no {key}, this model {key}={s[key]}")
+    on = [f"{key}={str(s[key]).lower()}" for key, off in NOT_IN_TRANSFORMERS.items() if s.get(key, off) != off]
+    if on:
+        keys = " and ".join(f"model.{o.split('=')[0]}" for o in on)
+        raise ConfigError(keys, f"{family} has neither QK-norm nor logit soft-capping, this model {', '.join(on)}")
