@@ -1,5 +1,5 @@
-"""What the framework costs: `python train.py experiment=shakespeare_char_cpu` (the preset) against the same
-recipe as a bare PyTorch loop (benchmarks/plain_loop.py) and as the barest Lightning loop
+"""What the framework costs: `python train.py experiment=shakespeare_char_cpu` (the preset, on nanoGPT's recipe:
+NANOGPT_RECIPE) against the same recipe as a bare PyTorch loop (benchmarks/plain_loop.py) and as the barest Lightning loop
 (benchmarks/lightning_loop.py: Lightning's own cost, nothing of this repo's), whole processes, interleaved.
 
     python benchmarks/preset_vs_loop.py [--rounds 5] [--out outputs/preset_vs_loop] [--iters 2000] [--no-lightning]
@@ -46,9 +46,27 @@ def lightning(out: Path, i: int, iters: int, overrides: list[str]) -> tuple[floa
     return seconds, float(re.findall(r"val loss (\S+)", log.read_text())[-1])
 
 
+# nanoGPT's CPU recipe, which the loops run: the preset's before it took Muon (issue #45, time_to_target.md)
+NANOGPT_RECIPE = [
+    "optim.name=adamw",
+    "optim.lr=1e-3",
+    "optim.warmup_steps=100",
+    "optim.decay_steps=2000",
+    "trainer.max_steps=2000",
+    "model.qk_norm=false",
+]
+
+
 def preset(out: Path, i: int, iters: int, overrides: list[str]) -> tuple[float, float]:
     run_dir = out / f"preset-{i}"
-    command = [sys.executable, "train.py", "experiment=shakespeare_char_cpu", f"hydra.run.dir={run_dir}", *overrides]
+    command = [
+        sys.executable,
+        "train.py",
+        "experiment=shakespeare_char_cpu",
+        *NANOGPT_RECIPE,
+        f"hydra.run.dir={run_dir}",
+    ]
+    command += overrides
     if iters != 2000:  # (a shorter run: its schedule decays over its own length, as the loops' do)
         command += [f"trainer.max_steps={iters}", f"optim.decay_steps={iters}"]
     seconds = timed(command, out / f"preset-{i}.log")

@@ -5,7 +5,8 @@ override sets, interleaved.
     python benchmarks/time_to_target.py [--preset shakespeare_char_cpu] [--target 1.91] [--rounds 3]
         [--out outputs/time_to_target] [--recipe NAME="OVERRIDES" ...]
 
-Default recipes: `adamw` (the preset as it is) and `muon` (optim.name=muon). Round i runs every recipe once, in
+Default recipes: `nanogpt` (the preset on nanoGPT's recipe, AdamW for 2,000 steps: NANOGPT_RECIPE) and `preset`
+(the preset as it is: Muon and QK-norm for 500 steps). Round i runs every recipe once, in
 an order rotated by one each round (A B, B A, ...), so a machine that drifts within the sitting weighs on all.
 Each process is timed from its start to its exit. Prints every run's wall time, the step it stopped at and its
 best val/loss (a run that never reaches the target ends at the preset's trainer.max_steps and is marked so), then
@@ -24,6 +25,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from preset_vs_loop import NANOGPT_RECIPE  # noqa: E402  (nanoGPT's recipe: the preset's before issue #45)
 
 
 def stop_at(target: float) -> list[str]:
@@ -63,7 +66,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
-    recipes = {"adamw": [], "muon": ["optim.name=muon"]}
+    recipes = {"nanogpt": NANOGPT_RECIPE, "preset": []}
     if args.recipe:
         recipes = {}
         for given in args.recipe:

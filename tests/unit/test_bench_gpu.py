@@ -15,6 +15,7 @@ def test_matrix_is_the_issue_s():
         "shakespeare_char/gpu_bf16",
         "shakespeare_char/gpu_bf16_compile",
         "shakespeare_char/gpu_fp16",
+        "shakespeare_char/gpu_bf16_muon",
         "multi30k_de_en/gpu_bf16",
         "shakespeare_char/ddp_bf16",
     ]

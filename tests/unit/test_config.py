@@ -212,12 +212,23 @@ def test_experiments_compose_and_validate(experiment, tmp_path):
     assert (ROOT / "experiments" / f"{experiment}.md").exists(), "each preset has its results beside it"
 
 
-def test_cpu_preset_is_the_nanogpt_recipe(tmp_path):
-    cfg = compose_cfg(["experiment=shakespeare_char_cpu"], tmp_path)
-    assert (cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.dropout) == (4, 4, 128, 0.0)
-    assert (cfg.data.block_size, cfg.data.batch_size, cfg.trainer.max_steps) == (64, 12, 2000)
-    assert (cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.optim.betas[1]) == (1e-3, 1e-4, 100, 0.99)
-    assert (cfg.trainer.val_check_interval, cfg.trainer.limit_val_batches) == (250, 20)
+def test_cpu_preset_is_nanogpts_model_trained_the_speedruns_way_and_nanogpts_recipe_is_one_set_of_overrides(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from preset_vs_loop import NANOGPT_RECIPE
+
+    for overrides, recipe in (
+        ([], ("muon", 0.03, 3e-3, 1e-4, 50, 500, 500, True)),  # issue #45: time_to_target.md
+        (NANOGPT_RECIPE, ("adamw", 0.03, 1e-3, 1e-4, 100, 2000, 2000, False)),  # (muon_lr: unused by adamw)
+    ):
+        cfg = compose_cfg(["experiment=shakespeare_char_cpu", *overrides], tmp_path)
+        assert (cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.dropout) == (4, 4, 128, 0.0)
+        assert (cfg.data.block_size, cfg.data.batch_size, cfg.optim.betas[1]) == (64, 12, 0.99)
+        o = cfg.optim
+        assert (str(o.name), o.muon_lr, o.lr, o.min_lr, o.warmup_steps, o.decay_steps, cfg.trainer.max_steps,
+                cfg.model.qk_norm) == recipe  # fmt: skip
+        assert (cfg.trainer.val_check_interval, cfg.trainer.limit_val_batches) == (250, 20)
 
 
 BAD_VALUES = [
