@@ -1,4 +1,4 @@
-"""The shakespeare_char_cpu recipe in Lightning with nothing else: no callbacks, logger, progress bar,
+"""nanoGPT's CPU recipe (shakespeare_char_cpu's until issue #45) in Lightning with nothing else: no callbacks, logger, progress bar,
 checkpoints, sanity check, samples, Hydra or config checks. The cost of Lightning's own training loop,
 between the bare loop (benchmarks/plain_loop.py) and the preset (benchmarks/preset_vs_loop.py compares all three).
 

@@ -1,4 +1,4 @@
-"""The shakespeare_char_cpu recipe as a plain PyTorch loop (nanoGPT's train.py, minus the framework),
+"""nanoGPT's CPU recipe (shakespeare_char_cpu's until issue #45: its NANOGPT_RECIPE) as a plain PyTorch loop (nanoGPT's train.py, minus the framework),
 on this repo's model and data: the yardstick for what Lightning + Hydra cost, and for the val loss.
 
     python benchmarks/plain_loop.py [--seed 1337] [--iters 2000] [--order repo|nanogpt]
