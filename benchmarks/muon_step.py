@@ -44,6 +44,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=100)
     args = parser.parse_args()
+    for key in ("n_layer", "rounds", "steps"):
+        if getattr(args, key) < 1:
+            parser.error(f"--{key} must be at least 1, got {getattr(args, key)}")
+    if args.n_embd < 4 or args.n_embd % 4:
+        parser.error(f"--n_embd must be a positive multiple of the model's 4 heads, got {args.n_embd}")
     shapes = matrices(args.n_layer, args.n_embd)
     print(
         f"gpt {args.n_layer} x {args.n_embd}: {len(shapes)} matrices, {len({tuple(s) for s in shapes})} shapes; threads {torch.get_num_threads()}"

@@ -58,11 +58,21 @@ def run(preset: str, overrides: list[str], target: float, run_dir: Path) -> dict
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--preset", default="shakespeare_char_cpu")
-    parser.add_argument("--target", type=float, default=1.91)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "time_to_target")
-    parser.add_argument("--recipe", action="append", default=[], help='NAME="OVERRIDES" (repeatable)')
+    parser.add_argument("--preset", default="shakespeare_char_cpu", help="experiment=PRESET (default: %(default)s)")
+    parser.add_argument("--target", type=float, default=1.91, help="the val/loss to reach (default: %(default)s)")
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each recipe, interleaved (default: %(default)s)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "outputs" / "time_to_target",
+        help="a new folder for the runs (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--recipe",
+        action="append",
+        default=[],
+        help='NAME="OVERRIDES" (repeatable; default: nanogpt="NANOGPT_RECIPE" and preset="")',
+    )
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
@@ -76,7 +86,10 @@ def main(argv=None) -> int:
             recipes[name] = shlex.split(overrides)
     if args.out.exists():
         parser.error(f"--out {args.out} exists: give a new folder (its runs are never overwritten)")
-    args.out.mkdir(parents=True)
+    try:
+        args.out.mkdir(parents=True)
+    except OSError as e:
+        parser.error(f"--out {args.out}: cannot make it ({e.strerror})")
     names = list(recipes)
     results = {name: [] for name in names}
     for i in range(args.rounds):
@@ -84,19 +97,26 @@ def main(argv=None) -> int:
         for name in order:
             result = run(args.preset, recipes[name], args.target, args.out / f"{name}-{i}")
             results[name].append(result)
+            # after every run, so a later recipe's failure keeps what the earlier ones measured
+            (args.out / "results.json").write_text(json.dumps({"target": args.target, "runs": results}, indent=1))
             mark = "" if result["reached"] else f"  (never <= {args.target})"
             print(
                 f"round {i} {name:>12}: {result['seconds']:7.1f} s, step {result['step']:>5}, "
                 f"best val/loss {result['val_loss_best']:.4f}{mark}",
                 flush=True,
             )
-    first = statistics.median(r["seconds"] for r in results[names[0]])
+    baseline = results[names[0]]
+    first = statistics.median(r["seconds"] for r in baseline) if all(r["reached"] for r in baseline) else None
     print(f"\nmedian whole-process seconds to val/loss <= {args.target} ({args.preset}, {args.rounds} rounds):")
     for name in names:
-        median = statistics.median(r["seconds"] for r in results[name])
         steps = sorted({r["step"] for r in results[name]})
-        print(f"  {name:>12}: {median:7.1f} s  ({median / first:.3f}x {names[0]}), stopped at steps {steps}")
-    (args.out / "results.json").write_text(json.dumps({"target": args.target, "runs": results}, indent=1))
+        missed = sum(not r["reached"] for r in results[name])
+        if missed:  # a time to a target not reached is no time to it
+            print(f"  {name:>12}: not reached in {missed} of {args.rounds} rounds (ended at steps {steps})")
+            continue
+        median = statistics.median(r["seconds"] for r in results[name])
+        ratio = f"{median / first:.3f}x {names[0]}" if first else f"{names[0]} did not reach it"
+        print(f"  {name:>12}: {median:7.1f} s  ({ratio}), stopped at steps {steps}")
     return 0
 
 

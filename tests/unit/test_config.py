@@ -219,7 +219,7 @@ def test_cpu_preset_is_nanogpts_model_trained_the_speedruns_way_and_nanogpts_rec
     from preset_vs_loop import NANOGPT_RECIPE
 
     for overrides, recipe in (
-        ([], ("muon", 0.03, 3e-3, 1e-4, 50, 500, 500, True)),  # issue #45: time_to_target.md
+        ([], ("muon", 0.03, 3e-3, 1e-4, 50, None, 500, True)),  # issue #45 (decay_steps: max_steps)
         (NANOGPT_RECIPE, ("adamw", 0.03, 1e-3, 1e-4, 100, 2000, 2000, False)),  # (muon_lr: unused by adamw)
     ):
         cfg = compose_cfg(["experiment=shakespeare_char_cpu", *overrides], tmp_path)

@@ -109,8 +109,9 @@ def check_optimizer(name: str, model: nn.Module) -> None:
 
 def newton_schulz(G: torch.Tensor, coefficients: tuple[float, float, float], steps: int, eps: float) -> torch.Tensor:
     """torch's Newton-Schulz iteration (torch.optim.Muon's: bfloat16, on the wide orientation, normalised by the
-    Frobenius norm, quintic steps) over a stack of same-shaped matrices G (S, A, B) at once."""
+    Frobenius norm, quintic steps) over a stack of same-shaped matrices G (S, A, B) at once, or one matrix (A, B)."""
     a, b, c = coefficients
+    add_product = torch.baddbmm if G.dim() == 3 else torch.addmm  # (a batch of one is dearer than one matrix)
     X = G.bfloat16()
     tall = G.size(-2) > G.size(-1)
     if tall:
@@ -118,7 +119,7 @@ def newton_schulz(G: torch.Tensor, coefficients: tuple[float, float, float], ste
     X = X / X.norm(dim=(-2, -1), keepdim=True).clamp(min=eps)
     for _ in range(steps):
         gram = X @ X.mT  # (S, min, min)
-        X = torch.baddbmm(X, torch.baddbmm(gram, gram, gram, beta=b, alpha=c), X, beta=a)
+        X = add_product(X, add_product(gram, gram, gram, beta=b, alpha=c), X, beta=a)
     return X.mT if tall else X
 
 
@@ -153,9 +154,9 @@ class StackedMuon(torch.optim.Muon):
                 buf.lerp_(p.grad, 1 - momentum)
                 stacks.setdefault(p.shape, []).append((p, p.grad.lerp(buf, momentum) if group["nesterov"] else buf))
             for shape, pairs in stacks.items():
-                updates = newton_schulz(
-                    torch.stack([u for _, u in pairs]), group["ns_coefficients"], group["ns_steps"], group["eps"]
-                )
+                stack = torch.stack([u for _, u in pairs]) if len(pairs) > 1 else pairs[0][1]  # (S, A, B) or (A, B)
+                updates = newton_schulz(stack, group["ns_coefficients"], group["ns_steps"], group["eps"])
+                updates = updates if len(pairs) > 1 else updates[None]
                 rate = lr * shape_scale(group["adjust_lr_fn"], shape)
                 for (p, _), update in zip(pairs, updates):
                     p.mul_(1 - lr * group["weight_decay"])
