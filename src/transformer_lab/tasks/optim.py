@@ -132,7 +132,7 @@ def shape_scale(adjust_lr_fn: str | None, shape: torch.Size) -> float:
 class StackedMuon(torch.optim.Muon):
     """torch's Muon, its settings, state and update, but each step orthogonalises the matrices of one shape
     together: torch's runs Newton-Schulz matrix by matrix (it has no foreach), ~15 small matmuls each, which at
-    this repository's sizes cost as much as the model's own forward and backward (benchmarks/time_to_target.md).
+    this repository's sizes cost as much as the model's own forward and backward (benchmarks/muon_step.py times both).
     The same arithmetic, stacked (tests/unit/test_optim.py checks it against torch's, bit for bit)."""
 
     @torch.no_grad()
@@ -165,7 +165,7 @@ class StackedMuon(torch.optim.Muon):
 
 
 class MuonWithAdamW(torch.optim.Optimizer):
-    """torch's Muon on the hidden matrices and AdamW on every other tensor, stepped as one optimizer (Lightning's
+    """Muon (StackedMuon) on the hidden matrices and AdamW on every other tensor, stepped as one optimizer (Lightning's
     automatic optimization takes one): its param_groups are both's, AdamW's first (train/lr is optim.lr's), so the
     learning-rate schedule and gradient clipping reach every group; its state_dict holds both."""
 
