@@ -117,7 +117,8 @@ LOADED_OFF = {**NOT_IN_TRANSFORMERS, "zero_init_projections": False}
 
 
 def refuse_options_on(s: dict, family: str) -> None:
-    on = [f"{key}={str(s[key]).lower()}" for key, off in NOT_IN_TRANSFORMERS.items() if s.get(key, off) != off]
+    on = [key for key, off in NOT_IN_TRANSFORMERS.items() if s.get(key, off) != off]
     if on:
-        keys = " and ".join(f"model.{o.split('=')[0]}" for o in on)
-        raise ConfigError(keys, f"{family} has neither QK-norm nor logit soft-capping, this model {', '.join(on)}")
+        values = ", ".join(f"{key}={str(s[key]).lower()}" for key in on)
+        keys = " and ".join(f"model.{key}" for key in on)
+        raise ConfigError(keys, f"{family} has neither QK-norm nor logit soft-capping, this model {values}")

@@ -111,7 +111,7 @@ def newton_schulz(G: torch.Tensor, coefficients: tuple[float, float, float], ste
     """torch's Newton-Schulz iteration (torch.optim.Muon's: bfloat16, on the wide orientation, normalised by the
     Frobenius norm, quintic steps) over a stack of same-shaped matrices G (S, A, B) at once, or one matrix (A, B)."""
     a, b, c = coefficients
-    add_product = torch.baddbmm if G.dim() == 3 else torch.addmm  # (a batch of one is dearer than one matrix)
+    add_product = torch.baddbmm if G.dim() == 3 else torch.addmm
     X = G.bfloat16()
     tall = G.size(-2) > G.size(-1)
     if tall:
@@ -154,9 +154,11 @@ class StackedMuon(torch.optim.Muon):
                 buf.lerp_(p.grad, 1 - momentum)
                 stacks.setdefault(p.shape, []).append((p, p.grad.lerp(buf, momentum) if group["nesterov"] else buf))
             for shape, pairs in stacks.items():
-                stack = torch.stack([u for _, u in pairs]) if len(pairs) > 1 else pairs[0][1]  # (S, A, B) or (A, B)
-                updates = newton_schulz(stack, group["ns_coefficients"], group["ns_steps"], group["eps"])
-                updates = updates if len(pairs) > 1 else updates[None]
+                settings = group["ns_coefficients"], group["ns_steps"], group["eps"]
+                if len(pairs) == 1:  # (a batch of one is dearer than one matrix)
+                    updates = [newton_schulz(pairs[0][1], *settings)]
+                else:
+                    updates = newton_schulz(torch.stack([u for _, u in pairs]), *settings)  # (S, A, B)
                 rate = lr * shape_scale(group["adjust_lr_fn"], shape)
                 for (p, _), update in zip(pairs, updates):
                     p.mul_(1 - lr * group["weight_decay"])
