@@ -206,6 +206,9 @@ class OptimConfig:
     muon_lr: float = 0.02  # optim.name=muon: peak lr of the hidden matrices (the schedule scales it as lr)
     muon_momentum: float = 0.95  # Muon's (Nesterov) momentum
     muon_shape_scaling: MuonShapeScaling = MuonShapeScaling.original  # Keller Jordan's, or Moonshot's
+    # the hidden matrices' decoupled decay (each step shrinks them by lr x decay: at Muon's larger lr one decay for
+    # both optimizers decays Muon's matrices more); null: weight_decay
+    muon_weight_decay: Optional[float] = None
 
     def __post_init__(self):
         require(self.lr > 0, "lr", f"must be positive, got {self.lr}")
@@ -216,6 +219,8 @@ class OptimConfig:
         require(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
         require(self.muon_lr > 0, "muon_lr", f"must be positive, got {self.muon_lr}")
         require(0 <= self.muon_momentum < 1, "muon_momentum", f"must be in [0, 1), got {self.muon_momentum}")
+        muon_decay = self.muon_weight_decay
+        require(muon_decay is None or muon_decay >= 0, "muon_weight_decay", f"must be >= 0 or null, got {muon_decay}")
         require(
             len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
             "betas",

@@ -246,6 +246,7 @@ BAD_VALUES = [
     (["task.decode.beam_size=0"], "task.decode.beam_size", "at least 1"),
     (["model=encdec", "data=translation", "task.label_smoothing=1"], "task.label_smoothing", "[0, 1)"),
     (["optim.min_lr=1"], "optim.min_lr", "[0, optim.lr"),
+    (["optim.muon_weight_decay=-1"], "optim.muon_weight_decay", ">= 0 or null, got -1"),
     (["trainer.max_steps=-1"], "trainer.max_steps", "must be set"),
     (["callbacks.throughput.peak_flops=-5"], "callbacks.throughput.peak_flops", "positive number of FLOP/s"),
     (["attention_kernel=fast"], "attention_kernel", "must be one of auto, math, flash, efficient, cudnn, got 'fast'"),

@@ -66,7 +66,7 @@ def test_muon_takes_the_hidden_linear_weights_and_adamw_the_rest(kind):
     linear = {f"{n}.weight" for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     assert hidden == linear - {f"{layer}.weight" for layer in model.output_layers}  # no logits layer
     assert hidden and all(dict(model.named_parameters())[n].dim() == 2 for n in hidden)
-    optimizer = muon(model, 1e-3, 0.1, (0.9, 0.99), 1e-8, None, 0.02, 0.95, "original")
+    optimizer = muon(model, 1e-3, 0.1, (0.9, 0.99), 1e-8, None, 0.02, 0.95, "original", 0.1)
     in_muon = {id(p) for g in optimizer.muon.param_groups for p in g["params"]}
     in_adamw = {id(p) for g in optimizer.adamw.param_groups for p in g["params"]}
     assert in_muon == {id(p) for n, p in model.named_parameters() if n in hidden} and not in_muon & in_adamw
@@ -81,10 +81,10 @@ def test_one_muon_step_is_torchs_muon_on_the_matrices_and_adamw_on_the_rest():
     theirs.load_state_dict(ours.state_dict())
     idx = torch.randint(0, 20, (4, 8))
     hidden = hidden_matrices(ours)
-    optimizer = muon(ours, 1e-3, 0.1, (0.9, 0.99), 1e-8, None, 0.02, 0.95, "match_rms_adamw")
+    optimizer = muon(ours, 1e-3, 0.1, (0.9, 0.99), 1e-8, None, 0.02, 0.95, "match_rms_adamw", 0.05)
     matrices = [p for n, p in theirs.named_parameters() if n in hidden]
     by_hand = [
-        torch.optim.Muon(matrices, lr=0.02, weight_decay=0.1, momentum=0.95, adjust_lr_fn="match_rms_adamw"),
+        torch.optim.Muon(matrices, lr=0.02, weight_decay=0.05, momentum=0.95, adjust_lr_fn="match_rms_adamw"),
         torch.optim.AdamW(adamw_groups := [
             {"params": [p for n, p in theirs.named_parameters() if n not in hidden and p.dim() >= 2], "weight_decay": 0.1},
             {"params": [p for n, p in theirs.named_parameters() if n not in hidden and p.dim() < 2], "weight_decay": 0.0},
@@ -125,11 +125,11 @@ def test_stacked_muon_steps_as_torchs_muon_bit_for_bit(scaling, nesterov):
 
 def test_a_muon_state_dict_comes_back_and_the_schedule_still_reaches_every_group():
     model = MODELS["gpt"]()
-    optimizer = muon(model, 1e-3, 0.1, (0.9, 0.99), 1e-8, None, 0.02, 0.95, "original")
+    optimizer = muon(model, 1e-3, 0.1, (0.9, 0.99), 1e-8, None, 0.02, 0.95, "original", 0.1)
     model(torch.randint(0, 20, (2, 8))).sum().backward()
     optimizer.step()
     state = optimizer.state_dict()
-    restored = muon(model, 1e-3, 0.1, (0.9, 0.99), 1e-8, None, 0.02, 0.95, "original")
+    restored = muon(model, 1e-3, 0.1, (0.9, 0.99), 1e-8, None, 0.02, 0.95, "original", 0.1)
     restored.load_state_dict(state)
     assert str(restored.state_dict()) == str(state)
     scheduler = torch.optim.lr_scheduler.LambdaLR(restored, lambda step: 0.5)
@@ -141,11 +141,30 @@ def test_a_muon_state_dict_comes_back_and_the_schedule_still_reaches_every_group
 def test_muon_scales_loaded_matrices_as_adamw_scales_loaded_tensors_and_refuses_a_model_without_matrices():
     model = MODELS["gpt"]()
     loaded = {n for n, _ in model.named_parameters() if n.startswith("blocks.0.")}  # a pretrained body, in part
-    optimizer = muon(model, 1e-3, 0.1, (0.9, 0.99), 1e-8, None, 0.02, 0.95, "original", loaded, 1e-4)
+    optimizer = muon(model, 1e-3, 0.1, (0.9, 0.99), 1e-8, None, 0.02, 0.95, "original", 0.1, loaded, 1e-4)
     rates = {id(p): g["lr"] for g in optimizer.param_groups for p in g["params"]}
     for name, p in model.named_parameters():
         base = 0.02 if name in hidden_matrices(model) else 1e-3
         assert rates[id(p)] == pytest.approx(base * (0.1 if name in loaded else 1.0)), name
     gru = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.GRU(4, 4))
     with pytest.raises(ConfigError, match="muon steps the weights of nn.Linear layers that give no logits, and "):
-        muon(gru, 1e-3, 0.1, (0.9, 0.99), 1e-8, None, 0.02, 0.95, "original")
+        muon(gru, 1e-3, 0.1, (0.9, 0.99), 1e-8, None, 0.02, 0.95, "original", 0.1)
+
+
+def test_muon_weight_decay_is_the_matrices_own_and_null_means_weight_decay(tmp_path):
+    import lightning as L
+    from helpers.runs import TINY, compose_cfg
+    from transformer_lab.factory import build
+
+    def decays(*overrides):
+        cfg = compose_cfg(["data=modular", "data.p=11", *TINY, "optim.name=muon", "optim.weight_decay=0.3", *overrides],
+                          output_dir=str(tmp_path))  # fmt: skip
+        task = build(cfg)[2]
+        task.trainer = L.Trainer(max_steps=3, logger=False, enable_progress_bar=False, enable_model_summary=False)
+        optimizer = task.configure_optimizers()["optimizer"]
+        return {g["weight_decay"] for g in optimizer.muon.param_groups}, {
+            g["weight_decay"] for g in optimizer.adamw.param_groups
+        }
+
+    assert decays() == ({0.3}, {0.3, 0.0})
+    assert decays("optim.muon_weight_decay=0.05") == ({0.05}, {0.3, 0.0})

@@ -201,6 +201,7 @@ class Task(L.LightningModule):
                 o["muon_lr"],
                 o["muon_momentum"],
                 str(o["muon_shape_scaling"]),
+                o["weight_decay"] if o.get("muon_weight_decay") is None else o["muon_weight_decay"],
                 **groups,
             ),
         }

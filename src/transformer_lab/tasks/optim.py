@@ -209,11 +209,12 @@ def muon(
     muon_lr: float,
     momentum: float,
     shape_scaling: str,
+    muon_weight_decay: float,
     pretrained: Collection[str] = (),
     pretrained_lr: float | None = None,
 ) -> MuonWithAdamW:
     """torch's Muon (Jordan et al. 2024: Nesterov momentum, orthogonalised by Newton-Schulz) on `hidden_matrices` at
-    muon_lr, decaying; AdamW on the rest as `adamw` builds it. With pretrained_lr, Muon's loaded matrices take
+    muon_lr, decaying by muon_weight_decay; AdamW on the rest as `adamw` builds it. With pretrained_lr, Muon's loaded matrices take
     muon_lr scaled as AdamW's loaded tensors are (pretrained_lr / lr)."""
     hidden = muon_matrices(model)
     matrices: dict[float, list] = {}
@@ -223,7 +224,7 @@ def muon(
             matrices.setdefault(rate, []).append(p)
     muon_groups = [{"params": matrices[rate], "lr": rate} for rate in sorted(matrices, key=lambda r: r != muon_lr)]
     return MuonWithAdamW(
-        StackedMuon(muon_groups, lr=muon_lr, weight_decay=weight_decay, momentum=momentum, adjust_lr_fn=shape_scaling),
+        StackedMuon(muon_groups, lr=muon_lr, weight_decay=muon_weight_decay, momentum=momentum, adjust_lr_fn=shape_scaling),
         adamw(model, lr, weight_decay, betas, eps, fused, pretrained, pretrained_lr, leave_out=hidden),
     )
 
