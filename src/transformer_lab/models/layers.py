@@ -7,6 +7,9 @@ key_padding_mask); an attention cache is a dict one layer owns while decoding.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -75,6 +78,7 @@ class Attention(nn.Module):
         self.head_dim = head_dim or n_embd // n_head
         self.q_size, self.kv_size = n_head * self.head_dim, self.n_kv_head * self.head_dim
         self.dropout, self.rotary, self.scale, self.qk_norm = dropout, rotary, scale, qk_norm
+        self.capture: list[torch.Tensor] | None = None  # a list (attention_maps() sets it): each call appends its weights
         self.in_proj = nn.Linear(n_embd, self.q_size + 2 * self.kv_size, bias=bias if qkv_bias is None else qkv_bias)
         self.out_proj = nn.Linear(self.q_size, n_embd, bias=bias)
 
@@ -128,6 +132,8 @@ class Attention(nn.Module):
         if bias is not None:
             bias = bias.to(q.dtype)
             mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
+        if self.capture is not None:
+            self.capture.append(self.weights(q, k, mask, causal))
         y = F.scaled_dot_product_attention(
             q,
             k,
@@ -139,6 +145,35 @@ class Attention(nn.Module):
             enable_gqa=self.n_kv_head != self.n_head,  # each kv head serves n_head / n_kv_head query heads
         )  # (B, nh, T, hd)
         return self.out_proj(y.transpose(1, 2).contiguous().view(B, T, Q))
+
+
+    def weights(self, q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
+        """softmax(q kᵀ scale + mask), what SDPA computes inside, written out in float32 to be looked at (the
+        output still comes from SDPA, so capturing leaves it unchanged). (B, nh, T, S), each row summing to 1."""
+        T, S = q.size(2), k.size(2)
+        k = k.repeat_interleave(self.n_head // self.n_kv_head, dim=1)  # (B, nh, S, hd): a kv head per query head
+        scale = self.scale if self.scale is not None else self.head_dim**-0.5
+        scores = (q.float() @ k.float().transpose(-2, -1)) * scale  # (B, nh, T, S)
+        if causal:
+            mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril(diagonal=S - T)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask.float()
+        return scores.softmax(dim=-1).detach()
+
+
+@contextmanager
+def attention_maps(model: nn.Module) -> Iterator[dict[str, list[torch.Tensor]]]:
+    """Within it, every Attention layer of `model` keeps the weights of each call: {layer name: [(B, nh, T, S),
+    ...]} (a decoder's cache makes one entry a call). Outside it nothing is kept and nothing computed."""
+    layers = {name: m for name, m in model.named_modules() if isinstance(m, Attention)}
+    maps: dict[str, list[torch.Tensor]] = {name: [] for name in layers}
+    for name, layer in layers.items():
+        layer.capture = maps[name]
+    try:
+        yield maps
+    finally:
+        for layer in layers.values():
+            layer.capture = None
 
 
 class FeedForward(nn.Module):
