@@ -1,8 +1,9 @@
-"""Lightning callbacks: throughput, the summary.json writer, metric history, graceful interrupts, Grokfast, the
-weights' moving average, the progress bar, last.ckpt at the end, the loggers' runs in checkpoints, the run directory settled once training starts, a moved run's checkpoint records."""
+"""Lightning callbacks: throughput, the summary.json writer, metric history, graceful interrupts, Grokfast, grokking's
+progress measures, the weights' moving average, the progress bar, last.ckpt at the end, the loggers' runs in checkpoints, the run directory settled once training starts, a moved run's checkpoint records."""
 
 from transformer_lab.callbacks.ema import EMAWeightAveraging
 from transformer_lab.callbacks.grokfast import GrokfastEMA
+from transformer_lab.callbacks.grokking import GrokkingProgress
 from transformer_lab.callbacks.history import History, StepAxis
 from transformer_lab.callbacks.interrupt import GracefulInterrupt
 from transformer_lab.callbacks.last_checkpoint import LastCheckpoint
@@ -18,6 +19,7 @@ __all__ = [
     "EMAWeightAveraging",
     "GracefulInterrupt",
     "GrokfastEMA",
+    "GrokkingProgress",
     "History",
     "LastCheckpoint",
     "LoggerVersions",

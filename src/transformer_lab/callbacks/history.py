@@ -57,7 +57,7 @@ class History(L.Callback):
 
     def on_validation_end(self, trainer, pl_module):
         if not trainer.sanity_checking:
-            self._append(trainer, ("val/",))
+            self._append(trainer, ("val/", "progress/"))  # (progress/: measures taken at validation)
 
     def on_test_end(self, trainer, pl_module):
         self._append(trainer, ("test/",))

@@ -1,0 +1,196 @@
+"""Grokking's progress measures (Nanda et al. 2023, "Progress measures for grokking via mechanistic
+interpretability", section 5.1), for a decoder trained on (a + b) mod p: `callbacks=[default,progress]`.
+
+At each validation (or every `every_n_steps`) it computes, over all p² equations:
+
+- the Fourier spectrum of the token embedding over the p residues: the power of each frequency k = 1 .. (p-1)/2,
+  the norm² of the embedding's cos(2πka/p) and sin(2πka/p) components, as a share of the embedding's total;
+- the key frequencies: the fewest that hold `key_share` of that power (the trained model of the paper uses five);
+- the excluded loss: the loss on the training set of the answer logits with their components along cos(w_k(a+b))
+  and sin(w_k(a+b)) removed, for each key frequency k (w_k = 2πk/p): it rises as the model comes to rely on them;
+- the restricted loss: the loss on the training set of those components alone (with the logits' mean over inputs
+  added back, the paper's bias correction): it falls once the key frequencies alone do the task.
+
+Logged as `progress/key_frequencies`, `progress/excluded_loss`, `progress/restricted_loss` and
+`progress/embed_freq_K` (every frequency's share) to metrics.jsonl and every logger; with `images: true` the
+spectrum is also a W&B image each time. One difference from the paper: it took the key frequencies of the final
+model for every checkpoint; here each measure uses the model's key frequencies of that moment, and `frequencies`
+fixes them (e.g. to a finished run's, to remeasure the way the paper did).
+"""
+
+from __future__ import annotations
+
+import math
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+
+
+def fourier_basis(p: int) -> torch.Tensor:
+    """(p, p) orthonormal rows over the residues 0..p-1 (p odd): the constant, then cos and sin of each frequency
+    k = 1 .. (p-1)/2 in turn (row 2k-1: cos(2πka/p), row 2k: sin)."""
+    a = torch.arange(p, dtype=torch.float64)
+    rows = [torch.ones(p, dtype=torch.float64)]
+    for k in range(1, (p - 1) // 2 + 1):
+        rows += [torch.cos(2 * math.pi * k * a / p), torch.sin(2 * math.pi * k * a / p)]
+    basis = torch.stack(rows)
+    return basis / basis.norm(dim=1, keepdim=True)
+
+
+def embedding_spectrum(embedding: torch.Tensor) -> torch.Tensor:
+    """(p, d) embedding of the residues -> ((p-1)/2,) each frequency's share of the embedding's power."""
+    p = embedding.size(0)
+    power = (fourier_basis(p) @ embedding.double()).pow(2).sum(-1)  # (p,) per basis row
+    return (power[1::2] + power[2::2]) / power.sum()  # cos and sin of each frequency together
+
+
+def key_frequencies(spectrum: torch.Tensor, share: float) -> list[int]:
+    """The fewest frequencies (1-based) whose shares add up to `share` of all the frequencies' power."""
+    order = spectrum.argsort(descending=True)
+    total = spectrum.sum()
+    kept, held = [], 0.0
+    for i in order.tolist():
+        kept.append(i + 1)
+        held += float(spectrum[i])
+        if held >= share * total:
+            break
+    return sorted(kept)
+
+
+def sum_directions(p: int, frequencies: list[int]) -> torch.Tensor:
+    """(2 n, p²) orthonormal: cos(w_k(a+b)) and sin(w_k(a+b)) over the grid of inputs a * p + b, each k."""
+    a = torch.arange(p, dtype=torch.float64)
+    total = (a[:, None] + a[None, :]).flatten()  # (p²,) a + b
+    rows = []
+    for k in frequencies:
+        rows += [torch.cos(2 * math.pi * k * total / p), torch.sin(2 * math.pi * k * total / p)]
+    directions = torch.stack(rows)
+    return directions / directions.norm(dim=1, keepdim=True)
+
+
+def excluded_and_restricted(
+    logits: torch.Tensor, answers: torch.Tensor, train: torch.Tensor, frequencies: list[int]
+) -> tuple[float, float]:
+    """Nanda et al.'s excluded and restricted losses on the training set. logits: (p², p) answer logits of the
+    inputs a * p + b; answers: (p²,); train: indices into the grid."""
+    p = logits.size(1)
+    u = sum_directions(p, frequencies)  # (2n, p²)
+    logits = logits.double()
+    components = u.T @ (u @ logits)  # (p², p) the logits along the key directions (of the inputs)
+    excluded = logits - components
+    restricted = components + (logits - components).mean(dim=0, keepdim=True)  # + the per-answer offset
+    return tuple(float(F.cross_entropy(z[train], answers[train])) for z in (excluded, restricted))  # type: ignore
+
+
+class GrokkingProgress(L.Callback):
+    """The measures above for `model`'s run on `data` (set from the config: refused here, before a run starts,
+    unless the data is modular addition of two terms and the model a decoder)."""
+
+    def __init__(
+        self,
+        data: str,
+        model: str,
+        p: int | None = None,
+        op: str | None = None,
+        terms: int | None = None,
+        every_n_steps: int | None = None,
+        key_share: float = 0.9,
+        frequencies: list[int] | None = None,
+        images: bool = False,
+    ):
+        from transformer_lab.factory import import_class
+
+        op = None if op is None else str(op)  # (the config's choice)
+        if p is None or op != "+" or terms != 2:
+            got = f"data={data}" if p is None else f"data.op={op!r}, data.terms={terms}"
+            raise ValueError(f"measures the Fourier circuit of (a + b) mod p: needs data=modular data.op=+ data.terms=2, got {got}")
+        architecture = getattr(import_class(model, "model"), "architecture", None)
+        if architecture != "decoder":
+            raise ValueError(f"reads a decoder's logits at '=' (model=gpt); {model} is an {architecture!r} model")
+        if not 0 < key_share <= 1:
+            raise ValueError(f"key_share must be in (0, 1], got {key_share}")
+        if every_n_steps is not None and every_n_steps < 1:
+            raise ValueError(f"every_n_steps must be a positive number of steps or null, got {every_n_steps}")
+        bad = [k for k in frequencies or [] if not (isinstance(k, int) and 1 <= k <= (p - 1) // 2)]
+        if bad:
+            raise ValueError(f"frequencies must be integers in 1..{(p - 1) // 2} (p={p}), got {bad}")
+        self.p, self.every_n_steps, self.key_share, self.images = p, every_n_steps, key_share, images
+        self.frequencies = sorted(frequencies) if frequencies else None
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        datamodule = trainer.datamodule
+        equations = datamodule.data.equations()
+        a, b = equations.tokens[:, 0], equations.tokens[:, 2]
+        grid = a * self.p + b  # each equation's place among the p² inputs
+        self.inputs = torch.empty_like(datamodule.x)
+        self.inputs[grid] = datamodule.x  # (p², T) in grid order
+        self.answers = (torch.arange(self.p)[:, None] + torch.arange(self.p)[None, :]).flatten() % self.p
+        self.train = grid[equations.train]
+        self.offset = getattr(datamodule, "offset", 0)  # the residues' ids in the model's vocabulary
+        vocab = datamodule.vocab_size
+        self.embedding = next(
+            (m for m in pl_module.model.modules() if isinstance(m, torch.nn.Embedding) and m.num_embeddings == vocab),
+            None,
+        )
+        if self.embedding is None:
+            raise ValueError(f"{type(pl_module.model).__name__} has no nn.Embedding of the vocabulary's {vocab} tokens")
+
+    def due(self, trainer) -> bool:
+        return self.every_n_steps is None or trainer.global_step % self.every_n_steps == 0
+
+    @torch.no_grad()
+    def measure(self, model: torch.nn.Module) -> dict:
+        """The measures of the model as it is now."""
+        residues = self.embedding.weight[self.offset : self.offset + self.p]  # (p, d)
+        spectrum = embedding_spectrum(residues.detach().float().cpu())
+        key = self.frequencies or key_frequencies(spectrum, self.key_share)
+        device = self.embedding.weight.device
+        logits = torch.cat([model(chunk.to(device))[:, -1].float().cpu() for chunk in self.inputs.split(4096)])
+        logits = logits[:, self.offset : self.offset + self.p]  # (p², p): the answers' logits
+        excluded, restricted = excluded_and_restricted(logits, self.answers, self.train, key)
+        return {"spectrum": spectrum, "key": key, "excluded": excluded, "restricted": restricted}
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking or not self.due(trainer):
+            return
+        was_training = pl_module.model.training
+        pl_module.model.eval()
+        m = self.measure(pl_module.model)
+        pl_module.model.train(was_training)
+        values = {
+            "progress/key_frequencies": float(len(m["key"])),
+            "progress/excluded_loss": m["excluded"],
+            "progress/restricted_loss": m["restricted"],
+            **{f"progress/embed_freq_{k}": float(s) for k, s in enumerate(m["spectrum"].tolist(), 1)},
+        }
+        for name, value in values.items():
+            pl_module.log(name, value, rank_zero_only=True)
+        if self.images and trainer.is_global_zero:
+            self.log_image(trainer, m)
+
+    def log_image(self, trainer, m: dict) -> None:
+        for logger in trainer.loggers:
+            if hasattr(logger, "log_image"):  # (W&B's)
+                image = spectrum_image(m["spectrum"], m["key"], f"step {trainer.global_step}")
+                logger.log_image("progress/embedding_spectrum", [image], step=trainer.global_step)
+
+
+def spectrum_image(spectrum: torch.Tensor, key: list[int], title: str):
+    """The spectrum as a bar chart, the key frequencies marked: an (H, W, 4) uint8 image."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 2.6))
+    ax = fig.add_subplot()
+    k = range(1, len(spectrum) + 1)
+    ax.bar(k, spectrum.tolist(), color=["C3" if f in key else "C0" for f in k], width=0.8)
+    ax.set(xlabel="frequency k", ylabel="share of the embedding's power", title=f"{title}: key {key}")
+    fig.tight_layout()
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba()).copy()
