@@ -10,19 +10,21 @@ from collections.abc import Callable, Iterable, Iterator
 from transformer_lab.errors import ConfigError, UserError, require
 
 
-def load(target: str | None, command: str, device: str = "cpu"):
+def load(target: str | None, command: str | None, device: str = "cpu"):
     """(model in eval mode, data module with the checkpoint's vocabulary) of a run directory or checkpoint
-    file, refused in one message unless `command` is the one for it."""
+    file, refused in one message unless `command` is the one for it (None: any model, `attention`'s)."""
     from transformer_lab.checkpoint import checkpoint_of, load_model
     from transformer_lab.factory import datamodule_from_checkpoint
 
     if not target:
-        raise UserError(f"which model? python -m transformer_lab {command} RUN_DIR_OR_CKPT [key=value ...] (--help)")
+        raise UserError(
+            f"which model? python -m transformer_lab {command or 'attention'} RUN_DIR_OR_CKPT [key=value ...] (--help)"
+        )
     path = checkpoint_of(target)
     model, meta = load_model(path, map_location=device)
     datamodule = datamodule_from_checkpoint(meta)
     serves = datamodule.command  # the batches it was trained on decide (batching/base.py)
-    if serves != command:
+    if command is not None and serves != command:
         config = meta["config"]
         hint = (
             f"python -m transformer_lab {serves} {target}"

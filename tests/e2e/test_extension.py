@@ -289,6 +289,12 @@ def test_own_model_trains_resumes_and_samples(user_files, tmp_path):
     assert sample.returncode == 0, sample.stderr[-3000:]
     assert sample.stdout.startswith("ROMEO:") and len(sample.stdout.rstrip("\n")) == len("ROMEO:") + 20
 
+    drawn = forked.run([sys.executable, "-m", "transformer_lab", "attention", str(run), "text=ROMEO:"],
+                       capture_output=True, text=True, cwd=ROOT, env={**os.environ, **env})  # fmt: skip
+    assert drawn.returncode == 2 and drawn.stderr == (
+        "error: TinyGRU has no attention layer of this repository's (models/layers.py Attention): nothing to draw\n"
+    )
+
 
 @pytest.mark.parametrize("model", ["gpt", "t5"])
 def test_own_dataset_trains_gpt_and_t5(user_files, tmp_path, model):

@@ -1,0 +1,178 @@
+"""Draw what a trained model attends to: the attention weights of every layer and head for one input.
+
+    python -m transformer_lab attention outputs/DATE/TIME text="ROMEO: But soft"
+    python -m transformer_lab attention outputs/DATE/TIME text="Ein Mann fährt Fahrrad." out=maps/
+
+The first argument is a run directory (its checkpoints/best.ckpt, else last.ckpt) or a checkpoint file, of any
+model whose attention is the repository's layer (models/layers.py: gpt, encdec, bert, t5, or a model of your own
+built from it). The text becomes the model's input as its inference command reads it (`sample`, `translate`,
+`fill`, `classify`). An encoder-decoder's target is its own greedy output for that input (`target=...` gives
+one instead), so the decoder's self-attention and its cross-attention (each target token over the source: a
+translation's alignment) are those of the model translating it.
+
+Each kind of attention is one PNG: a grid of heatmaps, a row per layer and a column per head, the queries down
+and the keys across, each labelled with its token; `attention.safetensors` holds the weights themselves
+({layer: (heads, queries, keys)}) and `tokens.json` the tokens. They go to `out` (a new or empty folder;
+default: the run's attention/N/, the next free N). The weights are the model's own softmax(QKᵀ/√d + mask),
+computed beside its attention while captured (`attention_maps` in models/layers.py); the output is unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+from transformer_lab.cli import Command, run
+from transformer_lab.errors import UserError
+from transformer_lab.inference import encoder, load, with_defaults
+
+DEFAULTS = {"ckpt": None, "text": None, "target": None, "out": None, "max_extra_len": 50, "device": "cpu"}
+MINIMUMS = {"max_extra_len": 1}
+
+
+def token_names(datamodule, ids: list[int]) -> list[str]:
+    """Each id as text: the data's decoding of it alone, or a special token's name."""
+    specials = datamodule.data.specials
+    names = {specials.pad: "<pad>", specials.bos: "<bos>", specials.eos: "<eos>", specials.sep: "<sep>"}
+    out = []
+    for i in ids:
+        try:
+            text = datamodule.decode([i])
+        except Exception:  # noqa: BLE001  (a user's decode() that cannot show one id alone)
+            text = ""
+        out.append(text if text.strip() else names.get(i, repr(text) if text else f"#{i}"))
+    return out
+
+
+def inputs(model, datamodule, args: dict) -> tuple[tuple[torch.Tensor, ...], dict[str, list[int]]]:
+    """The model's forward() arguments for the text, and the token ids on each side (source, target)."""
+    try:
+        ids = encoder(datamodule)(args["text"])
+    except ValueError as e:
+        raise UserError(f"text: {e}") from None
+    limit = getattr(model.config, "block_size", None)
+    if limit is not None and len(ids) > limit:
+        raise UserError(f"text: {len(ids)} tokens, more than the model reads ({limit}, model.block_size): shorten it")
+    src = torch.tensor([ids], device=args["device"])
+    if type(model).architecture != "encoder-decoder":
+        return (src,), {"source": ids}
+    specials = datamodule.data.specials
+    if args["target"] is not None:
+        try:
+            target = encoder(datamodule.data)(args["target"])
+        except ValueError as e:
+            raise UserError(f"target: {e}") from None
+    else:
+        from transformer_lab.tasks.decoding import decode
+
+        with torch.no_grad():
+            target = decode(model, src, 1, src.size(1) + args["max_extra_len"], specials.bos, specials.eos).outputs[0]
+    tgt = [specials.bos, *target][: limit or None]
+    return (src, torch.tensor([tgt], device=args["device"])), {"source": ids, "target": tgt}
+
+
+def queries_and_keys(layer: str, model, sides: dict[str, list[str]]) -> tuple[list[str], list[str]]:
+    """The tokens along a layer's queries and keys: an encoder-decoder's encoder and cross-attention keys are the
+    source, its decoder's queries the target."""
+    if "target" not in sides:
+        return sides["source"], sides["source"]
+    decoder = layer.startswith("decoder")
+    queries = sides["target"] if decoder else sides["source"]
+    keys = sides["source"] if not decoder or "cross" in layer else sides["target"]
+    return queries, keys
+
+
+def out_folder(args: dict, checkpoint: Path) -> Path:
+    """`out`, new or empty; by default the run's attention/N/ with the next free N."""
+    if args["out"] is not None:
+        out = Path(args["out"])
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise UserError(f"out={out}: exists and is not an empty folder; give a new one (nothing is overwritten)")
+        return out
+    run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
+    n = 1
+    while (run_dir / "attention" / str(n)).exists():
+        n += 1
+    return run_dir / "attention" / str(n)
+
+
+def draw(name: str, layers: list[torch.Tensor], queries: list[str], keys: list[str], path: Path) -> None:
+    """A grid of heatmaps: a row per layer, a column per head; queries down, keys across."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    heads = layers[0].size(0)
+    cell = max(2.2, 0.16 * max(len(queries), len(keys)))
+    fig = Figure(figsize=(cell * heads + 1.2, cell * len(layers) + 0.8))
+    axes = fig.subplots(len(layers), heads, squeeze=False)
+    labelled = max(len(queries), len(keys)) <= 64
+    for i, weights in enumerate(layers):
+        for h in range(heads):
+            ax = axes[i][h]
+            image = ax.imshow(weights[h].numpy(), vmin=0, vmax=1, cmap="viridis", aspect="auto", interpolation="nearest")
+            ax.set_title(f"layer {i} head {h}", fontsize=8)
+            ax.set_xticks(range(len(keys)) if labelled else [])
+            ax.set_yticks(range(len(queries)) if labelled and h == 0 else [])
+            if labelled:
+                ax.set_xticklabels(keys, rotation=90, fontsize=6)
+                if h == 0:
+                    ax.set_yticklabels(queries, fontsize=6)
+    fig.suptitle(f"{name}: queries down, keys across")
+    fig.colorbar(image, ax=axes, shrink=0.6)
+    FigureCanvasAgg(fig).print_png(str(path))
+
+
+def attention(args: dict) -> Iterator[str]:
+    from safetensors.torch import save_file
+
+    from transformer_lab.checkpoint import checkpoint_of
+    from transformer_lab.models.layers import Attention, attention_maps
+
+    args = with_defaults(args, DEFAULTS, MINIMUMS)
+    if args["text"] is None:
+        raise UserError('text: which input? give text="..."')
+    checkpoint = checkpoint_of(args["ckpt"]) if args["ckpt"] else None
+    model, datamodule = load(args["ckpt"], None, args["device"])
+    if not any(isinstance(m, Attention) for m in model.modules()):
+        raise UserError(
+            f"{type(model).__qualname__} has no attention layer of this repository's (models/layers.py Attention): "
+            "nothing to draw"
+        )
+    forward_args, ids = inputs(model, datamodule, args)
+    out = out_folder(args, checkpoint)
+    with torch.no_grad(), attention_maps(model) as maps:
+        model(*forward_args)
+    sides = {side: token_names(datamodule, side_ids) for side, side_ids in ids.items()}
+    kinds: dict[str, list[str]] = {}  # "decoder.cross_attn" -> its layers' names, in order
+    for layer in maps:
+        kinds.setdefault(re.sub(r"\.\d+(\.|$)", r"\1", layer), []).append(layer)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for kind, layers in kinds.items():
+            queries, keys = queries_and_keys(kind, model, sides)
+            path = out / f"{kind}.png"
+            draw(kind, [maps[layer][0][0].float().cpu() for layer in layers], queries, keys, path)
+            yield str(path)
+        save_file({layer: weights[0][0].contiguous().cpu() for layer, weights in maps.items()}, out / "attention.safetensors")
+        (out / "tokens.json").write_text(json.dumps({"text": args["text"], **sides}, ensure_ascii=False, indent=1) + "\n")
+    except OSError as e:
+        raise UserError(f"out={out}: cannot write it ({e.strerror or e})") from None
+    yield str(out / "attention.safetensors")
+
+
+COMMAND = Command("attention", __doc__, DEFAULTS, attention, text=("text", "target", "out", "device"))
+
+
+def main(argv: list[str] | None = None) -> None:
+    run("attention", argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""`python -m transformer_lab attention RUN text=...` on runs of every model: one PNG per kind of attention,
+the weights saved beside it with the tokens on both axes, rows summing to 1, causal where the model is, the
+cross-attention target by source; and its refusals, one line each."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from helpers.runs import ROOT, TINY, needs_shakespeare
+from helpers.translation import write_pairs
+from transformer_lab.attention import attention
+from transformer_lab.errors import UserError
+
+SHORT = [*TINY, "trainer.max_steps=3", "trainer.val_check_interval=3", "logger=csv", "callbacks.throughput=null"]
+
+
+def train(train_process, run, *overrides):
+    result = train_process.run(*SHORT, *overrides, f"hydra.run.dir={run}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run
+
+
+def drawn(run, **options):
+    lines = list(attention({"ckpt": str(run), **{k: str(v) if k == "out" else v for k, v in options.items()}}))
+    folder = (run / "attention" / "1") if "out" not in options else options["out"]
+    maps = load_file(folder / "attention.safetensors")
+    tokens = json.loads((folder / "tokens.json").read_text())
+    assert lines[-1] == str(folder / "attention.safetensors")
+    assert all(line.endswith(".png") and (folder / line.rsplit("/", 1)[1]).stat().st_size > 1000 for line in lines[:-1])
+    for name, weights in maps.items():
+        torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]), msg=name)
+    return [line.rsplit("/", 1)[1] for line in lines[:-1]], maps, tokens
+
+
+def test_gpt_on_equations_and_bert_classifier(tmp_path, train_process):
+    gpt = train(train_process, tmp_path / "gpt", "data=modular", "data.p=11")
+    pngs, maps, tokens = drawn(gpt, text="3 + 5 =")
+    assert pngs == ["blocks.attn.png"] and tokens["source"] == ["3", "+", "5", "="]
+    assert set(maps) == {"blocks.0.attn"} and maps["blocks.0.attn"].shape == (2, 4, 4)  # heads, queries, keys
+    assert (maps["blocks.0.attn"].triu(1) == 0).all()  # causal
+    again = list(attention({"ckpt": str(gpt), "text": "1 + 2 ="}))
+    assert again[0] == str(gpt / "attention" / "2" / "blocks.attn.png")  # a new folder, nothing overwritten
+
+    bert = train(train_process, tmp_path / "bert", "data=modular", "data.p=11", "model=bert")
+    pngs, maps, tokens = drawn(bert, text="3 + 5 =", out=tmp_path / "mine")
+    assert pngs == ["encoder.self_attn.png"] and tokens["source"] == ["<bos>", "3", "+", "5", "="]
+    assert maps["encoder.0.self_attn"].shape == (2, 5, 5) and (maps["encoder.0.self_attn"].triu(1) > 0).any()
+
+
+@pytest.mark.parametrize("model", ["encdec", "t5"])
+def test_encoder_decoders_draw_the_source_target_alignment(tmp_path, train_process, model):
+    pairs = write_pairs(tmp_path / "pairs.tsv", n=200)
+    extra = ["model.d_ff=64"] if model == "t5" else []
+    run = train(train_process, tmp_path / "run", f"model={model}", "data=translation", f"data.path={pairs}",
+                "data.vocab_size=120", f"paths.data_dir={tmp_path / 'data'}", *extra)  # fmt: skip
+    pngs, maps, tokens = drawn(run, text=pairs.read_text().split("\t")[0], max_extra_len=6)
+    assert pngs == ["encoder.self_attn.png", "decoder.self_attn.png", "decoder.cross_attn.png"]
+    S, T = len(tokens["source"]), len(tokens["target"])
+    assert tokens["source"][-1] == "<eos>" and 1 < T <= S + 7 and tokens["target"][0] in ("<bos>", "<pad>")
+    heads = 2
+    assert maps["encoder.0.self_attn"].shape == (heads, S, S)
+    assert maps["decoder.0.self_attn"].shape == (heads, T, T) and (maps["decoder.0.self_attn"].triu(1) == 0).all()
+    assert maps["decoder.0.cross_attn"].shape == (heads, T, S)
+
+    given = drawn(run, text="a b", target="c d e", out=tmp_path / "given")[2]
+    assert len(given["target"]) == 1 + len(given["target"][1:]) and given["target"][0] in ("<bos>", "<pad>")
+
+
+def test_refusals_are_one_line(tmp_path, train_process):
+    run = train(train_process, tmp_path / "gpt", "data=modular", "data.p=11")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("mine")
+    cases = [
+        ({"text": "3 + 5 + 7 ="}, "text: expected an equation of the form `a + b =` (data.op=+, data.terms=2)"),
+        ({}, 'text: which input? give text="..."'),
+        ({"text": "3 + 5 =", "out": str(tmp_path / "full")}, "exists and is not an empty folder"),
+    ]
+    for options, message in cases:
+        with pytest.raises(UserError) as info:
+            list(attention({"ckpt": str(run), **options}))
+        assert message in str(info.value)
+    assert (tmp_path / "full" / "keep.txt").read_text() == "mine"
+
+
+@needs_shakespeare
+def test_a_text_longer_than_the_model_reads_is_one_line(tmp_path, train_process):
+    run = train(train_process, tmp_path / "lm", "data=shakespeare", "data.block_size=16")
+    result = subprocess.run([sys.executable, "-m", "transformer_lab", "attention", str(run), "text=" + "x" * 40],
+                            capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == "error: text: 40 tokens, more than the model reads (16, model.block_size): shorten it\n"
+    assert not (run / "attention").exists()
