@@ -61,6 +61,8 @@ def inputs(model, datamodule, args: dict) -> tuple[tuple[torch.Tensor, ...], dic
     if type(model).architecture != "encoder-decoder":
         return (src,), {"source": ids}
     specials = datamodule.data.specials
+    if args["target"] == "":  # (the callback's check: the source alone)
+        return (src,), {"source": ids}
     if args["target"] is not None:
         try:
             target = encoder(datamodule.data)(args["target"])
@@ -75,7 +77,7 @@ def inputs(model, datamodule, args: dict) -> tuple[tuple[torch.Tensor, ...], dic
     return (src, torch.tensor([tgt], device=args["device"])), {"source": ids, "target": tgt}
 
 
-def queries_and_keys(layer: str, model, sides: dict[str, list[str]]) -> tuple[list[str], list[str]]:
+def queries_and_keys(layer: str, sides: dict[str, list[str]]) -> tuple[list[str], list[str]]:
     """The tokens along a layer's queries and keys: an encoder-decoder's encoder and cross-attention keys are the
     source, its decoder's queries the target."""
     if "target" not in sides:
@@ -100,11 +102,13 @@ def out_folder(args: dict, checkpoint: Path) -> Path:
     return run_dir / "attention" / str(n)
 
 
-def draw(name: str, layers: list[torch.Tensor], queries: list[str], keys: list[str], path: Path) -> None:
-    """A grid of heatmaps: a row per layer, a column per head; queries down, keys across."""
+def draw(title: str, layers: list[torch.Tensor], queries: list[str], keys: list[str]):
+    """A grid of heatmaps, a row per layer and a column per head, queries down and keys across: an (H, W, 4)
+    uint8 image."""
     import matplotlib
 
     matplotlib.use("Agg")
+    import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -113,6 +117,7 @@ def draw(name: str, layers: list[torch.Tensor], queries: list[str], keys: list[s
     fig = Figure(figsize=(cell * heads + 1.2, cell * len(layers) + 0.8))
     axes = fig.subplots(len(layers), heads, squeeze=False)
     labelled = max(len(queries), len(keys)) <= 64
+    size = 8 if max(len(queries), len(keys)) <= 16 else 6
     for i, weights in enumerate(layers):
         for h in range(heads):
             ax = axes[i][h]
@@ -121,46 +126,72 @@ def draw(name: str, layers: list[torch.Tensor], queries: list[str], keys: list[s
             ax.set_xticks(range(len(keys)) if labelled else [])
             ax.set_yticks(range(len(queries)) if labelled and h == 0 else [])
             if labelled:
-                ax.set_xticklabels(keys, rotation=90, fontsize=6)
+                ax.set_xticklabels(keys, rotation=90, fontsize=size)
                 if h == 0:
-                    ax.set_yticklabels(queries, fontsize=6)
-    fig.suptitle(f"{name}: queries down, keys across")
+                    ax.set_yticklabels(queries, fontsize=size)
+    fig.suptitle(f"{title}: queries down, keys across")
     fig.colorbar(image, ax=axes, shrink=0.6)
-    FigureCanvasAgg(fig).print_png(str(path))
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba()).copy()
+
+
+def captured(model, datamodule, args: dict) -> tuple[dict[str, torch.Tensor], dict[str, list[str]], dict[str, list[str]]]:
+    """The model's attention on the text: ({layer: (heads, queries, keys)}, the tokens of each side, {kind of
+    attention ("decoder.cross_attn"): its layers, in order})."""
+    from transformer_lab.models.layers import attention_maps
+
+    forward_args, ids = inputs(model, datamodule, args)
+    with torch.no_grad(), attention_maps(model) as maps:
+        model(*forward_args)
+    weights = {layer: calls[0][0].float().cpu().contiguous() for layer, calls in maps.items()}
+    sides = {side: token_names(datamodule, side_ids) for side, side_ids in ids.items()}
+    kinds: dict[str, list[str]] = {}
+    for layer in weights:
+        kinds.setdefault(re.sub(r"\.\d+(\.|$)", r"\1", layer), []).append(layer)
+    return weights, sides, kinds
+
+
+def drawings(model, datamodule, args: dict, title: str = "") -> Iterator[tuple[str, object]]:
+    """(kind of attention, its image) for the text, each kind in turn (the training callback's)."""
+    weights, sides, kinds = captured(model, datamodule, args)
+    for kind, layers in kinds.items():
+        queries, keys = queries_and_keys(kind, sides)
+        yield kind, draw(f"{title} {kind}".strip(), [weights[layer] for layer in layers], queries, keys)
+
+
+def check_model(model) -> None:
+    from transformer_lab.models.layers import Attention
+
+    if not any(isinstance(m, Attention) for m in model.modules()):
+        raise UserError(
+            f"{type(model).__qualname__} has no attention layer of this repository's (models/layers.py Attention): "
+            "nothing to draw"
+        )
 
 
 def attention(args: dict) -> Iterator[str]:
+    from PIL import Image
     from safetensors.torch import save_file
 
     from transformer_lab.checkpoint import checkpoint_of
-    from transformer_lab.models.layers import Attention, attention_maps
 
     args = with_defaults(args, DEFAULTS, MINIMUMS)
     if args["text"] is None:
         raise UserError('text: which input? give text="..."')
     checkpoint = checkpoint_of(args["ckpt"]) if args["ckpt"] else None
     model, datamodule = load(args["ckpt"], None, args["device"])
-    if not any(isinstance(m, Attention) for m in model.modules()):
-        raise UserError(
-            f"{type(model).__qualname__} has no attention layer of this repository's (models/layers.py Attention): "
-            "nothing to draw"
-        )
-    forward_args, ids = inputs(model, datamodule, args)
+    check_model(model)
     out = out_folder(args, checkpoint)
-    with torch.no_grad(), attention_maps(model) as maps:
-        model(*forward_args)
-    sides = {side: token_names(datamodule, side_ids) for side, side_ids in ids.items()}
-    kinds: dict[str, list[str]] = {}  # "decoder.cross_attn" -> its layers' names, in order
-    for layer in maps:
-        kinds.setdefault(re.sub(r"\.\d+(\.|$)", r"\1", layer), []).append(layer)
+    weights, sides, kinds = captured(model, datamodule, args)
     try:
         out.mkdir(parents=True, exist_ok=True)
         for kind, layers in kinds.items():
-            queries, keys = queries_and_keys(kind, model, sides)
+            queries, keys = queries_and_keys(kind, sides)
             path = out / f"{kind}.png"
-            draw(kind, [maps[layer][0][0].float().cpu() for layer in layers], queries, keys, path)
+            Image.fromarray(draw(kind, [weights[layer] for layer in layers], queries, keys)).save(path)
             yield str(path)
-        save_file({layer: weights[0][0].contiguous().cpu() for layer, weights in maps.items()}, out / "attention.safetensors")
+        save_file(weights, out / "attention.safetensors")
         (out / "tokens.json").write_text(json.dumps({"text": args["text"], **sides}, ensure_ascii=False, indent=1) + "\n")
     except OSError as e:
         raise UserError(f"out={out}: cannot write it ({e.strerror or e})") from None

@@ -1,6 +1,7 @@
-"""Lightning callbacks: throughput, the summary.json writer, metric history, graceful interrupts, Grokfast, grokking's
+"""Lightning callbacks: throughput, attention maps at validation, the summary.json writer, metric history, graceful interrupts, Grokfast, grokking's
 progress measures, the weights' moving average, the progress bar, last.ckpt at the end, the loggers' runs in checkpoints, the run directory settled once training starts, a moved run's checkpoint records."""
 
+from transformer_lab.callbacks.attention_images import AttentionImages
 from transformer_lab.callbacks.ema import EMAWeightAveraging
 from transformer_lab.callbacks.grokfast import GrokfastEMA
 from transformer_lab.callbacks.grokking import GrokkingProgress
@@ -16,6 +17,7 @@ from transformer_lab.callbacks.summary import Summary
 from transformer_lab.callbacks.throughput import Throughput
 
 __all__ = [
+    "AttentionImages",
     "EMAWeightAveraging",
     "GracefulInterrupt",
     "GrokfastEMA",

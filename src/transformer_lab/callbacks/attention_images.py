@@ -1,0 +1,56 @@
+"""The attention maps of one fixed input at each validation (`callbacks=[default,attention]`,
+`callbacks.attention.text=...`): one image per kind of attention, as `python -m transformer_lab attention` draws
+them, logged to W&B (`attention/KIND`), so runs compare side by side there; without W&B, PNG files in the run's
+attention/step_N/."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+import torch
+
+
+class AttentionImages(L.Callback):
+    def __init__(self, text: str, dirpath: str, every_n_steps: int | None = None, max_extra_len: int = 20):
+        if not isinstance(text, str) or not text:
+            raise ValueError(f"text: which input? give callbacks.attention.text=\"...\" (a non-empty text), got {text!r}")
+        if every_n_steps is not None and every_n_steps < 1:
+            raise ValueError(f"every_n_steps must be a positive number of steps or null, got {every_n_steps}")
+        self.text, self.dirpath, self.every_n_steps, self.max_extra_len = text, Path(dirpath), every_n_steps, max_extra_len
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        from transformer_lab.attention import check_model, inputs
+        from transformer_lab.errors import UserError
+
+        model = pl_module.model
+        check_model(model)
+        # A text the model cannot read is refused before training (here: the data's vocabulary is set up by now).
+        options = {"text": self.text, "target": "", "max_extra_len": self.max_extra_len, "device": "cpu"}
+        try:
+            inputs(model, trainer.datamodule, options)
+        except UserError as e:
+            raise UserError(f"callbacks.attention.{e}") from None
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        if self.every_n_steps is not None and trainer.global_step % self.every_n_steps:
+            return
+        from transformer_lab.attention import drawings
+
+        model = pl_module.model
+        device = next(model.parameters()).device
+        options = {"text": self.text, "target": None, "max_extra_len": self.max_extra_len, "device": str(device)}
+        images = dict(drawings(model, trainer.datamodule, options, f"step {trainer.global_step}"))
+        wandb = [logger for logger in trainer.loggers if hasattr(logger, "log_image")]
+        for logger in wandb:
+            for kind, image in images.items():
+                logger.log_image(f"attention/{kind}", [image], step=trainer.global_step)
+        if not wandb:
+            from PIL import Image
+
+            folder = self.dirpath / f"step_{trainer.global_step}"
+            folder.mkdir(parents=True, exist_ok=True)
+            for kind, image in images.items():
+                Image.fromarray(image).save(folder / f"{kind}.png")
