@@ -77,15 +77,14 @@ def inputs(model, datamodule, args: dict) -> tuple[tuple[torch.Tensor, ...], dic
     return (src, torch.tensor([tgt], device=args["device"])), {"source": ids, "target": tgt}
 
 
-def queries_and_keys(layer: str, sides: dict[str, list[str]]) -> tuple[list[str], list[str]]:
-    """The tokens along a layer's queries and keys: an encoder-decoder's encoder and cross-attention keys are the
-    source, its decoder's queries the target."""
+def queries_and_keys(layer: str, cross: bool, sides: dict[str, list[str]]) -> tuple[list[str], list[str]]:
+    """The tokens along a layer's queries and keys: in an encoder-decoder (EncoderDecoder: `encoder` and `decoder`),
+    the encoder's layers read the source, the decoder's the target, and cross-attention's keys are the source."""
     if "target" not in sides:
         return sides["source"], sides["source"]
-    decoder = layer.startswith("decoder")
-    queries = sides["target"] if decoder else sides["source"]
-    keys = sides["source"] if not decoder or "cross" in layer else sides["target"]
-    return queries, keys
+    encoder = layer.startswith("encoder.")
+    queries = sides["source"] if encoder else sides["target"]
+    return queries, sides["source"] if encoder or cross else sides["target"]
 
 
 def out_folder(args: dict, checkpoint: Path) -> Path:
@@ -136,27 +135,42 @@ def draw(title: str, layers: list[torch.Tensor], queries: list[str], keys: list[
     return np.asarray(canvas.buffer_rgba()).copy()
 
 
-def captured(model, datamodule, args: dict) -> tuple[dict[str, torch.Tensor], dict[str, list[str]], dict[str, list[str]]]:
+def captured(model, datamodule, args: dict) -> tuple[dict, dict[str, list[str]], dict[str, tuple[list[str], bool]]]:
     """The model's attention on the text: ({layer: (heads, queries, keys)}, the tokens of each side, {kind of
-    attention ("decoder.cross_attn"): its layers, in order})."""
-    from transformer_lab.models.layers import attention_maps
+    attention ("decoder.cross_attn"): (its layers in order, whether it attends to the source from the target)})."""
+    from transformer_lab.models.layers import Attention, attention_maps
 
     forward_args, ids = inputs(model, datamodule, args)
-    with torch.no_grad(), attention_maps(model) as maps:
-        model(*forward_args)
-    weights = {layer: calls[0][0].float().cpu().contiguous() for layer, calls in maps.items()}
+    cross: set[str] = set()  # the layers called with a memory: cross-attention
+
+    def noted(name: str):
+        def hook(_, args, kwargs):
+            if (args[1] if len(args) > 1 else kwargs.get("memory")) is not None:
+                cross.add(name)
+
+        return hook
+
+    layers = [(name, m) for name, m in model.named_modules() if isinstance(m, Attention)]
+    hooks = [layer.register_forward_pre_hook(noted(name), with_kwargs=True) for name, layer in layers]
+    try:
+        with torch.no_grad(), attention_maps(model) as maps:
+            model(*forward_args)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    weights = {layer: calls[0][0].float().cpu().contiguous() for layer, calls in maps.items() if calls}  # (called ones)
     sides = {side: token_names(datamodule, side_ids) for side, side_ids in ids.items()}
-    kinds: dict[str, list[str]] = {}
+    kinds: dict[str, tuple[list[str], bool]] = {}  # "decoder.cross_attn" -> (its layers in order, cross?)
     for layer in weights:
-        kinds.setdefault(re.sub(r"\.\d+(\.|$)", r"\1", layer), []).append(layer)
+        kinds.setdefault(re.sub(r"\.\d+(\.|$)", r"\1", layer), ([], layer in cross))[0].append(layer)
     return weights, sides, kinds
 
 
 def drawings(model, datamodule, args: dict, title: str = "") -> Iterator[tuple[str, object]]:
     """(kind of attention, its image) for the text, each kind in turn (the training callback's)."""
     weights, sides, kinds = captured(model, datamodule, args)
-    for kind, layers in kinds.items():
-        queries, keys = queries_and_keys(kind, sides)
+    for kind, (layers, cross) in kinds.items():
+        queries, keys = queries_and_keys(kind, cross, sides)
         yield kind, draw(f"{title} {kind}".strip(), [weights[layer] for layer in layers], queries, keys)
 
 
@@ -186,8 +200,8 @@ def attention(args: dict) -> Iterator[str]:
     weights, sides, kinds = captured(model, datamodule, args)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        for kind, layers in kinds.items():
-            queries, keys = queries_and_keys(kind, sides)
+        for kind, (layers, cross) in kinds.items():
+            queries, keys = queries_and_keys(kind, cross, sides)
             path = out / f"{kind}.png"
             Image.fromarray(draw(kind, [weights[layer] for layer in layers], queries, keys)).save(path)
             yield str(path)

@@ -119,7 +119,11 @@ class GrokkingProgress(L.Callback):
         self.frequencies = sorted(frequencies) if frequencies else None
 
     def setup(self, trainer, pl_module, stage: str) -> None:
-        datamodule = trainer.datamodule
+        self.prepare(trainer.datamodule, pl_module.model)
+
+    def prepare(self, datamodule, model: torch.nn.Module) -> None:
+        """The p² inputs in grid order (a * p + b), their answers, the training set's places among them, and the
+        model's token embedding, from the data module the model trains on (set up)."""
         equations = datamodule.data.equations()
         a, b = equations.tokens[:, 0], equations.tokens[:, 2]
         grid = a * self.p + b  # each equation's place among the p² inputs
@@ -130,11 +134,10 @@ class GrokkingProgress(L.Callback):
         self.offset = getattr(datamodule, "offset", 0)  # the residues' ids in the model's vocabulary
         vocab = datamodule.vocab_size
         self.embedding = next(
-            (m for m in pl_module.model.modules() if isinstance(m, torch.nn.Embedding) and m.num_embeddings == vocab),
-            None,
+            (m for m in model.modules() if isinstance(m, torch.nn.Embedding) and m.num_embeddings == vocab), None
         )
         if self.embedding is None:
-            raise ValueError(f"{type(pl_module.model).__name__} has no nn.Embedding of the vocabulary's {vocab} tokens")
+            raise ValueError(f"{type(model).__name__} has no nn.Embedding of the vocabulary's {vocab} tokens")
 
     def due(self, trainer) -> bool:
         return self.every_n_steps is None or trainer.global_step % self.every_n_steps == 0

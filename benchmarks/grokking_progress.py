@@ -1,0 +1,68 @@
+"""Grokking's progress measures remeasured the paper's way: every snapshot of a run with one set of key frequencies,
+those of its final model (Nanda et al. 2023 took the final model's for every checkpoint; the progress callback takes
+each moment's own). Reads RUN/snapshots/*.ckpt (a ModelCheckpoint every N steps, as experiments/grokking.md's
+command saves them) and writes RUN/progress_fixed.jsonl (one line a snapshot: step, the key frequencies, the
+excluded and restricted losses, the training and validation accuracy):
+
+    python benchmarks/grokking_progress.py RUN [RUN ...] [--key-share 0.9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+import torch
+
+from transformer_lab.callbacks.grokking import GrokkingProgress, embedding_spectrum, key_frequencies
+from transformer_lab.checkpoint import load_model
+from transformer_lab.factory import datamodule_from_checkpoint
+
+
+def snapshots(run: Path) -> list[tuple[int, Path]]:
+    found = [(int(re.search(r"(\d+)", p.stem).group(1)), p) for p in (run / "snapshots").glob("*.ckpt")]
+    return sorted(found)
+
+
+def remeasure(run: Path, key_share: float) -> list[dict]:
+    steps = snapshots(run)
+    if not steps:
+        raise SystemExit(f"error: {run}/snapshots holds no checkpoint")
+    final = load_model(run / "checkpoints" / "last.ckpt")
+    config = final[1]["config"]["data"]
+    datamodule = datamodule_from_checkpoint(final[1])
+    datamodule.setup("fit")
+    measures = GrokkingProgress("modular", "transformer_lab.models.gpt.GPT", config["p"], "+", 2, key_share=key_share)
+    measures.prepare(datamodule, final[0])
+    residues = measures.embedding.weight[: config["p"]].detach()
+    measures.frequencies = key_frequencies(embedding_spectrum(residues), key_share)
+    rows = []
+    for step, path in steps:
+        model, _ = load_model(path)
+        measures.prepare(datamodule, model)
+        m = measures.measure(model)
+        with torch.no_grad():
+            predicted = torch.cat([model(c)[:, -1, : config["p"]].argmax(-1) for c in measures.inputs.split(4096)])
+        right = predicted == measures.answers
+        val = torch.ones(len(right), dtype=torch.bool)
+        val[measures.train] = False
+        rows.append({"step": step, "key": m["key"], "excluded_loss": m["excluded"], "restricted_loss": m["restricted"],
+                     "train_acc": float(right[measures.train].float().mean()), "val_acc": float(right[val].float().mean())})  # fmt: skip
+        print(json.dumps(rows[-1]), flush=True)
+    (run / "progress_fixed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", type=Path)
+    parser.add_argument("--key-share", type=float, default=0.9)
+    args = parser.parse_args()
+    for run in args.runs:
+        remeasure(run, args.key_share)
+
+
+if __name__ == "__main__":
+    main()
