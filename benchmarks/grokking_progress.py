@@ -34,9 +34,9 @@ def remeasure(run: Path, key_share: float) -> list[dict]:
     config = final[1]["config"]["data"]
     datamodule = datamodule_from_checkpoint(final[1])
     datamodule.setup("fit")
-    measures = GrokkingProgress("modular", "transformer_lab.models.gpt.GPT", config["p"], "+", 2, key_share=key_share)
+    measures = GrokkingProgress("modular", "transformer_lab.models.gpt.GPT", str(run), config["p"], "+", 2, key_share)
     measures.prepare(datamodule, final[0])
-    residues = measures.embedding.weight[: config["p"]].detach()
+    residues = measures.embedding.weight[measures.residues].detach()
     measures.frequencies = key_frequencies(embedding_spectrum(residues), key_share)
     rows = []
     for step, path in steps:
@@ -44,11 +44,12 @@ def remeasure(run: Path, key_share: float) -> list[dict]:
         measures.prepare(datamodule, model)
         m = measures.measure(model)
         with torch.no_grad():
-            predicted = torch.cat([model(c)[:, -1, : config["p"]].argmax(-1) for c in measures.inputs.split(4096)])
+            logits = torch.cat([model(c)[:, -1] for c in measures.inputs.split(4096)])
+        predicted = logits[:, measures.residues].argmax(-1)
         right = predicted == measures.answers
         val = torch.ones(len(right), dtype=torch.bool)
         val[measures.train] = False
-        rows.append({"step": step, "key": m["key"], "excluded_loss": m["excluded"], "restricted_loss": m["restricted"],
+        rows.append({"step": step, "key": m["key"], "spectrum": m["spectrum"].tolist(), "excluded_loss": m["excluded"], "restricted_loss": m["restricted"],
                      "train_acc": float(right[measures.train].float().mean()), "val_acc": float(right[val].float().mean())})  # fmt: skip
         print(json.dumps(rows[-1]), flush=True)
     (run / "progress_fixed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -9,6 +9,7 @@ models/configs.py, ...); checks across sections, and of conf/train.yaml's own ke
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from dataclasses import MISSING, dataclass, field
 from pathlib import Path
@@ -220,7 +221,13 @@ class OptimConfig:
         require(self.muon_lr > 0, "muon_lr", f"must be positive, got {self.muon_lr}")
         require(0 <= self.muon_momentum < 1, "muon_momentum", f"must be in [0, 1), got {self.muon_momentum}")
         muon_decay = self.muon_weight_decay
-        require(muon_decay is None or muon_decay >= 0, "muon_weight_decay", f"must be >= 0 or null, got {muon_decay}")
+        ok = muon_decay is None or 0 <= muon_decay < math.inf
+        require(ok, "muon_weight_decay", f"must be a finite number >= 0, or null, got {muon_decay}")
+        require(
+            muon_decay is None or str(self.name) == "muon",
+            "muon_weight_decay",
+            f"is the decay of Muon's matrices: it needs optim.name=muon (got {self.name}), or leave it null",
+        )
         require(
             len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
             "betas",

@@ -35,14 +35,14 @@ def test_the_embedding_spectrum_is_the_fft_power_of_each_frequency():
     embedding = torch.randn(P, 5, generator=torch.Generator().manual_seed(0))
     fft = np.fft.fft(embedding.numpy(), axis=0)  # (P, 5) over the residues
     power = (np.abs(fft) ** 2).sum(1)  # per DFT index; k and P - k are one real frequency
-    expected = 2 * power[1 : (P - 1) // 2 + 1] / power.sum()
+    expected = 2 * power[1 : (P - 1) // 2 + 1] / (power.sum() - power[0])  # of the frequencies' power
     assert np.allclose(embedding_spectrum(embedding).numpy(), expected)
     a = torch.arange(P, dtype=torch.float32)[:, None]
     pure = torch.cat([torch.cos(2 * math.pi * 3 * a / P), 2 * torch.sin(2 * math.pi * 3 * a / P)], 1)  # k = 3 only
     assert torch.allclose(embedding_spectrum(pure), torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64), atol=1e-6)
 
 
-def test_key_frequencies_are_the_fewest_holding_the_share():
+def test_key_frequencies_are_the_fewest_holding_the_share():  # (the shares add up to 1)
     spectrum = torch.tensor([0.1, 0.5, 0.05, 0.3, 0.05])
     assert key_frequencies(spectrum, 0.75) == [2, 4]
     assert key_frequencies(spectrum, 0.5) == [2]
@@ -86,9 +86,15 @@ BAD = [
     (["data=modular", "data.op=*"], "got data.op='*', data.terms=2"),
     (["data=modular", "data.terms=3"], "got data.op='+', data.terms=3"),
     (["data=modular", "model=bert"], "reads a decoder's logits at '=' (model=gpt); transformer_lab.models.bert.Bert is an 'encoder' model"),
-    (["data=modular", "callbacks.progress.key_share=0"], "key_share must be in (0, 1], got 0"),
-    (["data=modular", "callbacks.progress.frequencies=[0,60]"], "frequencies must be integers in 1..48 (p=97), got [0, 60]"),
-    (["data=modular", "callbacks.progress.every_n_steps=0"], "every_n_steps must be a positive number of steps or null, got 0"),
+    (["data=modular", "data.p=2"], "needs a frequency to measure, 1..(p-1)/2: data.p >= 3, got 2"),
+    (["data=modular", "callbacks.progress.key_share=0"], "key_share must be a number in (0, 1], got 0"),
+    (["data=modular", "callbacks.progress.key_share=abc"], "key_share must be a number in (0, 1], got 'abc'"),
+    (["data=modular", "callbacks.progress.key_share=null"], "key_share must be a number in (0, 1], got None"),
+    *[(["data=modular", f"callbacks.progress.frequencies={bad}"],
+       f"frequencies must be a list of distinct integers in 1..48 (p=97), or null, got {shown}")
+      for bad, shown in [("[0,60]", "[0, 60]"), ("[2,2]", "[2, 2]"), ("[]", "[]"), ("3", "3"), ("abc", "'abc'"),
+                         ("[true]", "[True]"), ("[1.5]", "[1.5]")]],
+    (["data=modular", "callbacks.progress.images=yes"], "images must be true or false, got 'yes'"),
 ]  # fmt: skip
 
 

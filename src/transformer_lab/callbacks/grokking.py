@@ -4,16 +4,19 @@ interpretability", section 5.1), for a decoder trained on (a + b) mod p: `callba
 At each validation (or every `every_n_steps`) it computes, over all p² equations:
 
 - the Fourier spectrum of the token embedding over the p residues: the power of each frequency k = 1 .. (p-1)/2,
-  the norm² of the embedding's cos(2πka/p) and sin(2πka/p) components, as a share of the embedding's total;
+  the norm² of the embedding's cos(2πka/p) and sin(2πka/p) components, as a share of all the frequencies' power
+  (the constant component, the residues' mean embedding, left out: the shares add up to 1);
 - the key frequencies: the fewest that hold `key_share` of that power (the trained model of the paper uses five);
 - the excluded loss: the loss on the training set of the answer logits with their components along cos(w_k(a+b))
   and sin(w_k(a+b)) removed, for each key frequency k (w_k = 2πk/p): it rises as the model comes to rely on them;
 - the restricted loss: the loss on the training set of those components alone (with the logits' mean over inputs
   added back, the paper's bias correction): it falls once the key frequencies alone do the task.
 
-Logged as `progress/key_frequencies`, `progress/excluded_loss`, `progress/restricted_loss` and
-`progress/embed_freq_K` (every frequency's share) to metrics.jsonl and every logger; with `images: true` the
-spectrum is also a W&B image each time. One difference from the paper: it took the key frequencies of the final
+The losses are cross-entropies over the p answers' logits alone (the paper's too; the run's train/loss is over the
+whole vocabulary, so at initialisation these start near ln p, below it). Logged at each validation as
+`progress/key_frequencies`, `progress/excluded_loss`, `progress/restricted_loss` and `progress/embed_freq_K`
+(every frequency's share) to metrics.jsonl and every logger; with `images: true` the spectrum is also a W&B image
+each time (without W&B, a PNG in the run's progress/). One difference from the paper: it took the key frequencies of the final
 model for every checkpoint; here each measure uses the model's key frequencies of that moment, and `frequencies`
 fixes them (e.g. to a finished run's, to remeasure the way the paper did).
 """
@@ -21,6 +24,7 @@ fixes them (e.g. to a finished run's, to remeasure the way the paper did).
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import lightning as L
 import torch
@@ -39,21 +43,21 @@ def fourier_basis(p: int) -> torch.Tensor:
 
 
 def embedding_spectrum(embedding: torch.Tensor) -> torch.Tensor:
-    """(p, d) embedding of the residues -> ((p-1)/2,) each frequency's share of the embedding's power."""
+    """(p, d) embedding of the residues -> ((p-1)/2,) each frequency's share of the power of the embedding's
+    frequencies (the constant, the residues' mean embedding, left out: the shares add up to 1)."""
     p = embedding.size(0)
     power = (fourier_basis(p) @ embedding.double()).pow(2).sum(-1)  # (p,) per basis row
-    return (power[1::2] + power[2::2]) / power.sum()  # cos and sin of each frequency together
+    frequencies = power[1::2] + power[2::2]  # cos and sin of each frequency together
+    return frequencies / frequencies.sum()
 
 
 def key_frequencies(spectrum: torch.Tensor, share: float) -> list[int]:
-    """The fewest frequencies (1-based) whose shares add up to `share` of all the frequencies' power."""
-    order = spectrum.argsort(descending=True)
-    total = spectrum.sum()
+    """The fewest frequencies (1-based) whose shares add up to `share` (of 1)."""
     kept, held = [], 0.0
-    for i in order.tolist():
+    for i in spectrum.argsort(descending=True).tolist():
         kept.append(i + 1)
         held += float(spectrum[i])
-        if held >= share * total:
+        if held >= share * (1 - 1e-9):
             break
     return sorted(kept)
 
@@ -91,10 +95,10 @@ class GrokkingProgress(L.Callback):
         self,
         data: str,
         model: str,
+        dirpath: str,
         p: int | None = None,
         op: str | None = None,
         terms: int | None = None,
-        every_n_steps: int | None = None,
         key_share: float = 0.9,
         frequencies: list[int] | None = None,
         images: bool = False,
@@ -105,33 +109,41 @@ class GrokkingProgress(L.Callback):
         if p is None or op != "+" or terms != 2:
             got = f"data={data}" if p is None else f"data.op={op!r}, data.terms={terms}"
             raise ValueError(f"measures the Fourier circuit of (a + b) mod p: needs data=modular data.op=+ data.terms=2, got {got}")
+        if p < 3:
+            raise ValueError(f"needs a frequency to measure, 1..(p-1)/2: data.p >= 3, got {p}")
         architecture = getattr(import_class(model, "model"), "architecture", None)
         if architecture != "decoder":
             raise ValueError(f"reads a decoder's logits at '=' (model=gpt); {model} is an {architecture!r} model")
-        if not 0 < key_share <= 1:
-            raise ValueError(f"key_share must be in (0, 1], got {key_share}")
-        if every_n_steps is not None and every_n_steps < 1:
-            raise ValueError(f"every_n_steps must be a positive number of steps or null, got {every_n_steps}")
-        bad = [k for k in frequencies or [] if not (isinstance(k, int) and 1 <= k <= (p - 1) // 2)]
-        if bad:
-            raise ValueError(f"frequencies must be integers in 1..{(p - 1) // 2} (p={p}), got {bad}")
-        self.p, self.every_n_steps, self.key_share, self.images = p, every_n_steps, key_share, images
-        self.frequencies = sorted(frequencies) if frequencies else None
+        number = isinstance(key_share, (int, float)) and not isinstance(key_share, bool)
+        if not number or not 0 < key_share <= 1:
+            raise ValueError(f"key_share must be a number in (0, 1], got {key_share!r}")
+        if frequencies is not None:
+            top = (p - 1) // 2
+            listed = list(frequencies) if not isinstance(frequencies, (str, int, float)) else None
+            bad = [k for k in listed or [] if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= top]
+            if not listed or bad or len(set(listed)) != len(listed):
+                raise ValueError(
+                    f"frequencies must be a list of distinct integers in 1..{top} (p={p}), or null, got {frequencies!r}"
+                )
+        if not isinstance(images, bool):
+            raise ValueError(f"images must be true or false, got {images!r}")
+        self.p, self.key_share, self.images, self.dirpath = p, key_share, images, Path(dirpath)
+        self.frequencies = sorted(frequencies) if frequencies is not None else None
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         self.prepare(trainer.datamodule, pl_module.model)
 
     def prepare(self, datamodule, model: torch.nn.Module) -> None:
-        """The p² inputs in grid order (a * p + b), their answers, the training set's places among them, and the
-        model's token embedding, from the data module the model trains on (set up)."""
+        """The p² inputs in grid order (a * p + b) as the model reads them (the batches' encode()), their answers,
+        the training set's places among them, the residues' ids, and the model's token embedding."""
         equations = datamodule.data.equations()
         a, b = equations.tokens[:, 0], equations.tokens[:, 2]
         grid = a * self.p + b  # each equation's place among the p² inputs
-        self.inputs = torch.empty_like(datamodule.x)
-        self.inputs[grid] = datamodule.x  # (p², T) in grid order
-        self.answers = (torch.arange(self.p)[:, None] + torch.arange(self.p)[None, :]).flatten() % self.p
+        pairs = [(x, y) for x in range(self.p) for y in range(self.p)]
+        self.inputs = torch.tensor([datamodule.encode(f"{x} + {y} =") for x, y in pairs])  # (p², T)
+        self.answers = torch.tensor([(x + y) % self.p for x, y in pairs])
         self.train = grid[equations.train]
-        self.offset = getattr(datamodule, "offset", 0)  # the residues' ids in the model's vocabulary
+        self.residues = torch.tensor([datamodule.encode(f"{r} + 0 =")[0] for r in range(self.p)])  # their ids
         vocab = datamodule.vocab_size
         self.embedding = next(
             (m for m in model.modules() if isinstance(m, torch.nn.Embedding) and m.num_embeddings == vocab), None
@@ -139,23 +151,20 @@ class GrokkingProgress(L.Callback):
         if self.embedding is None:
             raise ValueError(f"{type(model).__name__} has no nn.Embedding of the vocabulary's {vocab} tokens")
 
-    def due(self, trainer) -> bool:
-        return self.every_n_steps is None or trainer.global_step % self.every_n_steps == 0
-
     @torch.no_grad()
     def measure(self, model: torch.nn.Module) -> dict:
         """The measures of the model as it is now."""
-        residues = self.embedding.weight[self.offset : self.offset + self.p]  # (p, d)
+        residues = self.embedding.weight[self.residues.to(self.embedding.weight.device)]  # (p, d)
         spectrum = embedding_spectrum(residues.detach().float().cpu())
         key = self.frequencies or key_frequencies(spectrum, self.key_share)
         device = self.embedding.weight.device
         logits = torch.cat([model(chunk.to(device))[:, -1].float().cpu() for chunk in self.inputs.split(4096)])
-        logits = logits[:, self.offset : self.offset + self.p]  # (p², p): the answers' logits
+        logits = logits[:, self.residues]  # (p², p): the answers' logits
         excluded, restricted = excluded_and_restricted(logits, self.answers, self.train, key)
         return {"spectrum": spectrum, "key": key, "excluded": excluded, "restricted": restricted}
 
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
-        if trainer.sanity_checking or not self.due(trainer):
+        if trainer.sanity_checking:
             return
         was_training = pl_module.model.training
         pl_module.model.eval()
@@ -173,10 +182,16 @@ class GrokkingProgress(L.Callback):
             self.log_image(trainer, m)
 
     def log_image(self, trainer, m: dict) -> None:
-        for logger in trainer.loggers:
-            if hasattr(logger, "log_image"):  # (W&B's)
-                image = spectrum_image(m["spectrum"], m["key"], f"step {trainer.global_step}")
-                logger.log_image("progress/embedding_spectrum", [image], step=trainer.global_step)
+        """The spectrum as a W&B image; without W&B, a PNG in the run's progress/ folder."""
+        image = spectrum_image(m["spectrum"], m["key"], f"step {trainer.global_step}")
+        wandb = [logger for logger in trainer.loggers if hasattr(logger, "log_image")]
+        for logger in wandb:
+            logger.log_image("progress/embedding_spectrum", [image], step=trainer.global_step)
+        if not wandb:
+            from PIL import Image
+
+            self.dirpath.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(image).save(self.dirpath / f"spectrum_step_{trainer.global_step}.png")
 
 
 def spectrum_image(spectrum: torch.Tensor, key: list[int], title: str):
