@@ -13,14 +13,17 @@ translation's alignment) are those of the model translating it.
 Each kind of attention is one PNG: a grid of heatmaps, a row per layer and a column per head, the queries down
 and the keys across, each labelled with its token; `attention.safetensors` holds the weights themselves
 ({layer: (heads, queries, keys)}) and `tokens.json` the tokens. They go to `out` (a new or empty folder;
-default: the run's attention/N/, the next free N). The weights are the model's own softmax(QKᵀ/√d + mask),
-computed beside its attention while captured (`attention_maps` in models/layers.py); the output is unchanged.
+default: the run's attention/N/, the next free N), all at once: an interrupted call leaves nothing. The weights
+are the model's own softmax(QKᵀ/√d + mask), computed beside its attention while captured (`attention_maps` in
+models/layers.py); the output is unchanged. A text longer than the model reads is refused, not cut; so are more
+than MOST_TOKENS tokens a side (the drawing of a longer one would not be legible, nor fit in memory).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,19 +35,23 @@ from transformer_lab.inference import encoder, load, with_defaults
 
 DEFAULTS = {"ckpt": None, "text": None, "target": None, "out": None, "max_extra_len": 50, "device": "cpu"}
 MINIMUMS = {"max_extra_len": 1}
+MOST_TOKENS = 512  # a side of the maps drawn
 
 
 def token_names(datamodule, ids: list[int]) -> list[str]:
-    """Each id as text: the data's decoding of it alone, or a special token's name."""
+    """Each id as text, its whitespace shown (`␣`, `\\n`); an id that decodes to nothing by its special name
+    (the batches' own, [CLS], then the data's <pad>, <bos>, <eos>, <sep>), else as #id."""
     specials = datamodule.data.specials
     names = {specials.pad: "<pad>", specials.bos: "<bos>", specials.eos: "<eos>", specials.sep: "<sep>"}
+    names.update(datamodule.special_names)
     out = []
     for i in ids:
         try:
             text = datamodule.decode([i])
         except Exception:  # noqa: BLE001  (a user's decode() that cannot show one id alone)
             text = ""
-        out.append(text if text.strip() else names.get(i, repr(text) if text else f"#{i}"))
+        shown = text.replace(" ", "␣").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+        out.append(shown if text else names.get(i, f"#{i}"))
     return out
 
 
@@ -57,8 +64,18 @@ def inputs(model, datamodule, args: dict) -> tuple[tuple[torch.Tensor, ...], dic
     limit = getattr(model.config, "block_size", None)
     if limit is not None and len(ids) > limit:
         raise UserError(f"text: {len(ids)} tokens, more than the model reads ({limit}, model.block_size): shorten it")
+    read = getattr(datamodule.data, "max_tokens", None)  # a source the batches would cut to it (translation)
+    if read is not None and len(encoder(datamodule.data)(args["text"])) > read:
+        raise UserError(
+            f"text: {len(encoder(datamodule.data)(args['text']))} tokens, more than the model read in training "
+            f"({read}, data.max_tokens): shorten it"
+        )
+    if len(ids) > MOST_TOKENS:
+        raise UserError(f"text: {len(ids)} tokens; the maps of at most {MOST_TOKENS} are drawn: shorten it")
     src = torch.tensor([ids], device=args["device"])
     if type(model).architecture != "encoder-decoder":
+        if args["target"]:
+            raise UserError(f"target: only an encoder-decoder has one; {type(model).__qualname__} reads the text alone")
         return (src,), {"source": ids}
     specials = datamodule.data.specials
     if args["target"] == "":  # (the callback's check: the source alone)
@@ -68,12 +85,16 @@ def inputs(model, datamodule, args: dict) -> tuple[tuple[torch.Tensor, ...], dic
             target = encoder(datamodule.data)(args["target"])
         except ValueError as e:
             raise UserError(f"target: {e}") from None
+        if len(target) + 1 > min(limit or MOST_TOKENS, MOST_TOKENS):
+            most = min(limit or MOST_TOKENS, MOST_TOKENS) - 1
+            raise UserError(f"target: {len(target)} tokens, more than the {most} drawn after <bos>: shorten it")
     else:
         from transformer_lab.tasks.decoding import decode
 
+        longest = min(src.size(1) + args["max_extra_len"], limit or MOST_TOKENS, MOST_TOKENS) - 1
         with torch.no_grad():
-            target = decode(model, src, 1, src.size(1) + args["max_extra_len"], specials.bos, specials.eos).outputs[0]
-    tgt = [specials.bos, *target][: limit or None]
+            target = decode(model, src, 1, longest, specials.bos, specials.eos).outputs[0]
+    tgt = [specials.bos, *target]
     return (src, torch.tensor([tgt], device=args["device"])), {"source": ids, "target": tgt}
 
 
@@ -87,18 +108,34 @@ def queries_and_keys(layer: str, cross: bool, sides: dict[str, list[str]]) -> tu
     return queries, sides["source"] if encoder or cross else sides["target"]
 
 
-def out_folder(args: dict, checkpoint: Path) -> Path:
-    """`out`, new or empty; by default the run's attention/N/ with the next free N."""
+def out_folder(args: dict, checkpoint: Path) -> tuple[Path, bool]:
+    """(`out`, new or empty, True; or the run's attention/N/ with the next free N, False)."""
     if args["out"] is not None:
         out = Path(args["out"])
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise UserError(f"out={out}: exists and is not an empty folder; give a new one (nothing is overwritten)")
-        return out
+        return out, True
     run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
     n = 1
     while (run_dir / "attention" / str(n)).exists():
         n += 1
-    return run_dir / "attention" / str(n)
+    return run_dir / "attention" / str(n), False
+
+
+def put_in_place(folder: Path, out: Path, given: bool) -> Path:
+    """The written folder renamed to `out` in one step (rename(2) takes an empty folder's place, never a full
+    one's): where another call took it first, `out=` is refused and the run's next attention/N taken."""
+    while True:
+        try:
+            folder.rename(out)
+            return out
+        except OSError as e:
+            if given or not out.exists():
+                shutil.rmtree(folder, ignore_errors=True)
+                where = f"out={out}" if given else str(out)
+                why = "another call wrote there first" if out.exists() else (e.strerror or str(e))
+                raise UserError(f"{where}: cannot write it ({why}); nothing is overwritten") from None
+            out = out.with_name(str(int(out.name) + 1))
 
 
 def draw(title: str, layers: list[torch.Tensor], queries: list[str], keys: list[str]):
@@ -112,8 +149,8 @@ def draw(title: str, layers: list[torch.Tensor], queries: list[str], keys: list[
     from matplotlib.figure import Figure
 
     heads = layers[0].size(0)
-    cell = max(2.2, 0.16 * max(len(queries), len(keys)))
-    fig = Figure(figsize=(cell * heads + 1.2, cell * len(layers) + 0.8))
+    cell = min(max(2.2, 0.16 * max(len(queries), len(keys))), 12.0)  # inches a map (long inputs: unlabelled)
+    fig = Figure(figsize=(cell * heads + 1.5, cell * len(layers) + 1.0), layout="constrained")
     axes = fig.subplots(len(layers), heads, squeeze=False)
     labelled = max(len(queries), len(keys)) <= 64
     size = 8 if max(len(queries), len(keys)) <= 16 else 6
@@ -130,6 +167,7 @@ def draw(title: str, layers: list[torch.Tensor], queries: list[str], keys: list[
                     ax.set_yticklabels(queries, fontsize=size)
     fig.suptitle(f"{title}: queries down, keys across")
     fig.colorbar(image, ax=axes, shrink=0.6)
+    fig.set_dpi(min(100.0, 20000 / (cell * max(heads, len(layers)) + 1.5)))  # at most ~20,000 pixels a side
     canvas = FigureCanvasAgg(fig)
     canvas.draw()
     return np.asarray(canvas.buffer_rgba()).copy()
@@ -185,31 +223,56 @@ def check_model(model) -> None:
 
 
 def attention(args: dict) -> Iterator[str]:
+    import os
+    import tempfile
+
     from PIL import Image
     from safetensors.torch import save_file
 
     from transformer_lab.checkpoint import checkpoint_of
 
     args = with_defaults(args, DEFAULTS, MINIMUMS)
+    if args["max_extra_len"] > MOST_TOKENS:
+        raise UserError(f"max_extra_len: at most {MOST_TOKENS} (the maps of longer targets are not drawn), got {args['max_extra_len']}")
+    checkpoint = checkpoint_of(args["ckpt"]) if args["ckpt"] else None
     if args["text"] is None:
         raise UserError('text: which input? give text="..."')
-    checkpoint = checkpoint_of(args["ckpt"]) if args["ckpt"] else None
     model, datamodule = load(args["ckpt"], None, args["device"])
     check_model(model)
-    out = out_folder(args, checkpoint)
+    out, given = out_folder(args, checkpoint)
     weights, sides, kinds = captured(model, datamodule, args)
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))  # (beside out: one rename away)
+    except OSError as e:
+        raise UserError(f"{'out=' if given else ''}{out}: cannot write it ({e.strerror or e})") from None
+    try:
+        os.chmod(folder, 0o777 & ~current_umask())  # (mkdtemp's is 0700: the folder gets a plain one's mode)
+        names = []
         for kind, (layers, cross) in kinds.items():
             queries, keys = queries_and_keys(kind, cross, sides)
-            path = out / f"{kind}.png"
-            Image.fromarray(draw(kind, [weights[layer] for layer in layers], queries, keys)).save(path)
-            yield str(path)
-        save_file(weights, out / "attention.safetensors")
-        (out / "tokens.json").write_text(json.dumps({"text": args["text"], **sides}, ensure_ascii=False, indent=1) + "\n")
+            Image.fromarray(draw(kind, [weights[layer] for layer in layers], queries, keys)).save(folder / f"{kind}.png")
+            names.append(f"{kind}.png")
+        save_file(weights, folder / "attention.safetensors")
+        os.chmod(folder / "attention.safetensors", 0o666 & ~current_umask())  # (safetensors writes 0600)
+        tokens = json.dumps({"text": args["text"], **sides}, ensure_ascii=False, indent=1)
+        (folder / "tokens.json").write_text(tokens + "\n", encoding="utf-8")
     except OSError as e:
-        raise UserError(f"out={out}: cannot write it ({e.strerror or e})") from None
-    yield str(out / "attention.safetensors")
+        shutil.rmtree(folder, ignore_errors=True)
+        raise UserError(f"{'out=' if given else ''}{out}: cannot write it ({e.strerror or e})") from None
+    except BaseException:  # (Ctrl-C while drawing: nothing half-written is left)
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    out = put_in_place(folder, out, given)
+    yield from (str(out / name) for name in [*names, "attention.safetensors"])
+
+
+def current_umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 COMMAND = Command("attention", __doc__, DEFAULTS, attention, text=("text", "target", "out", "device"))

@@ -133,6 +133,9 @@ def run(name: str, argv: list[str] | None = None) -> int:
                 print(line, flush=True)
         except BrokenPipeError:  # (`| head`: the reader has what it wanted)
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except KeyboardInterrupt:  # (Ctrl-C: what was printed stands; no traceback)
+            print(f"{cmd.name}: interrupted", file=sys.stderr, flush=True)
+            sys.exit(130)
     return 0
 
 

@@ -117,6 +117,11 @@ class Batching(L.LightningDataModule):
     def source_input(self, ids: list[int]) -> list[int]:
         raise NotImplementedError
 
+    # The attention command's: the names of ids these batches add that decode to nothing ([CLS]).
+    @property
+    def special_names(self) -> dict[int, str]:
+        return {}
+
     # The fill command's (span corruption): the end-of-sequence id, and the first sentinel id (sentinels count
     # down from the top of the vocabulary to it).
     eos_id: int | None = None

@@ -130,6 +130,17 @@ class MaskedLM(FromTokenStreams):
     def sequence_length(self) -> int:
         return self.length
 
+    def encode(self, text: str) -> list[int]:
+        """A model input from text: [CLS], then the text's ids, each `[MASK]` written in it the mask id."""
+        ids = [self.mask_id + 1]  # [CLS]
+        for i, piece in enumerate(text.split("[MASK]")):
+            ids += ([self.mask_id] if i else []) + (self.streams.encode(piece) if piece else [])
+        return ids
+
+    @property
+    def special_names(self) -> dict[int, str]:
+        return {self.mask_id + 1: "[CLS]", self.pad_id: "<pad>"}
+
     def decode(self, ids) -> str:
         """Text with each [MASK] shown as such ([CLS] and padding left out)."""
         out, text = [], []

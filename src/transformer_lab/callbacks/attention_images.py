@@ -12,12 +12,18 @@ import torch
 
 
 class AttentionImages(L.Callback):
-    def __init__(self, text: str, dirpath: str, every_n_steps: int | None = None, max_extra_len: int = 20):
+    def __init__(self, text: str, run_dir: str, every_n_steps: int | None = None, max_extra_len: int = 20):
+        def positive(value) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
         if not isinstance(text, str) or not text:
             raise ValueError(f"text: which input? give callbacks.attention.text=\"...\" (a non-empty text), got {text!r}")
-        if every_n_steps is not None and every_n_steps < 1:
-            raise ValueError(f"every_n_steps must be a positive number of steps or null, got {every_n_steps}")
-        self.text, self.dirpath, self.every_n_steps, self.max_extra_len = text, Path(dirpath), every_n_steps, max_extra_len
+        if every_n_steps is not None and not positive(every_n_steps):
+            raise ValueError(f"every_n_steps must be a positive number of steps or null, got {every_n_steps!r}")
+        if not positive(max_extra_len) or max_extra_len > 512:
+            raise ValueError(f"max_extra_len must be an integer in 1..512, got {max_extra_len!r}")
+        self.text, self.every_n_steps, self.max_extra_len = text, every_n_steps, max_extra_len
+        self.dirpath = Path(run_dir) / "attention"  # (the run's own folder: nothing of the user's is written over)
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         from transformer_lab.attention import check_model, inputs

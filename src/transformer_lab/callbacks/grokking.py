@@ -95,7 +95,7 @@ class GrokkingProgress(L.Callback):
         self,
         data: str,
         model: str,
-        dirpath: str,
+        run_dir: str,
         p: int | None = None,
         op: str | None = None,
         terms: int | None = None,
@@ -127,7 +127,8 @@ class GrokkingProgress(L.Callback):
                 )
         if not isinstance(images, bool):
             raise ValueError(f"images must be true or false, got {images!r}")
-        self.p, self.key_share, self.images, self.dirpath = p, key_share, images, Path(dirpath)
+        self.p, self.key_share, self.images = p, key_share, images
+        self.dirpath = Path(run_dir) / "progress"  # (the run's own folder)
         self.frequencies = sorted(frequencies) if frequencies is not None else None
 
     def setup(self, trainer, pl_module, stage: str) -> None:
