@@ -224,11 +224,6 @@ class OptimConfig:
         ok = muon_decay is None or 0 <= muon_decay < math.inf
         require(ok, "muon_weight_decay", f"must be a finite number >= 0, or null, got {muon_decay}")
         require(
-            muon_decay is None or str(self.name) == "muon",
-            "muon_weight_decay",
-            f"is the decay of Muon's matrices: it needs optim.name=muon (got {self.name}), or leave it null",
-        )
-        require(
             len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
             "betas",
             f"must be two numbers in [0, 1), got {list(self.betas)}",

@@ -155,10 +155,12 @@ def test_muon_weight_decay_is_the_matrices_own_and_null_means_weight_decay(tmp_p
     import lightning as L
     from helpers.runs import TINY, compose_cfg
     from transformer_lab.factory import build
+    from transformer_lab.validate import validate
 
     def decays(*overrides):
         cfg = compose_cfg(["data=modular", "data.p=11", *TINY, "optim.name=muon", "optim.weight_decay=0.3", *overrides],
                           output_dir=str(tmp_path))  # fmt: skip
+        validate(cfg)  # (as train.py checks it first)
         task = build(cfg)[2]
         task.trainer = L.Trainer(max_steps=3, logger=False, enable_progress_bar=False, enable_model_summary=False)
         optimizer = task.configure_optimizers()["optimizer"]
