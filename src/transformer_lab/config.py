@@ -208,7 +208,7 @@ class OptimConfig:
     muon_momentum: float = 0.95  # Muon's (Nesterov) momentum
     muon_shape_scaling: MuonShapeScaling = MuonShapeScaling.original  # Keller Jordan's, or Moonshot's
     # the hidden matrices' decoupled decay (each step shrinks them by lr x decay: at Muon's larger lr one decay for
-    # both optimizers decays Muon's matrices more); null: weight_decay
+    # both optimizers decays Muon's matrices more); null: weight_decay. (Unused by adamw, as every muon_ key.)
     muon_weight_decay: Optional[float] = None
 
     def __post_init__(self):

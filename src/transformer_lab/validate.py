@@ -183,11 +183,6 @@ def validate(cfg: DictConfig) -> None:
         "optim.pretrained_lr",
         "applies to the weights init_from loads: give init_from",
     )
-    _require(  # (optim.name is no setting of OptimConfig's: the group's name, as every section's)
-        optim.get("muon_weight_decay") is None or str(optim.name) == "muon",
-        "optim.muon_weight_decay",
-        f"is the decay of Muon's matrices: it needs optim.name=muon (got {optim.name}), or leave it null",
-    )
 
     if trainer.accelerator in ("gpu", "cuda"):
         torch = _torch()

@@ -249,7 +249,6 @@ BAD_VALUES = [
     (["optim.min_lr=1"], "optim.min_lr", "[0, optim.lr"),
     (["optim.name=muon", "optim.muon_weight_decay=-1"], "optim.muon_weight_decay", ">= 0, or null, got -1"),
     (["optim.name=muon", "optim.muon_weight_decay=inf"], "optim.muon_weight_decay", "finite number >= 0, or null, got inf"),
-    (["optim.muon_weight_decay=0.1"], "optim.muon_weight_decay", "needs optim.name=muon (got adamw), or leave it null"),
     (["trainer.max_steps=-1"], "trainer.max_steps", "must be set"),
     (["callbacks.throughput.peak_flops=-5"], "callbacks.throughput.peak_flops", "positive number of FLOP/s"),
     (["attention_kernel=fast"], "attention_kernel", "must be one of auto, math, flash, efficient, cudnn, got 'fast'"),
