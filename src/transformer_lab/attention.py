@@ -56,7 +56,8 @@ def token_names(datamodule, ids: list[int]) -> list[str]:
 
 
 def inputs(model, datamodule, args: dict) -> tuple[tuple[torch.Tensor, ...], dict[str, list[int]]]:
-    """The model's forward() arguments for the text, and the token ids on each side (source, target)."""
+    """The model's forward() arguments for the text, and the token ids on each side (source, target). An
+    encoder-decoder's target: `target`'s text, else its greedy output; "" (the callback's check) leaves it out."""
     try:
         ids = encoder(datamodule)(args["text"])
     except ValueError as e:
@@ -65,11 +66,9 @@ def inputs(model, datamodule, args: dict) -> tuple[tuple[torch.Tensor, ...], dic
     if limit is not None and len(ids) > limit:
         raise UserError(f"text: {len(ids)} tokens, more than the model reads ({limit}, model.block_size): shorten it")
     read = getattr(datamodule.data, "max_tokens", None)  # a source the batches would cut to it (translation)
-    if read is not None and len(encoder(datamodule.data)(args["text"])) > read:
-        raise UserError(
-            f"text: {len(encoder(datamodule.data)(args['text']))} tokens, more than the model read in training "
-            f"({read}, data.max_tokens): shorten it"
-        )
+    source = len(encoder(datamodule.data)(args["text"])) if read is not None else 0
+    if read is not None and source > read:
+        raise UserError(f"text: {source} tokens, more than the model read in training ({read}, data.max_tokens): shorten it")
     if len(ids) > MOST_TOKENS:
         raise UserError(f"text: {len(ids)} tokens; the maps of at most {MOST_TOKENS} are drawn: shorten it")
     src = torch.tensor([ids], device=args["device"])
