@@ -68,7 +68,9 @@ def inputs(model, datamodule, args: dict) -> tuple[tuple[torch.Tensor, ...], dic
     read = getattr(datamodule.data, "max_tokens", None)  # a source the batches would cut to it (translation)
     source = len(encoder(datamodule.data)(args["text"])) if read is not None else 0
     if read is not None and source > read:
-        raise UserError(f"text: {source} tokens, more than the model read in training ({read}, data.max_tokens): shorten it")
+        raise UserError(
+            f"text: {source} tokens, more than the model read in training ({read}, data.max_tokens): shorten it"
+        )
     if len(ids) > MOST_TOKENS:
         raise UserError(f"text: {len(ids)} tokens; the maps of at most {MOST_TOKENS} are drawn: shorten it")
     src = torch.tensor([ids], device=args["device"])
@@ -156,7 +158,9 @@ def draw(title: str, layers: list[torch.Tensor], queries: list[str], keys: list[
     for i, weights in enumerate(layers):
         for h in range(heads):
             ax = axes[i][h]
-            image = ax.imshow(weights[h].numpy(), vmin=0, vmax=1, cmap="viridis", aspect="auto", interpolation="nearest")
+            image = ax.imshow(
+                weights[h].numpy(), vmin=0, vmax=1, cmap="viridis", aspect="auto", interpolation="nearest"
+            )
             ax.set_title(f"layer {i} head {h}", fontsize=8)
             ax.set_xticks(range(len(keys)) if labelled else [])
             ax.set_yticks(range(len(queries)) if labelled and h == 0 else [])
@@ -232,7 +236,9 @@ def attention(args: dict) -> Iterator[str]:
 
     args = with_defaults(args, DEFAULTS, MINIMUMS)
     if args["max_extra_len"] > MOST_TOKENS:
-        raise UserError(f"max_extra_len: at most {MOST_TOKENS} (the maps of longer targets are not drawn), got {args['max_extra_len']}")
+        raise UserError(
+            f"max_extra_len: at most {MOST_TOKENS} (the maps of longer targets are not drawn), got {args['max_extra_len']}"
+        )
     checkpoint = checkpoint_of(args["ckpt"]) if args["ckpt"] else None
     if args["text"] is None:
         raise UserError('text: which input? give text="..."')
@@ -250,7 +256,9 @@ def attention(args: dict) -> Iterator[str]:
         names = []
         for kind, (layers, cross) in kinds.items():
             queries, keys = queries_and_keys(kind, cross, sides)
-            Image.fromarray(draw(kind, [weights[layer] for layer in layers], queries, keys)).save(folder / f"{kind}.png")
+            Image.fromarray(draw(kind, [weights[layer] for layer in layers], queries, keys)).save(
+                folder / f"{kind}.png"
+            )
             names.append(f"{kind}.png")
         save_file(weights, folder / "attention.safetensors")
         os.chmod(folder / "attention.safetensors", 0o666 & ~current_umask())  # (safetensors writes 0600)

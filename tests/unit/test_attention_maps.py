@@ -18,11 +18,15 @@ from transformer_lab.models.t5 import T5, T5Config
 V, PAD = 30, 0
 MODELS = {
     "gpt": lambda: GPT(GPTConfig(vocab_size=V, block_size=16, n_layer=2, n_head=4, n_embd=32)),
-    "gpt_rope_gqa_qknorm": lambda: GPT(GPTConfig(vocab_size=V, block_size=16, n_layer=2, n_head=4, n_embd=32,
-                                                 pos_encoding="rope", n_kv_head=2, qk_norm=True)),  # fmt: skip
+    "gpt_rope_gqa_qknorm": lambda: GPT(
+        GPTConfig(
+            vocab_size=V, block_size=16, n_layer=2, n_head=4, n_embd=32, pos_encoding="rope", n_kv_head=2, qk_norm=True
+        )
+    ),  # fmt: skip
     "encdec": lambda: EncDec(EncDecConfig(vocab_size=V, block_size=16, n_layer=2, n_head=4, n_embd=32, pad_id=PAD)),
-    "bert": lambda: Bert(BertConfig(vocab_size=V, block_size=16, n_layer=2, n_head=4, n_embd=32, n_classes=3,
-                                    pad_id=PAD)),  # fmt: skip
+    "bert": lambda: Bert(
+        BertConfig(vocab_size=V, block_size=16, n_layer=2, n_head=4, n_embd=32, n_classes=3, pad_id=PAD)
+    ),  # fmt: skip
     "t5": lambda: T5(T5Config(vocab_size=V, n_layer=2, n_head=4, n_embd=32, d_kv=8, d_ff=64, pad_id=PAD)),
 }
 
@@ -42,7 +46,11 @@ def by_hand(layer: Attention, args: tuple, kwargs: dict) -> torch.Tensor:
     """softmax(Q Kᵀ scale + bias + mask) from the layer's inputs and in_proj, step by step."""
     x = args[0]
     memory = kwargs.get("memory", args[1] if len(args) > 1 else None)
-    pad, causal, bias = kwargs.get("pad", args[2] if len(args) > 2 else None), kwargs.get("causal", False), kwargs.get("bias")
+    pad, causal, bias = (
+        kwargs.get("pad", args[2] if len(args) > 2 else None),
+        kwargs.get("causal", False),
+        kwargs.get("bias"),
+    )
     Q, KV, hd = layer.q_size, layer.kv_size, layer.head_dim
     w = layer.in_proj.weight
     b = layer.in_proj.bias if layer.in_proj.bias is not None else torch.zeros(w.size(0))
@@ -75,12 +83,16 @@ def test_captured_weights_are_softmax_of_scaled_scores_with_the_mask(kind):
     calls = {}
     for name, layer in model.named_modules():
         if isinstance(layer, Attention):
-            layer.register_forward_pre_hook(lambda m, a, kw, name=name: calls.setdefault(name, (a, kw)), with_kwargs=True)
+            layer.register_forward_pre_hook(
+                lambda m, a, kw, name=name: calls.setdefault(name, (a, kw)), with_kwargs=True
+            )
     with torch.no_grad(), attention_maps(model) as maps:
         model(*inputs(kind))
     assert set(maps) == set(calls) and all(len(weights) == 1 for weights in maps.values())
     kinds = {name.split(".")[-1] for name in maps}
-    assert kinds == ({"attn"} if kind.startswith("gpt") else {"self_attn"} if kind == "bert" else {"self_attn", "cross_attn"})
+    assert kinds == (
+        {"attn"} if kind.startswith("gpt") else {"self_attn"} if kind == "bert" else {"self_attn", "cross_attn"}
+    )
     for name, (args, kwargs) in calls.items():
         weights = maps[name][0]
         with torch.no_grad():

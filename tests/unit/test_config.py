@@ -129,7 +129,9 @@ def test_callbacks_instantiate(callbacks, tmp_path):
     needs = {"progress": ["data=modular"], "attention": ["callbacks.attention.text=hello"]}  # (what each reads)
     cfg = compose_cfg([f"callbacks={callbacks}", *needs.get(callbacks, [])], tmp_path)
     instances = [hydra.utils.instantiate(c) for c in (cfg.callbacks or {}).values()]
-    assert len(instances) == {"default": 6, "none": 0, "grokfast": 1, "ema": 1, "progress": 1, "attention": 1}[callbacks]
+    assert (
+        len(instances) == {"default": 6, "none": 0, "grokfast": 1, "ema": 1, "progress": 1, "attention": 1}[callbacks]
+    )
 
 
 @pytest.mark.parametrize("max_epochs, shown", [(-1, "Epoch 0"), (3, "Epoch 0/2")])
@@ -248,7 +250,11 @@ BAD_VALUES = [
     (["model=encdec", "data=translation", "task.label_smoothing=1"], "task.label_smoothing", "[0, 1)"),
     (["optim.min_lr=1"], "optim.min_lr", "[0, optim.lr"),
     (["optim.name=muon", "optim.muon_weight_decay=-1"], "optim.muon_weight_decay", ">= 0, or null, got -1"),
-    (["optim.name=muon", "optim.muon_weight_decay=inf"], "optim.muon_weight_decay", "finite number >= 0, or null, got inf"),
+    (
+        ["optim.name=muon", "optim.muon_weight_decay=inf"],
+        "optim.muon_weight_decay",
+        "finite number >= 0, or null, got inf",
+    ),
     (["trainer.max_steps=-1"], "trainer.max_steps", "must be set"),
     (["callbacks.throughput.peak_flops=-5"], "callbacks.throughput.peak_flops", "positive number of FLOP/s"),
     (["attention_kernel=fast"], "attention_kernel", "must be one of auto, math, flash, efficient, cudnn, got 'fast'"),

@@ -109,4 +109,6 @@ def test_a_wrong_setting_is_one_line_naming_the_callback(overrides, message, tmp
 def test_the_callback_is_built_for_modular_addition_on_a_decoder(tmp_path):
     cfg = compose_cfg(["callbacks=[default,progress]", "data=modular"], tmp_path)
     check_callbacks(cfg)
-    assert isinstance(GrokkingProgress(**{k: v for k, v in cfg.callbacks.progress.items() if k != "_target_"}), GrokkingProgress)
+    assert isinstance(
+        GrokkingProgress(**{k: v for k, v in cfg.callbacks.progress.items() if k != "_target_"}), GrokkingProgress
+    )

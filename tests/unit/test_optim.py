@@ -153,6 +153,7 @@ def test_muon_scales_loaded_matrices_as_adamw_scales_loaded_tensors_and_refuses_
 
 def test_muon_weight_decay_is_the_matrices_own_and_null_means_weight_decay(tmp_path):
     import lightning as L
+
     from helpers.runs import TINY, compose_cfg
     from transformer_lab.factory import build
     from transformer_lab.validate import validate

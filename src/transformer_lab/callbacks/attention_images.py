@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import lightning as L
-import torch
 
 
 class AttentionImages(L.Callback):
@@ -17,7 +16,7 @@ class AttentionImages(L.Callback):
             return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
         if not isinstance(text, str) or not text:
-            raise ValueError(f"text: which input? give callbacks.attention.text=\"...\" (a non-empty text), got {text!r}")
+            raise ValueError(f'text: which input? give callbacks.attention.text="..." (a non-empty text), got {text!r}')
         if every_n_steps is not None and not positive(every_n_steps):
             raise ValueError(f"every_n_steps must be a positive number of steps or null, got {every_n_steps!r}")
         if not positive(max_extra_len) or max_extra_len > 512:

@@ -108,7 +108,9 @@ class GrokkingProgress(L.Callback):
         op = None if op is None else str(op)  # (the config's choice)
         if p is None or op != "+" or terms != 2:
             got = f"data={data}" if p is None else f"data.op={op!r}, data.terms={terms}"
-            raise ValueError(f"measures the Fourier circuit of (a + b) mod p: needs data=modular data.op=+ data.terms=2, got {got}")
+            raise ValueError(
+                f"measures the Fourier circuit of (a + b) mod p: needs data=modular data.op=+ data.terms=2, got {got}"
+            )
         if p < 3:
             raise ValueError(f"needs a frequency to measure, 1..(p-1)/2: data.p >= 3, got {p}")
         architecture = getattr(import_class(model, "model"), "architecture", None)

@@ -78,7 +78,7 @@ class Attention(nn.Module):
         self.head_dim = head_dim or n_embd // n_head
         self.q_size, self.kv_size = n_head * self.head_dim, self.n_kv_head * self.head_dim
         self.dropout, self.rotary, self.scale, self.qk_norm = dropout, rotary, scale, qk_norm
-        self.capture: list[torch.Tensor] | None = None  # a list (attention_maps() sets it): each call appends its weights
+        self.capture: list[torch.Tensor] | None = None  # attention_maps() sets a list: each call adds its weights
         self.in_proj = nn.Linear(n_embd, self.q_size + 2 * self.kv_size, bias=bias if qkv_bias is None else qkv_bias)
         self.out_proj = nn.Linear(self.q_size, n_embd, bias=bias)
 
@@ -145,7 +145,6 @@ class Attention(nn.Module):
             enable_gqa=self.n_kv_head != self.n_head,  # each kv head serves n_head / n_kv_head query heads
         )  # (B, nh, T, hd)
         return self.out_proj(y.transpose(1, 2).contiguous().view(B, T, Q))
-
 
     def weights(self, q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
         """softmax(q kᵀ scale + mask), what SDPA computes inside, written out in float32 to be looked at (the

@@ -224,7 +224,9 @@ def muon(
             matrices.setdefault(rate, []).append(p)
     muon_groups = [{"params": matrices[rate], "lr": rate} for rate in sorted(matrices, key=lambda r: r != muon_lr)]
     return MuonWithAdamW(
-        StackedMuon(muon_groups, lr=muon_lr, weight_decay=muon_weight_decay, momentum=momentum, adjust_lr_fn=shape_scaling),
+        StackedMuon(
+            muon_groups, lr=muon_lr, weight_decay=muon_weight_decay, momentum=momentum, adjust_lr_fn=shape_scaling
+        ),
         adamw(model, lr, weight_decay, betas, eps, fused, pretrained, pretrained_lr, leave_out=hidden),
     )
 
