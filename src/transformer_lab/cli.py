@@ -121,21 +121,23 @@ def print_help(cmd: Command) -> None:
 
 
 def run(name: str, argv: list[str] | None = None) -> int:
-    """A command's main: --help, or its options parsed and each line it gives printed as soon as it comes."""
-    cmd = command(name)
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if {"-h", "--help"} & set(argv):
-        print_help(cmd)
-        return 0
-    with exit_on_user_error():
-        try:
-            for line in cmd.run(parse(argv, cmd)) or ():
-                print(line, flush=True)
-        except BrokenPipeError:  # (`| head`: the reader has what it wanted)
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except KeyboardInterrupt:  # (Ctrl-C: what was printed stands; no traceback)
-            print(f"{cmd.name}: interrupted", file=sys.stderr, flush=True)
-            sys.exit(130)
+    """A command's main: --help, or its options parsed and each line it gives printed as soon as it comes. Ctrl-C
+    (from the imports on) is one line and exit code 130: what was printed stands."""
+    try:
+        cmd = command(name)
+        argv = list(sys.argv[1:] if argv is None else argv)
+        if {"-h", "--help"} & set(argv):
+            print_help(cmd)
+            return 0
+        with exit_on_user_error():
+            try:
+                for line in cmd.run(parse(argv, cmd)) or ():
+                    print(line, flush=True)
+            except BrokenPipeError:  # (`| head`: the reader has what it wanted)
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted", file=sys.stderr, flush=True)
+        sys.exit(130)
     return 0
 
 
