@@ -36,7 +36,9 @@ def remeasure(run: Path, key_share: float, out: str = "progress_fixed.jsonl") ->
     config = final[1]["config"]["data"]
     datamodule = datamodule_from_checkpoint(final[1])
     datamodule.setup("fit")
-    measures = GrokkingProgress("modular", "transformer_lab.models.gpt.GPT", str(run), config["p"], "+", 2, key_share)
+    measures = GrokkingProgress(
+        "modular", final[1]["config"]["model"]["_target_"], str(run), config["p"], "+", 2, key_share
+    )
     measures.prepare(datamodule, final[0])
     residues = measures.embedding.weight[measures.residues].detach()
     measures.frequencies = key_frequencies(embedding_spectrum(residues), key_share)

@@ -55,32 +55,37 @@ def token_names(datamodule, ids: list[int]) -> list[str]:
     return out
 
 
-def inputs(model, datamodule, args: dict) -> tuple[tuple[torch.Tensor, ...], dict[str, list[int]]]:
-    """The model's forward() arguments for the text, and the token ids on each side (source, target). An
-    encoder-decoder's target: `target`'s text, else its greedy output; "" (the callback's check) leaves it out."""
+def source_ids(model, datamodule, text: str) -> list[int]:
+    """The text as the model's input ids, refused in one line where the model could not read it whole."""
     try:
-        ids = encoder(datamodule)(args["text"])
+        ids = encoder(datamodule)(text)
     except ValueError as e:
         raise UserError(f"text: {e}") from None
     limit = getattr(model.config, "block_size", None)
     if limit is not None and len(ids) > limit:
         raise UserError(f"text: {len(ids)} tokens, more than the model reads ({limit}, model.block_size): shorten it")
     read = getattr(datamodule.data, "max_tokens", None)  # a source the batches would cut to it (translation)
-    source = len(encoder(datamodule.data)(args["text"])) if read is not None else 0
+    source = len(encoder(datamodule.data)(text)) if read is not None else 0
     if read is not None and source > read:
         raise UserError(
             f"text: {source} tokens, more than the model read in training ({read}, data.max_tokens): shorten it"
         )
     if len(ids) > MOST_TOKENS:
         raise UserError(f"text: {len(ids)} tokens; the maps of at most {MOST_TOKENS} are drawn: shorten it")
+    return ids
+
+
+def inputs(model, datamodule, args: dict) -> tuple[tuple[torch.Tensor, ...], dict[str, list[int]]]:
+    """The model's forward() arguments for the text, and the token ids on each side (source, target). An
+    encoder-decoder's target: `target`'s text, else its greedy output."""
+    ids = source_ids(model, datamodule, args["text"])
+    limit = getattr(model.config, "block_size", None)
     src = torch.tensor([ids], device=args["device"])
     if type(model).architecture != "encoder-decoder":
         if args["target"]:
             raise UserError(f"target: only an encoder-decoder has one; {type(model).__qualname__} reads the text alone")
         return (src,), {"source": ids}
     specials = datamodule.data.specials
-    if args["target"] == "":  # (the callback's check: the source alone)
-        return (src,), {"source": ids}
     if args["target"] is not None:
         try:
             target = encoder(datamodule.data)(args["target"])

@@ -25,15 +25,14 @@ class AttentionImages(L.Callback):
         self.dirpath = Path(run_dir) / "attention"  # (the run's own folder: nothing of the user's is written over)
 
     def setup(self, trainer, pl_module, stage: str) -> None:
-        from transformer_lab.attention import check_model, inputs
+        from transformer_lab.attention import check_model, source_ids
         from transformer_lab.errors import UserError
 
         model = pl_module.model
         check_model(model)
         # A text the model cannot read is refused before training (here: the data's vocabulary is set up by now).
-        options = {"text": self.text, "target": "", "max_extra_len": self.max_extra_len, "device": "cpu"}
         try:
-            inputs(model, trainer.datamodule, options)
+            source_ids(model, trainer.datamodule, self.text)
         except UserError as e:
             raise UserError(f"callbacks.attention.{e}") from None
 
