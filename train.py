@@ -21,6 +21,7 @@ from transformer_lab.main import (  # noqa: E402
     print_help,
     raised_in_a_run,
     searchpath_problem,
+    with_resumed_choices,
 )
 from transformer_lab.main import main as run_main  # noqa: E402
 
@@ -38,7 +39,8 @@ def main(trials: Trials) -> None:
 
 
 if __name__ == "__main__":
-    arguments = sys.argv[1:]
+    arguments = with_resumed_choices(sys.argv[1:])  # (a resume's keys of its run's own data, model, task)
+    sys.argv[1:] = arguments
     overrides = command_overrides(arguments)
     if {"--help", "-h"} & set(arguments):
         try:
@@ -53,8 +55,8 @@ if __name__ == "__main__":
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
     # What Hydra cannot compose, and what ends a sweep, come here (Hydra would print them in many lines),
-    # to be told in one.
-    os.environ.setdefault("HYDRA_FULL_ERROR", "1")
+    # to be told in one: whatever a user's shell sets (HYDRA_FULL_ERROR=0 makes Hydra print and exit 1 itself).
+    os.environ["HYDRA_FULL_ERROR"] = "1"
     trials = Trials()
     try:
         main(trials)

@@ -1,18 +1,31 @@
-"""Write a file under a temporary name in the same folder and rename it into place: a crash never
-leaves a truncated file that a later run would trust. A temporary name carries its writer's pid and host,
-so the temporaries of a writer that was killed (kill -9 mid-write) are recognised and removed later."""
+"""The one writer: every file a run or a command writes goes through here, under a temporary name in the same
+folder renamed into place, so a crash, a signal or a full disk never leaves a cut file (or a half-filled folder)
+where a whole one was, and the temporary goes on any error, Ctrl-C or SIGTERM (cli.py and train.py make SIGTERM a
+SystemExit until training starts). A temporary name carries its writer's pid and host, so the temporaries of a
+writer that was killed (kill -9 mid-write) are recognised and removed later.
+
+What the writer puts inside a run directory this process claimed (rundir.claim) is listed in that run's
+MANIFEST: what overwrite=true sets aside, and what a run that fails before its first step takes back. A file a
+library writes itself (a logger's) is listed with `note_written`. A disk that is full, read-only or refuses the
+file is one line naming the file (a UserError), never the writing library's own exception."""
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import socket
-import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+
+from transformer_lab.errors import UserError
 
 _HOST = socket.gethostname().replace("/", "_")
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)  # (read once: setting it is the only way to read it)
+MANIFEST = ".manifest"  # in a run directory: what its runs wrote, one path (relative to it) a line
+_recording: dict[Path, set[str]] = {}  # claimed run directories -> what their manifest lists
 
 
 def _alive(pid: int) -> bool:
@@ -32,26 +45,158 @@ def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
         pid = tmp.name.rsplit("@", 1)[0].rsplit(".", 1)[-1]
         if pid.isdigit() and not _alive(int(pid)):
             with suppress(FileNotFoundError):
-                tmp.unlink()
+                shutil.rmtree(tmp) if tmp.is_dir() and not tmp.is_symlink() else tmp.unlink()
                 removed.append(tmp)
     return removed
 
 
-@contextmanager
-def atomic_write(path: str | os.PathLike, mode: str = "wb"):
-    """`with atomic_write(path) as f: ...` — the file appears at `path` only if the block completes."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(path.parent)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}@{_HOST}.", suffix=".tmp")
+# ---- the manifest ----------------------------------------------------------------------------------------
+
+
+def read_manifest(run_dir: str | os.PathLike) -> list[str]:
+    """What the runs of `run_dir` wrote there, as its MANIFEST lists it (relative paths; [] without one)."""
     try:
-        with os.fdopen(fd, mode) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)  # (mkstemp's 0600: the file gets the mode open() would have given it)
+        text = (Path(run_dir) / MANIFEST).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    return [line for line in dict.fromkeys(text.split("\n")) if line and not line.startswith(("/", ".."))]
+
+
+def start_recording(run_dir: str | os.PathLike) -> None:
+    """From now on, what this process writes into `run_dir` is listed in its manifest (rundir.claim)."""
+    run_dir = Path(run_dir).absolute()
+    _recording.setdefault(run_dir, set(read_manifest(run_dir)))
+
+
+def stop_recording(run_dir: str | os.PathLike) -> None:
+    _recording.pop(Path(run_dir).absolute(), None)
+
+
+def note_written(path: str | os.PathLike) -> None:
+    """Lists `path` (a file or folder this process wrote, itself or through a library) in the manifest of the
+    claimed run directory it lies in; nothing outside one."""
+    path = Path(path).absolute()
+    for run_dir, listed in _recording.items():
+        if path != run_dir and path.is_relative_to(run_dir):
+            relative = path.relative_to(run_dir).as_posix()
+            if relative not in listed and relative != MANIFEST:
+                listed.add(relative)
+                fd = os.open(run_dir / MANIFEST, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666 & ~_UMASK)
+                try:  # (one short append: whole or not at all, even beside another writer)
+                    os.write(fd, f"{relative}\n".encode())
+                finally:
+                    os.close(fd)
+
+
+# ---- writing ---------------------------------------------------------------------------------------------
+
+# What a disk says when it cannot take a file, as the libraries that write pass it on in their own exceptions
+# (safetensors: "IoError(Os { code: 28, kind: StorageFull, ... })").
+_DISK_REFUSALS = {
+    errno.ENOSPC: "No space left on device",
+    errno.EDQUOT: "Disk quota exceeded",
+    errno.EFBIG: "File too large",
+    errno.EROFS: "Read-only file system",
+    errno.EACCES: "Permission denied",
+}
+
+
+class DiskRefused(UserError):
+    """A write the disk refused (full, read-only, ...): one line naming the file; `why` is the disk's word."""
+
+    def __init__(self, message: str, why: str):
+        super().__init__(message)
+        self.why = why
+
+
+def disk_refusal(error: BaseException) -> str | None:
+    """Why the disk refused a write, where `error` (an OSError, or a library's own exception naming one) says so."""
+    if isinstance(error, OSError):  # (only the disk's refusals: a download's connection errors are OSErrors too)
+        return os.strerror(error.errno) if error.errno in _DISK_REFUSALS else None
+    text = str(error)
+    return next((why for code, why in _DISK_REFUSALS.items() if why in text or f"code: {code}," in text), None)
+
+
+def _temporary_name(path: Path) -> str:
+    return f".{path.name}.{os.getpid()}@{_HOST}.{os.urandom(4).hex()}.tmp"
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike, key: str | None = None) -> Iterator[Path]:
+    """`with atomic_path(path) as tmp: library.save(tmp)` — for a library that writes a file by its name (an
+    image, a safetensors file): what it wrote appears at `path` only if the block completes. `key`: the option
+    that named the path, for the message of a disk that refuses it."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # (a disk's refusal is one line; a path under a file is the caller's to word)
+        if (why := disk_refusal(e)) is None:
+            raise
+        raise DiskRefused(f"{f'{key}=' if key else ''}{path}: cannot write it ({why})", why) from None
+    remove_stale_temporaries(path.parent)
+    tmp = path.parent / _temporary_name(path)
+    try:
+        yield tmp
+        if tmp.is_file():
+            os.chmod(tmp, 0o666 & ~_UMASK)
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        with suppress(FileNotFoundError):
-            os.unlink(tmp)
+    except BaseException as e:
+        with suppress(FileNotFoundError, NotADirectoryError):
+            shutil.rmtree(tmp) if tmp.is_dir() and not tmp.is_symlink() else tmp.unlink()
+        why = disk_refusal(e) if isinstance(e, Exception) else None
+        if why is not None and not isinstance(e, UserError):
+            where = f"{key}={path}" if key else str(path)
+            raise DiskRefused(f"{where}: cannot write it ({why}); nothing was changed", why) from None
         raise
+    note_written(path)
+
+
+@contextmanager
+def atomic_write(path: str | os.PathLike, mode: str = "wb", key: str | None = None):
+    """`with atomic_write(path) as f: ...` — the file appears at `path` only if the block completes."""
+    with atomic_path(path, key) as tmp, open(tmp, mode) as f:
+        yield f
+        f.flush()
+
+
+@contextmanager
+def staging_folder(path: str | os.PathLike, key: str | None = None) -> Iterator[Path]:
+    """A folder beside `path`, named as the writer's temporaries are (a killed writer's is found and removed),
+    to fill and then rename into place; removed on any error or signal inside the block, and a disk that
+    refuses it is one line (a UserError)."""
+    path = Path(path)
+    where = f"{key}={path}" if key else str(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(path.parent)
+        staging = path.parent / _temporary_name(path)
+        staging.mkdir()
+    except OSError as e:
+        raise UserError(f"{where}: cannot write it ({e.strerror or e})") from None
+    try:
+        yield staging
+    except BaseException as e:
+        shutil.rmtree(staging, ignore_errors=True)
+        why = disk_refusal(e) if isinstance(e, Exception) else None
+        if why is not None and not isinstance(e, UserError):
+            raise DiskRefused(f"{where}: cannot write it ({why}); nothing was written", why) from None
+        raise
+
+
+@contextmanager
+def atomic_dir(path: str | os.PathLike, key: str | None = None) -> Iterator[Path]:
+    """`with atomic_dir(folder) as staging: ...` — a folder filled aside and renamed into place in one step, only if
+    the block completes (`folder` must not exist, or be empty); on any error or signal the staging folder goes."""
+    path = Path(path)
+    with staging_folder(path, key) as staging:
+        yield staging
+        try:
+            os.replace(staging, path)  # (onto an empty folder too; one that filled meanwhile refuses)
+        except OSError as e:
+            why = "another writer filled it meanwhile" if path.exists() else (e.strerror or str(e))
+            raise UserError(
+                f"{f'{key}={path}' if key else path}: cannot write it ({why}); nothing was written"
+            ) from None
+    note_written(path)

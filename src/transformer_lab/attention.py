@@ -232,11 +232,11 @@ def check_model(model) -> None:
 
 def attention(args: dict) -> Iterator[str]:
     import os
-    import tempfile
 
     from PIL import Image
     from safetensors.torch import save_file
 
+    from transformer_lab.atomic import staging_folder
     from transformer_lab.checkpoint import checkpoint_of
 
     args = with_defaults(args, DEFAULTS, MINIMUMS)
@@ -251,13 +251,8 @@ def attention(args: dict) -> Iterator[str]:
     check_model(model)
     out, given = out_folder(args, checkpoint)
     weights, sides, kinds = captured(model, datamodule, args)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        folder = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))  # (beside out: one rename away)
-    except OSError as e:
-        raise UserError(f"{'out=' if given else ''}{out}: cannot write it ({e.strerror or e})") from None
-    try:
-        os.chmod(folder, 0o777 & ~current_umask())  # (mkdtemp's is 0700: the folder gets a plain one's mode)
+    # Written aside (the one writer's staging folder: gone on any error, Ctrl-C or SIGTERM) and renamed into place.
+    with staging_folder(out, "out" if given else None) as folder:
         names = []
         for kind, (layers, cross) in kinds.items():
             queries, keys = queries_and_keys(kind, cross, sides)
@@ -269,13 +264,7 @@ def attention(args: dict) -> Iterator[str]:
         os.chmod(folder / "attention.safetensors", 0o666 & ~current_umask())  # (safetensors writes 0600)
         tokens = json.dumps({"text": args["text"], **sides}, ensure_ascii=False, indent=1)
         (folder / "tokens.json").write_text(tokens + "\n", encoding="utf-8")
-    except OSError as e:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise UserError(f"{'out=' if given else ''}{out}: cannot write it ({e.strerror or e})") from None
-    except BaseException:  # (Ctrl-C while drawing: nothing half-written is left)
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
-    out = put_in_place(folder, out, given)
+        out = put_in_place(folder, out, given)
     yield from (str(out / name) for name in [*names, "attention.safetensors"])
 
 

@@ -3,6 +3,7 @@ the resolved config and the vocabulary, so sampling from one needs no other file
 
 from __future__ import annotations
 
+import os
 import pickle
 import zipfile
 from pathlib import Path
@@ -16,7 +17,7 @@ from transformer_lab.atomic import atomic_write
 from transformer_lab.errors import ConfigError, UserError, first_line
 from transformer_lab.files import existing_file
 from transformer_lab.origins import restore_code
-from transformer_lab.rundir import recover
+from transformer_lab.rundir import LOCK, OVERWRITTEN, recover
 
 # Model keys a resumed run may change; every other one decides the architecture.
 CHANGEABLE_KEYS = ("dropout", "compile")
@@ -115,29 +116,52 @@ def check_compatible(saved_config: dict, cfg: DictConfig, path: str) -> None:
         )
 
 
-def check_state_fits(path: str, saved_shapes: dict, saved_config: dict, cfg: DictConfig, task: torch.nn.Module) -> None:
-    """Resuming restores every tensor and the optimizer's state parameter by parameter: the checkpoint must
-    hold exactly this model's tensors, of the same shapes. Checked here, before Lightning loads anything,
-    so a mismatch is one message naming every tensor and setting involved, not a size-mismatch traceback."""
-    ours = {key: tuple(value.shape) for key, value in task.state_dict().items()}
-    if set(saved_shapes) != set(ours):  # (a model class of the user's own, changed since)
-        theirs = ", ".join(sorted(set(saved_shapes) ^ set(ours))[:3])
-        raise ConfigError(
-            "ckpt_path", f"{path} holds other tensors than this run's model ({theirs}, ...): it cannot resume it"
-        )
-    mismatched = [
-        f"{key} {list(saved_shapes[key])} (this run: {list(shape)})"
+def misfits(path: str | Path, saved: dict, ours: dict, changed: dict | None = None, prefix: str = "") -> str | None:
+    """The one message for a checkpoint whose tensors do not fit the model as its code builds it now (a model
+    class of the user's own changed since, or a setting that decides a shape): every tensor missing from the
+    checkpoint, every one unexpected in it, every shape that differs (both shapes), the `changed` settings
+    ({key: (the checkpoint's run's value, now)}), and what works instead. None where everything fits.
+    `saved`, `ours`: {name: shape}; `prefix` (the task's `model.`) is left out of the names shown."""
+    missing = sorted(key.removeprefix(prefix) for key in set(ours) - set(saved))
+    unexpected = sorted(key.removeprefix(prefix) for key in set(saved) - set(ours))
+    shapes = sorted(
+        f"{key.removeprefix(prefix)} {list(saved[key])} in the checkpoint, {list(shape)} in the model"
         for key, shape in ours.items()
-        if saved_shapes[key] != shape
-    ]
-    if mismatched:
-        changed = changed_settings(saved_config, cfg)
-        raise ConfigError(
-            "ckpt_path",
-            f"{path} holds tensors of other shapes than this run's model: "
-            f"{', '.join(mismatched)}; settings that differ from the checkpoint's run: "
-            f"{_listed(changed) or 'none'}. Resume without changing them",
+        if key in saved and tuple(saved[key]) != tuple(shape)
+    )
+    if not (missing or unexpected or shapes):
+        return None
+    parts = [
+        f"{what} ({len(names)}): {', '.join(names)}"
+        for what, names in (
+            ("missing from the checkpoint", missing),
+            ("unexpected in it", unexpected),
+            ("of other shapes", shapes),
         )
+        if names
+    ]
+    settings = f"; settings that differ from the checkpoint's run: {_listed(changed)}" if changed else ""
+    instead = "Change those settings back" if changed else "Restore the model code it was written with"
+    return (
+        f"{path} holds tensors that do not fit the model as its code builds it now: {'; '.join(parts)}{settings}. "
+        f"{instead}, or start a new run from its weights with init_from={path} (the tensors that fit are loaded, "
+        "the others initialised)"
+    )
+
+
+def shapes_of(state: dict) -> dict:
+    """{name: shape} of a state dict."""
+    return {key: tuple(value.shape) for key, value in state.items()}
+
+
+def check_state_fits(path: str, saved_shapes: dict, saved_config: dict, cfg: DictConfig, task: torch.nn.Module) -> None:
+    """Resuming restores every tensor and the optimizer's state parameter by parameter, evaluating every
+    tensor: the checkpoint must hold exactly this model's tensors, of the same shapes. Checked here, before
+    Lightning loads anything, so a mismatch is one message naming every tensor and setting involved (the
+    message every command loading a checkpoint gives: `misfits`), not a size-mismatch traceback."""
+    message = misfits(path, saved_shapes, shapes_of(task.state_dict()), changed_settings(saved_config, cfg), "model.")
+    if message:
+        raise ConfigError("ckpt_path", message)
 
 
 def check_same_data(path: str, saved_meta: dict, datamodule) -> None:
@@ -163,14 +187,28 @@ def check_same_data(path: str, saved_meta: dict, datamodule) -> None:
             )
 
 
+def recover_enclosing(path: str | Path) -> None:
+    """The run directory `path` is in or names (the nearest of it and the folders above it with a .lock or
+    an .overwritten/), put right first where an overwrite=true was killed while it had the earlier run's
+    files set aside (rundir.recover): RUN/checkpoints/best.ckpt is then there again to be read."""
+    path = Path(os.path.abspath(path))
+    for folder in [path, *path.parents]:
+        if (folder / OVERWRITTEN).is_dir() or (folder / LOCK).exists():
+            recover(folder)
+            return
+
+
 def checkpoint_of(target: str | Path) -> Path:
-    """A checkpoint file, or a run directory's checkpoints/best.ckpt (last.ckpt where there is no best)."""
+    """A checkpoint file, or a run directory's checkpoints/best.ckpt (last.ckpt where there is no best; its
+    checkpoints/ folder given, the same); the run it is in put right first (recover_enclosing). The one
+    resolution of every command that reads a checkpoint."""
     path = Path(target)
+    recover_enclosing(path)
     if path.is_dir():
-        recover(path)  # (a run an unfinished overwrite=true set aside: put back)
-        for name in ("best.ckpt", "last.ckpt"):
-            if (path / "checkpoints" / name).is_file():
-                return path / "checkpoints" / name
+        for folder in (path / "checkpoints", path):
+            for name in ("best.ckpt", "last.ckpt"):
+                if (folder / name).is_file():
+                    return folder / name
         raise UserError(f"{path} has no checkpoints/best.ckpt or checkpoints/last.ckpt: not a run directory?")
     if not path.is_file():
         raise UserError(f"no run directory or checkpoint file at {path}")
@@ -224,14 +262,23 @@ def init_weights(
     return report, left + unused, set(fits)
 
 
-def load_model(path: str | Path, map_location: str = "cpu") -> tuple[torch.nn.Module, dict]:
-    """The model in eval mode, and the checkpoint's metadata: {"config", "model_args", "vocab" or "tokenizer"}."""
+def load_model(target: str | Path, map_location: str = "cpu") -> tuple[torch.nn.Module, dict]:
+    """The one loader of every command that uses a trained model (sample, translate, fill, classify,
+    attention, export): the model of a run directory or checkpoint file (checkpoint_of: the run put right
+    first) in eval mode, and the checkpoint's metadata: {"config", "model_args", "vocab" or "tokenizer"}.
+    Tensors that do not fit the model as its code builds it now are refused in one message (`misfits`)."""
     from transformer_lab.factory import model_from_checkpoint
 
+    path = checkpoint_of(target)
     checkpoint = read_checkpoint(path)
     meta = checkpoint["transformer_lab"]
     restore_code(meta, str(path))  # (a user's model: the folder its run imported it from)
-    return model_from_checkpoint(meta, model_state(checkpoint)).to(map_location).eval(), meta
+    model, state = model_from_checkpoint(meta), model_state(checkpoint)
+    message = misfits(str(path), shapes_of(state), shapes_of(model.state_dict()))
+    if message:
+        raise UserError(message)
+    model.load_state_dict(state)
+    return model.to(map_location).eval(), meta
 
 
 def checkpoint_path(cfg: DictConfig) -> Path | None:
@@ -248,6 +295,7 @@ def checkpoint_path(cfg: DictConfig) -> Path | None:
             )
         return path
     path = Path(cfg.ckpt_path)
+    recover_enclosing(path)
     if not path.is_file():
         raise ConfigError("ckpt_path", f"no checkpoint file at {path}")
     return path

@@ -122,7 +122,11 @@ def print_help(cmd: Command) -> None:
 
 def run(name: str, argv: list[str] | None = None) -> int:
     """A command's main: --help, or its options parsed and each line it gives printed as soon as it comes. Ctrl-C
-    (from the imports on) is one line and exit code 130: what was printed stands."""
+    (from the imports on) is one line and exit code 130, SIGTERM exit code 143: what was printed stands, and what
+    was being written goes (atomic.py: the one writer's temporaries are removed on the way out)."""
+    from transformer_lab.rundir import stop_on_sigterm
+
+    stop_on_sigterm()
     try:
         cmd = command(name)
         argv = list(sys.argv[1:] if argv is None else argv)

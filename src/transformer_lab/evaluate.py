@@ -115,9 +115,11 @@ def evaluate(
         "metrics": {name: float(value) for name, value in sorted(metrics.items()) if name != "step"},
     }
     out_path = Path(out) if out else path.parent / "eval.json"
+    from transformer_lab.atomic import atomic_write
+
     try:
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        out_path.write_text(json.dumps(result, indent=2) + "\n")
+        with atomic_write(out_path, "w", key="out") as f:
+            f.write(json.dumps(result, indent=2) + "\n")
     except OSError as e:
         raise UserError(f"out={out_path}: cannot write it ({e.strerror})") from None
     return result

@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 from enum import Enum
 from pathlib import Path
 
@@ -199,6 +198,7 @@ def check_out_dir(out: Path, overwrite: bool, checkpoint: Path) -> None:
 
 
 def export(target: str | Path, out_dir: str | Path, overwrite: bool = False) -> Path:
+    from transformer_lab.atomic import DiskRefused, staging_folder
     from transformer_lab.checkpoint import checkpoint_of, load_model
     from transformer_lab.pretrained.hub import require_pretrained
 
@@ -224,25 +224,23 @@ def export(target: str | Path, out_dir: str | Path, overwrite: bool = False) -> 
     tokenizer_config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": length, **tokens}
 
     created = next((p for p in reversed([out, *out.parents]) if not p.exists()), None)  # (removed on a failure)
-    staging = None
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-        save_file(tensors, str(staging / "model.safetensors"), metadata={"format": "pt"})
-        (staging / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-        tokenizer.save(str(staging / "tokenizer.json"))
-        (staging / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
-        mask = current_umask()  # (mkdtemp's 0700, and the files, as mkdir and open would make them)
-        os.chmod(staging, 0o777 & ~mask)
-        for file in staging.iterdir():
-            os.chmod(file, 0o666 & ~mask)
-        old = replace_dir(staging, out)
-    except OSError as e:
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
+    try:  # the one writer's staging folder (atomic.py): gone on any error, Ctrl-C or SIGTERM, a full disk one line
+        with staging_folder(out, "export") as staging:
+            save_file(tensors, str(staging / "model.safetensors"), metadata={"format": "pt"})
+            (staging / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+            tokenizer.save(str(staging / "tokenizer.json"))
+            (staging / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
+            mask = current_umask()  # (the files as open would make them: safetensors writes 0600)
+            for file in staging.iterdir():
+                os.chmod(file, 0o666 & ~mask)
+            old = replace_dir(staging, out)
+    except BaseException as e:
         if created is not None and created != out:
             shutil.rmtree(created, ignore_errors=True)
-        raise UserError(f"export: cannot write {out} ({e.strerror or e}); nothing there was changed") from None
+        if isinstance(e, (DiskRefused, OSError)):
+            why = e.why if isinstance(e, DiskRefused) else e.strerror or e
+            raise UserError(f"export: cannot write {out} ({why}); nothing there was changed") from None
+        raise
     if old is not None:  # the directory replaced: removed once the new one is in place
         try:
             shutil.rmtree(old)

@@ -395,9 +395,7 @@ def datamodule_from_checkpoint(meta: dict) -> Batching:
     return datamodule
 
 
-def model_from_checkpoint(meta: dict, state: dict) -> torch.nn.Module:
-    """The model a checkpoint's metadata describes, with its weights."""
+def model_from_checkpoint(meta: dict) -> torch.nn.Module:
+    """The model a checkpoint's metadata describes, as its code builds it now (its weights: checkpoint.load_model)."""
     model_cfg = meta["config"]["model"]
-    model = instantiate(model_class(DictConfig({"model": model_cfg})), model_cfg, meta["model_args"])
-    model.load_state_dict(state)
-    return model
+    return instantiate(model_class(DictConfig({"model": model_cfg})), model_cfg, meta["model_args"])

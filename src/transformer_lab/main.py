@@ -21,20 +21,21 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from transformer_lab.atomic import MANIFEST
 from transformer_lab.errors import UserError, exit_on_user_error, no_such_key
 from transformer_lab.files import read_json
 from transformer_lab.overrides import override_key
-from transformer_lab.prepare import Prepared, prepare
-from transformer_lab.rundir import LOCK, earlier_run, record, release
+from transformer_lab.prepare import Prepared, build_run, prepare
+from transformer_lab.rundir import LOCK, claim, earlier_run, first_process, record, release, stop_on_sigterm
 
 log = logging.getLogger(__name__)
 
 
-def claim_run_dir(prepared: Prepared, run_dir: Path, key: str) -> bool:
-    """This process's claim on its run directory (rundir.py), given what the run resumes. True, and no
-    claim, for a resume with nothing to do (its checkpoint at the step limit of a completed run)."""
+def nothing_to_do(prepared: Prepared, run_dir: Path, key: str) -> bool:
+    """A resume with nothing to do (its checkpoint at the step limit of a completed run), said so; else what
+    the claim of its run directory would refuse is refused now, before the run builds anything."""
     from transformer_lab.resume import nothing_to_do
-    from transformer_lab.rundir import claim, first_process
+    from transformer_lab.rundir import check_claim, first_process
 
     if not first_process():
         return False
@@ -47,7 +48,7 @@ def claim_run_dir(prepared: Prepared, run_dir: Path, key: str) -> bool:
             file=sys.stderr,
         )
         return True
-    claim(run_dir, key, Path(resumed.path) if resumed else None, bool(cfg.get("overwrite")))
+    check_claim(run_dir, key, Path(resumed.path) if resumed else None, bool(cfg.get("overwrite")))
     return False
 
 
@@ -61,7 +62,7 @@ def remove_if_unused(run_dir: Path | None) -> None:
         run_dir is not None
         and first_process()  # (the directory is the job's first process's to remove)
         and run_dir.is_dir()
-        and {p.name for p in run_dir.iterdir()} <= {".hydra", "train.log", LOCK}
+        and {p.name for p in run_dir.iterdir()} <= {".hydra", "train.log", LOCK, MANIFEST}
     ):
         shutil.rmtree(run_dir, ignore_errors=True)
         for folder in (run_dir.parent, run_dir.parent.parent):  # (Hydra's default layout: outputs/DATE/TIME)
@@ -96,6 +97,29 @@ def command_overrides(argv: list[str]) -> list[str]:
         else:
             overrides.append(argument)
     return overrides
+
+
+def with_resumed_choices(arguments: list[str]) -> list[str]:
+    """A resume's command line with its run's data, model and task options added before its own words, where
+    it sets a key of one of those sections without choosing the option: Hydra composes the command line before
+    the run is resumed, and `data.cache_dir=NEW` is a key of the run's data=text, not of the default data group.
+    The options come from the run's record (RUN/.hydra/hydra.yaml); the resume checks them against its checkpoint."""
+    given = dict(a.lstrip("+").split("=", 1) for a in command_overrides(arguments) if "=" in a)
+    target = given.get("ckpt_path")
+    if target in (None, "null"):
+        return arguments
+    run_dir = Path(given.get("hydra.run.dir", "")) if target == "last" else Path(target).parent.parent
+    record = run_dir / ".hydra" / "hydra.yaml"
+    sections = {key.split(".")[0] for key in given if "." in key}
+    wanted = [group for group in ("data", "model", "task") if group in sections and group not in given]
+    if not wanted or not record.is_file():
+        return arguments
+    try:
+        choices = OmegaConf.load(record).hydra.runtime.choices
+    except Exception:  # noqa: BLE001  (an unreadable record: the resume reads the checkpoint and says what is wrong)
+        return arguments
+    added = [f"{group}={choices[group]}" for group in wanted if choices.get(group)]
+    return [*added, *arguments]
 
 
 def searchpath_problem(overrides: list[str]) -> str | None:
@@ -139,7 +163,9 @@ def composition_problem(error: BaseException, config_dir: str, overrides: list[s
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
     if (mistake := user_error_inside(error)) is not None and not raised_in_a_run(error):
-        return str(mistake)  # ours, raised while Hydra composed or resolved (a resolver: config.tasks_per_node)
+        return str(mistake)
+    if (unreadable := unreadable_config(error, config_dir, overrides)) is not None:
+        return unreadable  # ours, raised while Hydra composed or resolved (a resolver: config.tasks_per_node)
     if isinstance(error, MissingConfigException):  # data=imagenet
         if error.missing_cfg_file and error.options is not None:
             group, _, option = error.missing_cfg_file.rpartition("/")
@@ -150,18 +176,77 @@ def composition_problem(error: BaseException, config_dir: str, overrides: list[s
         if raised_in_a_run(error) or not isinstance(error, (HydraException, OmegaConfBaseException)):
             return None  # (a run's own failure, or a sweep's end: not the command line's)
         return " ".join(line.strip() for line in str(error).split("\n") if line.strip())
-    key = cause.full_key
+    key, culprits = given_key(cause.full_key, overrides)
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)):  # a key the schema does not have
         from hydra import compose, initialize_config_dir
 
         parent = key.rpartition(".")[0]
-        rest = [o for o in overrides if override_key(o) != key and not override_key(o).startswith(key + ".")]
-        with initialize_config_dir(config_dir=config_dir, version_base="1.3"):  # (on this error only)
-            composed = compose("train", overrides=rest)
-        known = OmegaConf.select(composed, parent) if parent else composed
-        message = str(no_such_key(key, list(known) if OmegaConf.is_dict(known) else []))
+        rest = [o for o in overrides if o not in culprits]
+        try:
+            with initialize_config_dir(config_dir=config_dir, version_base="1.3"):  # (on this error only)
+                composed = compose("train", overrides=rest)
+        except Exception:  # noqa: BLE001  (another override is wrong too: this one is told first)
+            return f"{key}: no such key"
+        known = OmegaConf.select(composed, parent, default=None) if parent else composed
+        if parent == "data.model_defaults":  # (suggestions for the model's settings, which name what may go in)
+            name = key.rpartition(".")[2]
+            settings = [k for k in composed.model if k not in ("_target_", "name", "compile")]
+            if name in settings:
+                return f"{key}: not among this data's suggestions; add it with +{key}=VALUE"
+            known = settings
+        message = str(no_such_key(key, list(known) if OmegaConf.is_dict(known) or isinstance(known, list) else []))
         return message + task_having(key, composed) + added_setting(key, composed)
     return f"{key}: {str(cause).split(chr(10))[0]}"
+
+
+def given_key(key: str, overrides: list[str]) -> tuple[str, list[str]]:
+    """The whole key OmegaConf's error names, and the overrides that set it. A dict-valued override
+    (`optim={muon_lrr: 0.1}`) is merged into its section, and OmegaConf names the key inside it alone."""
+    culprits = [
+        o
+        for o in overrides
+        if override_key(o) == key
+        or override_key(o).startswith(key + ".")  # (task.sample.top_k=5 where task has no sample)
+        or (key.startswith(override_key(o) + ".") and o.partition("=")[2].lstrip().startswith("{"))
+    ]
+    if culprits:
+        return key, culprits
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for override in overrides:
+        try:
+            value = OverridesParser.create().parse_override(override).value()
+        except Exception:  # noqa: BLE001  (not one Hydra parses: not this one)
+            continue
+        if isinstance(value, dict) and key.split(".")[0] in value:
+            return f"{override_key(override)}.{key}", [override]
+    return key, []
+
+
+def unreadable_config(error: BaseException, config_dir: str, overrides: list[str]) -> str | None:
+    """A YAML file among the config groups (ours and hydra.searchpath's) that is not UTF-8 text, named with its
+    line: Hydra's error says only which byte it could not decode."""
+    from transformer_lab.errors import UserError
+    from transformer_lab.files import decode_text
+    from transformer_lab.origins import recorded_searchpath
+
+    if not isinstance(user_error_inside(error) or error, UnicodeDecodeError) and not isinstance(
+        error.__cause__ or error.__context__, UnicodeDecodeError
+    ):
+        return None
+    folders = [Path(config_dir)]
+    for override in recorded_searchpath(overrides, None):
+        entries = (e.strip().strip("'\"") for e in override.partition("=")[2].strip("[]").split(","))
+        folders += [Path(e.removeprefix("file://")) for e in entries if e.startswith("file://")]
+    for folder in folders:
+        for path in sorted(folder.rglob("*.yaml")):
+            try:
+                decode_text(path.read_bytes(), path)
+            except UserError as e:
+                return str(e)
+            except OSError:
+                continue
+    return None
 
 
 def user_error_inside(error: BaseException) -> UserError | None:
@@ -348,13 +433,19 @@ def check_and_run(cfg: DictConfig, run_dir: Path, key: str, start_time: float | 
     # What the checks log goes into the run's log file once there is one (a refused run writes none).
     early = logging.handlers.MemoryHandler(capacity=1_000, flushLevel=logging.CRITICAL + 1)
     logging.getLogger().addHandler(early)
+    stop_on_sigterm()  # (until training starts: a SystemExit, and what was claimed goes back)
     try:
         prepared = prepare(cfg)  # (a mistake is told before torch and Lightning are imported)
-        if claim_run_dir(prepared, run_dir, key):
+        if nothing_to_do(prepared, run_dir, key):
             return read_json(run_dir / "summary.json") if key == "hydra.sweep.dir" else None
+        from transformer_lab.train import run  # (its Lightning settings, before anything is built)
+
+        build_run(prepared)  # every check that needs the data, the model or the callbacks
+        if first_process():
+            resumes = Path(prepared.resumed.path) if prepared.resumed else None
+            claim(run_dir, key, resumes, bool(prepared.cfg.get("overwrite")))
     finally:
         logging.getLogger().removeHandler(early)
-    from transformer_lab.train import run
 
     try:
         with record(run_dir, prepared.cfg, prepared.overrides if prepared.recomposed else None) as log_handler:

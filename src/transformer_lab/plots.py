@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from transformer_lab.atomic import atomic_path
 from transformer_lab.errors import UserError
 from transformer_lab.runs import Run
 
@@ -80,9 +81,9 @@ def plot(
         fig.legend(handles, names, loc="upper center", bbox_to_anchor=(0.5, 0.0), fontsize="small", ncol=columns,
                    frameon=False)  # fmt: skip
     fig.tight_layout()
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, dpi=110, bbox_inches="tight")  # (the legend below the panels is kept whole)
+    try:  # (the one writer: a full disk leaves the earlier figure whole, and one line)
+        with atomic_path(out, "out") as tmp:
+            fig.savefig(tmp, dpi=110, bbox_inches="tight", format=out.suffix.lstrip(".") or "png")  # (legend whole)
     except OSError as e:
         raise UserError(f"out={out}: cannot write it ({e.strerror or e})") from None
     finally:

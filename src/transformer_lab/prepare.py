@@ -1,9 +1,17 @@
-"""A run's one validation pass and its one construction of the data module (`prepare`), before anything is
-written: what the train command (main.py) and each of its processes (train.py) start from."""
+"""A run's checks, all of them before anything is written into its directory (main.check_and_run):
+
+- `prepare`: the one validation pass of the config (every value resolved, each section's settings, a resume's
+  config from its checkpoint) and the data module's construction (not set up);
+- `build_run`: the data set up, the model and task built, a resumed checkpoint or init_from's weights checked
+  against them, the optimizer's needs, and each callback's own `check(model, datamodule)` where it declares one.
+
+Only then is the run directory claimed (rundir.py); whatever fails after the claim and before the first
+training step puts the directory back as it was (main.py). A feature with a check declares it beside itself
+(a settings dataclass's __post_init__, a task's model_needs, a callback's `check`) and gets it run here."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig
@@ -13,19 +21,22 @@ from transformer_lab.validate import validate
 
 @dataclass
 class Prepared:
-    """A run's config, checked, and its data module built (not set up): what `prepare` hands the run."""
+    """A run's config, checked, and what was built for it before its directory was claimed."""
 
-    cfg: DictConfig  # the config to run: a resumed run's is composed again from its checkpoint's overrides
+    cfg: DictConfig  # the config to run: a resume's is its checkpoint's config with the command line's changes
     resumed: Any  # the checkpoint it resumes (resume.Resumed), or None
     overrides: list[str] | None  # what the config is composed from (checkpoints keep them)
-    recomposed: bool  # cfg is a new composition (a resume's), to be recorded in the run's .hydra/
+    recomposed: bool  # cfg is not the one Hydra composed (a resume's), to be recorded in the run's .hydra/
     datamodule: Any
+    model: Any = None  # build_run's: the model, the task and the callbacks' instances
+    task: Any = None
+    callbacks: list = field(default_factory=list)
 
 
 def prepare(config: DictConfig) -> Prepared:
-    """The one validation pass of a run, and its one construction of the data module: what needs no torch
-    first (a new run's mistakes answer before torch is imported), then the config a resume composes from
-    its checkpoint, the model's, task's and data's declarations and settings, and the Trainer's arguments."""
+    """The one validation pass of a run's config, and its data module's construction: what needs no torch
+    first (a new run's mistakes answer before torch is imported), then the config a resume takes from its
+    checkpoint, the model's, task's and data's declarations and settings, and the Trainer's arguments."""
     validated = config.get("ckpt_path") is None
     if validated:
         validate(config)
@@ -40,3 +51,56 @@ def prepare(config: DictConfig) -> Prepared:
     if cfg is not config or not validated:
         validate(cfg)
     return Prepared(cfg, resumed, overrides, cfg is not config, check_buildable(cfg))
+
+
+def build_run(prepared: Prepared) -> Prepared:
+    """The data set up, the model, task and callbacks built, and every check that needs them: run before the
+    directory is claimed, in the order and with the seed a run has always built in (the same weights)."""
+    import lightning as L
+    import torch
+    from hydra.utils import instantiate
+
+    from transformer_lab.checkpoint import check_same_data, check_state_fits, init_weights
+    from transformer_lab.errors import require as _require
+    from transformer_lab.factory import build
+    from transformer_lab.tasks.optim import check_optimizer
+
+    cfg, resumed = prepared.cfg, prepared.resumed
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    if torch.cuda.is_available():
+        torch.set_float32_matmul_precision("high")
+    datamodule, model, task = build(cfg, prepared.overrides, datamodule=prepared.datamodule)
+    if resumed:
+        check_same_data(resumed.path, resumed.meta, datamodule)
+        check_state_fits(resumed.path, resumed.shapes, resumed.config, cfg, task)
+    if cfg.get("init_from"):
+        import logging
+
+        report, misfits, task.pretrained = init_weights(model, cfg.init_from, datamodule.data.checkpoint_meta())
+        _require(not (misfits and cfg.init_strict), "init_strict", f"not every tensor fits: {report}")
+        logging.getLogger(__name__).info(report)
+    check_optimizer(str(cfg.optim.name), model)
+    callbacks = []
+    for name, settings in (cfg.callbacks or {}).items():
+        if settings is not None:  # (null: dropped)
+            callbacks.append(checked_callback(name, instantiate(settings), model, datamodule))
+    prepared.datamodule, prepared.model, prepared.task, prepared.callbacks = datamodule, model, task, callbacks
+    return prepared
+
+
+def checked_callback(name: str, callback, model, datamodule):
+    """A callback's own checks of the model and data it will see (its `check(model, datamodule)`, where it has
+    one: docs/extending.md), run before the run directory is claimed. Its refusal (a ValueError or UserError) is
+    one line naming `callbacks.NAME`, or `callbacks.NAME.KEY` where it says "KEY: why" of one of its settings."""
+    from transformer_lab.errors import ConfigError, UserError, first_line
+
+    check = getattr(callback, "check", None)
+    if callable(check):
+        try:
+            check(model, datamodule)
+        except (UserError, ValueError) as e:
+            setting, _, why = first_line(e).partition(": ")
+            if why and setting.isidentifier() and hasattr(callback, setting):
+                raise ConfigError(f"callbacks.{name}.{setting}", why) from None
+            raise ConfigError(f"callbacks.{name}", first_line(e)) from None
+    return callback

@@ -1,9 +1,13 @@
-"""Resuming a run from its checkpoint: the run's own settings, with this command line's overrides on top.
+"""Resuming a run from its checkpoint: the config it was trained with, and this command line's changes on top.
 
-`python train.py ckpt_path=last hydra.run.dir=RUN trainer.max_steps=N` needs no other override: the
-checkpoint keeps the overrides its run was composed from (older ones: RUN/.hydra/overrides.yaml), and
-the config is composed again from those with this command's on top (a key in both takes this command's
-value). What may not change (the architecture, tensor shapes, the data) is checked in checkpoint.py.
+`python train.py ckpt_path=last hydra.run.dir=RUN trainer.max_steps=N` needs no other override. The resumed
+config is the checkpoint's resolved config (what was trained), not the YAML files as they are now: an edited
+model YAML or preset does not change a resumed run. The command line's changes are found by composing the
+run's recorded overrides (the checkpoint keeps them; older ones: RUN/.hydra/overrides.yaml) with and without
+this command's, and only the keys of CHANGEABLE_ON_RESUME may change (docs/runs.md); any other is refused,
+naming it. The learning-rate schedule keeps its horizon: a run that decayed over its trainer.max_steps still
+does when a resume raises them (optim.decay_steps=N on the resume is the explicit choice of a longer one).
+What may not change of the model, its tensors and the data is checked in checkpoint.py.
 """
 
 from __future__ import annotations
@@ -124,18 +128,14 @@ def resume_config(cfg: DictConfig) -> tuple[DictConfig, Resumed | None, list[str
                 "ckpt_path",
                 f"{path} was trained with {group}={resumed.config[group]['name']}, this run has {group}={option}",
             )
+    changes: dict = {}
     if stored is not None and overrides is not None:
+        where = [o for o in overrides if override_key(o) == "hydra.searchpath"]  # (the groups' folders now)
         overrides = merge_overrides(stored, overrides)
-        try:
-            cfg = _recompose(overrides)
-        except Exception as e:  # noqa: BLE001  (Hydra's: an option or key the config groups no longer have)
-            from hydra.errors import MissingConfigException
-
-            what = first_line(e)
-            if isinstance(e, MissingConfigException) and e.missing_cfg_file:
-                group, _, option = e.missing_cfg_file.rpartition("/")
-                what = f"{group}={option} is in none of its config groups' folders (hydra.searchpath)"
-            raise ConfigError("ckpt_path", f"{path}: its run's config cannot be composed again: {what}") from None
+        trained = _composed_again(merge_overrides(stored, where), path)  # the run's overrides with today's YAML ...
+        cfg = _composed_again(overrides, path)  # ... and with this command's on top: the difference is its
+        changes = changed_leaves(trained, cfg)
+        cfg = as_trained(cfg, resumed.config, changes)
     check_compatible(resumed.config, cfg, resumed.path)
     saved_optimizer = (resumed.config.get("optim") or {}).get("name")
     if saved_optimizer is not None and saved_optimizer != cfg.optim.name:
@@ -145,7 +145,120 @@ def resume_config(cfg: DictConfig) -> tuple[DictConfig, Resumed | None, list[str
             f"optim.name={saved_optimizer}, or start a new run from its weights with init_from={path}",
         )
     check_optimizer_kept(resumed, cfg)
+    check_changeable(changes, resumed.path, [override_key(o) for o in HydraConfig.get().overrides.task])
     return cfg, resumed, overrides
+
+
+def _composed_again(overrides: list[str], path: Path) -> DictConfig:
+    try:
+        return _recompose(overrides)
+    except Exception as e:  # noqa: BLE001  (Hydra's: an option or key the config groups no longer have)
+        from hydra.errors import MissingConfigException
+
+        what = first_line(e)
+        if isinstance(e, MissingConfigException) and e.missing_cfg_file:
+            group, _, option = e.missing_cfg_file.rpartition("/")
+            what = f"{group}={option} is in none of its config groups' folders (hydra.searchpath)"
+        raise ConfigError("ckpt_path", f"{path}: its run's config cannot be composed again: {what}") from None
+
+
+# What a resume may change, as keys or the sections (and prefixes) they lie in: how long and on what it trains,
+# what it logs and watches, where its files are: never what it learns from or how (docs/runs.md). The model's
+# settings are checkpoint.check_compatible's (its CHANGEABLE_KEYS), the optimizer's state's KEPT_IN_THE_OPTIMIZER.
+CHANGEABLE_ON_RESUME = (
+    "ckpt_path",
+    "trainer",
+    "logger",
+    "callbacks",
+    "paths",
+    "attention_kernel",
+    "objective",
+    "optim.decay_steps",  # a longer schedule than the run's, chosen (else it keeps the run's horizon)
+    "data.path",  # the same files elsewhere (their SHA-256 is checked: checkpoint.check_same_data)
+    "data.cache_dir",
+    "data.num_workers",
+    "data.val_batch_size",
+    "task.sample",  # what validation generates to show, not what trains
+    "task.decode",
+)
+_HOW_IT_STARTED = ("init_from", "init_strict", "overwrite", "model_sizes")  # (validate refuses them with ckpt_path)
+_STARTED = ("ckpt_path", "init_from", "init_strict", "overwrite")  # how the run was started, not what it trained
+
+
+def _flat(tree, prefix: str = "") -> dict:
+    if isinstance(tree, dict) and tree:
+        return {k: v for key, value in tree.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
+    return {prefix.removesuffix("."): tree}
+
+
+def changed_leaves(before: DictConfig, after: DictConfig) -> dict[str, tuple]:
+    """{key: (before's value, after's)} for every resolved value that differs (a key in one only, too)."""
+    old = _flat(OmegaConf.to_container(before, resolve=True, enum_to_str=True, throw_on_missing=False))
+    new = _flat(OmegaConf.to_container(after, resolve=True, enum_to_str=True, throw_on_missing=False))
+    return {key: (old.get(key), new.get(key)) for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)}
+
+
+def _changeable(key: str) -> bool:
+    return key.startswith("model.") or any(key == c or key.startswith(c + ".") for c in CHANGEABLE_ON_RESUME)
+
+
+def _shown(value) -> str:
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def check_changeable(changes: dict[str, tuple], path: str, typed: list[str] = ()) -> None:
+    """The command line's changes of a resume, each among CHANGEABLE_ON_RESUME, or refused naming the key (one the
+    command line gave before one that follows from it: `seed` before data.seed's ${seed})."""
+    for key in sorted(changes, key=lambda k: k not in typed):
+        trained, given = changes[key]
+        if not _changeable(key) and key not in _HOW_IT_STARTED:
+            raise ConfigError(
+                key,
+                f"{path} was trained with {key}={_shown(trained)}, and a resume continues it as it was trained (it may "
+                f"change only {', '.join(CHANGEABLE_ON_RESUME)}: docs/runs.md); resume without {key}={_shown(given)}, "
+                f"or start a new run from its weights with init_from={path}",
+            )
+
+
+def as_trained(cfg: DictConfig, trained: dict, changes: dict[str, tuple]) -> DictConfig:
+    """`cfg` (today's composition of the run's overrides and this command's) with every value the checkpoint's
+    run resolved put back, but those this command changes and where the run's files are (paths, and values that
+    differ only by them: a checkpoint resumed into another directory writes there). What an edited YAML file
+    would change of a trained run is logged, and not changed. The schedule keeps the run's horizon."""
+    was = trained.get("paths") or {}
+    now = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True, throw_on_missing=False)
+    moved = [
+        (str(was[k]), str(now["paths"][k]))
+        for k in ("output_dir", "root_dir")
+        if was.get(k) and (now.get("paths") or {}).get(k) and was[k] != now["paths"][k]
+    ]
+    current, saved = _flat(now), _flat(trained)
+    kept = []
+    for key, value in saved.items():
+        if key not in current or current[key] == value or key in changes:
+            continue
+        if key.startswith("paths.") or key in _STARTED:
+            continue
+        if isinstance(value, str) and isinstance(current[key], str):
+            relocated = value
+            for old, new in moved:
+                relocated = relocated.replace(old, new)
+            if relocated == current[key]:
+                continue
+        OmegaConf.update(cfg, key, value, force_add=True)
+        if not (key == "optim.decay_steps" and current[key] is None):  # (the horizon a resume recorded: below)
+            kept.append(f"{key}={_shown(value)} (the files now say {_shown(current[key])})")
+    if kept:
+        log.info("resume: the run continues as it was trained: %s", ", ".join(kept))
+    horizon = (trained.get("trainer") or {}).get("max_steps")
+    if (
+        "optim.decay_steps" not in changes
+        and cfg.optim.get("decay_steps", "absent") is None
+        and isinstance(horizon, int)
+        and horizon > 0
+    ):
+        OmegaConf.update(cfg, "optim.decay_steps", horizon)  # (null meant the run's trainer.max_steps: kept)
+    return cfg
 
 
 # optim.* settings the optimizer's state holds in its parameter groups (learning rates as the schedule's base),

@@ -2,8 +2,10 @@
 kill -9 cannot leave it stuck), and a directory holding another run's files is refused unless the command
 resumes that run (`ckpt_path=last`) or asks to start afresh there (`overwrite=true`).
 
-`overwrite=true` removes only what a run writes (RUN_WRITES: named files, and in its folders the files a run
-names so), and not at once: those are moved into OVERWRITTEN inside the directory when it is claimed, and
+What a run writes there is listed in the directory's manifest (atomic.py, the one writer: every file it puts
+in a claimed directory, and what the loggers and Hydra's record write). `overwrite=true` removes only that (and,
+for runs written before the manifest, RUN_WRITES: named files, and in its folders the files a run names so),
+and not at once: those are moved into OVERWRITTEN inside the directory when it is claimed, and
 removed once the new run starts training (its data read, its model built: callbacks/started.py). A run
 that fails or is stopped before then (an error, Ctrl-C, SIGTERM) puts them back, and a run killed outright
 (kill -9) is put right by the next command that claims or reads the directory (`recover`)."""
@@ -21,7 +23,15 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
-from transformer_lab.atomic import remove_stale_temporaries
+from transformer_lab.atomic import (
+    MANIFEST,
+    atomic_path,
+    note_written,
+    read_manifest,
+    remove_stale_temporaries,
+    start_recording,
+    stop_recording,
+)
 from transformer_lab.errors import UserError
 
 LOCK = ".lock"  # holds the writer's pid; an advisory flock on it is the claim
@@ -39,6 +49,7 @@ OVERWRITTEN = ".overwritten"  # an earlier run's files while the run replacing i
 _held: dict[Path, int] = {}  # run directory -> the open lock file of this process's claim
 _aside: set[Path] = set()  # run directories whose earlier run this process set aside and has not settled
 _resumed: dict[Path, tuple[int, set[str]]] = {}  # a resume's directory -> train.log's size, .hydra's entries
+_claimed: dict[Path, list[str] | None] = {}  # a claim not yet training -> its manifest then (None: there was none)
 
 
 def first_process() -> bool:
@@ -119,25 +130,53 @@ def claim(run_dir: Path, key: str, resumes: Path | None, overwrite: bool, keep: 
     restore_overwritten(run_dir)  # (a run killed with an earlier run set aside: it goes back first)
     remove_stale_temporaries(run_dir / "checkpoints")  # of a writer killed mid-write
     held = earlier_run(run_dir)
-    if held is None:
-        mark_writer(run_dir)
-        return
-    if resumes is not None and Path(resumes).absolute().is_relative_to(run_dir):
-        note_resume(run_dir)  # resuming the run this directory holds
-        mark_writer(run_dir)
-        return
-    if overwrite:
+    if held is not None and not (resumes is not None and Path(resumes).absolute().is_relative_to(run_dir)):
+        if not overwrite:
+            release(run_dir)
+            raise UserError(refusal(run_dir, key, held))
         set_aside(run_dir, keep)
-        mark_writer(run_dir)
+    elif held is not None:
+        note_resume(run_dir)  # resuming the run this directory holds
+    _claimed[run_dir] = read_manifest(run_dir) if (run_dir / MANIFEST).is_file() else None
+    start_recording(run_dir)
+    on_stop_put_back()
+    mark_writer(run_dir)
+
+
+def check_claim(run_dir: Path, key: str, resumes: Path | None, overwrite: bool) -> None:
+    """What `claim` would refuse, told before the run builds anything (its data, its model): another process
+    writing there, or another run's files. Takes nothing: `claim` decides again once the run is built."""
+    if not first_process():
         return
-    release(run_dir)
+    run_dir = Path(run_dir).absolute()
+    if run_dir not in _held and (run_dir / LOCK).is_file():
+        fd = os.open(run_dir / LOCK, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            raise UserError(
+                f"{key}={run_dir}: another process (pid {holder}) is writing to this run directory; "
+                f"wait for it to end, or choose another {key}"
+            ) from None
+        finally:
+            os.close(fd)
+    if (run_dir / OVERWRITTEN).is_dir():
+        return  # (an overwrite killed under way: `claim` puts the earlier run back, then decides)
+    held = earlier_run(run_dir)
+    resuming = resumes is not None and Path(resumes).absolute().is_relative_to(run_dir)
+    if held is not None and not resuming and not overwrite:
+        raise UserError(refusal(run_dir, key, held))
+
+
+def refusal(run_dir: Path, key: str, held: str) -> str:
     if "completed" in held:
         advice = "train it further with ckpt_path=last and a higher trainer.max_steps"
     elif "last.ckpt" in held:
         advice = "resume it with ckpt_path=last"
     else:
         advice = "nothing there can be resumed"
-    raise UserError(
+    return (
         f"{key}={run_dir} {held}; {advice}, start afresh there with overwrite=true (deleting what the "
         "run wrote once the new run starts training), "
         f"or choose another {key}"
@@ -145,9 +184,13 @@ def claim(run_dir: Path, key: str, resumes: Path | None, overwrite: bool, keep: 
 
 
 def written_by_a_run(run_dir: Path, keep: tuple[str, ...] = ()) -> list[Path]:
-    """What of `run_dir` a run wrote (RUN_WRITES), relative to it, less `keep`."""
+    """What of `run_dir` a run wrote, relative to it, less `keep`: what its manifest lists (and the manifest),
+    and for runs written before there was one, RUN_WRITES. A folder listed stands for what is inside it."""
+    listed = [Path(p) for p in read_manifest(run_dir) if (run_dir / p).exists() or (run_dir / p).is_symlink()]
     found = {p.relative_to(run_dir) for pattern in RUN_WRITES for p in run_dir.glob(pattern)}
-    return sorted(p for p in found if p.parts[0] not in keep)
+    found |= set(listed) | ({Path(MANIFEST)} if (run_dir / MANIFEST).is_file() else set())
+    outermost = {p for p in found if not any(q in found for q in p.parents if q != Path("."))}
+    return sorted(p for p in outermost if p.parts[0] not in keep)
 
 
 def set_aside(run_dir: Path, keep: tuple[str, ...] = ()) -> None:
@@ -167,7 +210,6 @@ def set_aside(run_dir: Path, keep: tuple[str, ...] = ()) -> None:
             f"hydra.run.dir={run_dir}: overwrite=true cannot set the earlier run's files aside ({e.strerror}: "
             f"{e.filename}); nothing was changed"
         ) from None
-    on_stop_put_back()
 
 
 def restore_overwritten(run_dir: Path) -> None:
@@ -222,7 +264,6 @@ def note_resume(run_dir: Path) -> None:
     is known, to be taken back if it fails before its first step."""
     log = run_dir / "train.log"
     _resumed[run_dir] = (log.stat().st_size if log.is_file() else -1, {p.name for p in (run_dir / ".hydra").glob("*")})
-    on_stop_put_back()
 
 
 def started(run_dir: Path) -> None:
@@ -230,12 +271,23 @@ def started(run_dir: Path) -> None:
     run_dir = Path(run_dir).absolute()
     discard_overwritten(run_dir)
     _resumed.pop(run_dir, None)
+    _claimed.pop(run_dir, None)
 
 
 def unwind(run_dir: Path) -> None:
     """This run failed or was stopped before it trained: the directory goes back to what it was when it was
     claimed (an earlier run set aside returns; a resume's train.log lines and .hydra record go)."""
     run_dir = Path(run_dir).absolute()
+    stop_recording(run_dir)
+    if run_dir in _claimed:  # what this run wrote since its claim goes, and its manifest is as it was
+        before = _claimed.pop(run_dir)
+        for relative in set(read_manifest(run_dir)) - set(before or ()):
+            _remove(run_dir / relative)
+        if before is None:
+            (run_dir / MANIFEST).unlink(missing_ok=True)
+        else:
+            with atomic_path(run_dir / MANIFEST) as tmp:
+                tmp.write_text("".join(f"{line}\n" for line in before))
     restore_overwritten(run_dir)
     size, records = _resumed.pop(run_dir, (None, None))
     if size is None:
@@ -252,7 +304,7 @@ def unwind(run_dir: Path) -> None:
 
 def put_back_all() -> None:
     """What this process claimed and has not settled goes back (its exit, however it exits but SIGKILL)."""
-    for run_dir in [*_aside, *_resumed]:
+    for run_dir in [*_aside, *_resumed, *_claimed]:
         unwind(run_dir)
 
 
@@ -260,25 +312,29 @@ _stop_handler_installed = False
 
 
 def on_stop_put_back() -> None:
-    """While an earlier run is set aside, this process's exit puts it back: at exit (an error, Ctrl-C's
-    KeyboardInterrupt) and on SIGTERM, which otherwise ends Python without a word. Once training has
-    started, Lightning's own SIGTERM handling (a checkpoint, then a stop) is left as it is."""
+    """While a claimed directory is unsettled (a run not yet training), this process's exit puts it back: at exit
+    (an error, Ctrl-C's KeyboardInterrupt) and on SIGTERM (stop_on_sigterm)."""
     global _stop_handler_installed
     if _stop_handler_installed or threading.current_thread() is not threading.main_thread():
         return
     _stop_handler_installed = True
     atexit.register(put_back_all)
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    stop_on_sigterm()
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM, which otherwise ends Python without a word, becomes a SystemExit (exit code 143): every `finally`
+    runs, so the writer's temporaries and an unsettled run directory are cleaned up on the way out. Installed
+    by every command and train.py at their start. Once training has started, Lightning's own SIGTERM handling
+    (a checkpoint, then a stop at the next step) calls this handler among its own, which then leaves it be."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 def _on_sigterm(signum, frame) -> None:
-    if _aside or _resumed:
-        raise SystemExit(128 + signum)  # (the directory goes back on the way out)
-    if signal.getsignal(signal.SIGTERM) is _on_sigterm:  # ours alone: what SIGTERM does by default
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
-    # else: called among Lightning's handlers, which stop the run at the next step
+    if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        raise SystemExit(128 + signum)  # (what was claimed and half-written goes back on the way out)
+    # else: called among Lightning's handlers, which stop the run at the next step (then main.py unwinds a claim)
 
 
 def _remove(path: Path) -> None:
@@ -304,11 +360,15 @@ def record(run_dir: Path, cfg, overrides: list[str] | None):
             (run_dir / "train.log").unlink(missing_ok=True)
         if (folder / "config.yaml").exists():
             folder = folder / f"{datetime.now():%Y-%m-%d_%H-%M-%S}"
-        folder.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(cfg, folder / "config.yaml")
-        OmegaConf.save(HydraConfig.instance().cfg, folder / "hydra.yaml")
         given = overrides if overrides is not None else HydraConfig.get().overrides.task
-        OmegaConf.save(OmegaConf.create(list(given)), folder / "overrides.yaml")
+        for name, content in (
+            ("config.yaml", cfg),
+            ("hydra.yaml", HydraConfig.instance().cfg),
+            ("overrides.yaml", OmegaConf.create(list(given))),
+        ):
+            with atomic_path(folder / name) as tmp:
+                OmegaConf.save(content, tmp)
+        note_written(folder)
     with log_file(run_dir) as handler:
         yield handler
 
@@ -329,6 +389,7 @@ def log_file(run_dir: Path):
     except FileNotFoundError:  # (another process's directory, removed as its run was refused: the console alone)
         yield None
         return
+    note_written(run_dir / f"{name}.log")
     handler.setFormatter(
         logging.Formatter(hydra.job_logging.formatters[hydra.job_logging.handlers.file.formatter].format)
     )

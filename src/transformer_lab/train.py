@@ -11,13 +11,13 @@ import time
 import warnings
 from pathlib import Path
 
-import hydra
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelSummary, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from transformer_lab.atomic import note_written
 from transformer_lab.callbacks import (
     GracefulInterrupt,
     History,
@@ -28,17 +28,14 @@ from transformer_lab.callbacks import (
     Throughput,
     TrainingStarted,
 )
-from transformer_lab.checkpoint import AtomicCheckpointIO, check_same_data, check_state_fits, init_weights
+from transformer_lab.checkpoint import AtomicCheckpointIO
 from transformer_lab.config import ATTENTION_KERNELS
 from transformer_lab.errors import ConfigError, UserError, first_line
-from transformer_lab.errors import require as _require
-from transformer_lab.factory import build
 from transformer_lab.files import read_json
 from transformer_lab.launch import ddp_process_command  # noqa: F401  (importing it patches Lightning's DDP launcher)
 from transformer_lab.loggers import build_loggers
-from transformer_lab.prepare import Prepared, prepare
+from transformer_lab.prepare import Prepared, build_run, prepare
 from transformer_lab.resume import logger_versions
-from transformer_lab.tasks.optim import check_optimizer
 from transformer_lab.trainer_args import trainer_arguments
 
 log = logging.getLogger(__name__)
@@ -86,8 +83,10 @@ def run(cfg: DictConfig, start_time: float | None = None, prepared: Prepared | N
     """Train one configuration and return its summary (also written to summary.json in the run dir).
     `prepared`: what prepare.prepare checked and built for this run before its directory existed."""
     start_time = start_time or time.time()
-    prepared = prepared or prepare(cfg)
-    resumed, overrides = prepared.resumed, prepared.overrides
+    prepared = prepared or build_run(prepare(cfg))
+    if prepared.model is None:
+        build_run(prepared)
+    resumed = prepared.resumed
     if prepared.recomposed:  # a resume's config, composed from its checkpoint (recorded in .hydra/: rundir.record)
         cfg = prepared.cfg
     output_dir = Path(cfg.paths.output_dir)
@@ -102,23 +101,12 @@ def run(cfg: DictConfig, start_time: float | None = None, prepared: Prepared | N
             env.get("SLURM_NTASKS", "?"),
             env.get("SLURMD_NODENAME", "?"),
         )
-    L.seed_everything(cfg.seed, workers=True, verbose=False)
-    if torch.cuda.is_available():
-        torch.set_float32_matmul_precision("high")
-
-    datamodule, model, task = build(cfg, overrides, datamodule=prepared.datamodule)
+    # built and checked before the run directory was claimed (prepare.build_run)
+    datamodule, model, task = prepared.datamodule, prepared.model, prepared.task
     task.translations_dir = output_dir / "translations"
-    if resumed:
-        check_same_data(resumed.path, resumed.meta, datamodule)
-        check_state_fits(resumed.path, resumed.shapes, resumed.config, cfg, task)
-    if cfg.get("init_from"):
-        report, misfits, task.pretrained = init_weights(model, cfg.init_from, datamodule.data.checkpoint_meta())
-        _require(not (misfits and cfg.init_strict), "init_strict", f"not every tensor fits: {report}")
-        log.info(report)
-    check_optimizer(str(cfg.optim.name), model)  # (before training: a refusal leaves no run behind)
     summary = Summary()
     interrupt = GracefulInterrupt(output_dir / "checkpoints" / "last.ckpt")
-    callbacks = [hydra.utils.instantiate(c) for c in (cfg.callbacks or {}).values() if c is not None]  # null: dropped
+    callbacks = [*prepared.callbacks]
     callbacks += [
         summary,
         History(output_dir / "metrics.jsonl"),
@@ -133,6 +121,9 @@ def run(cfg: DictConfig, start_time: float | None = None, prepared: Prepared | N
         callbacks = [c for c in callbacks if not isinstance(c, ModelSummary)]
     throughput = next((c for c in callbacks if isinstance(c, Throughput)), None)
     loggers, logger_settings = build_loggers(cfg, logger_versions(cfg, resumed))
+    for logger in loggers.values():  # what the loggers write, in the run's manifest (atomic.py)
+        folder = getattr(logger, "log_dir", None) or Path(logger.save_dir or output_dir) / "wandb"
+        note_written(folder)
     callbacks.append(LoggerVersions(loggers, logger_settings))
     loggers = list(loggers.values())
     trainer = L.Trainer(
@@ -178,9 +169,9 @@ def run(cfg: DictConfig, start_time: float | None = None, prepared: Prepared | N
         raise SystemExit(130 if interrupt.by_ctrl_c else 143) from None
     finally:
         result = {}
-        # A resume that failed before its first step leaves the run's summary.json as it was (a completed
-        # run stays completed); a new run's failure, or a resume's after it trained, is recorded.
-        untouched = status == "failed" and resumed is not None and trainer.global_step <= resumed.step
+        # A run that failed before its first step leaves the run directory as it was claimed (main.py: a new
+        # run's goes, a resume's summary.json stays as it was); a failure after it trained is recorded.
+        untouched = status == "failed" and trainer.global_step <= (resumed.step if resumed else 0)
         if trainer.is_global_zero and not untouched:
             result = summary.write(
                 output_dir / "summary.json",

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from transformer_lab.choices import Choice
 from transformer_lab.config import ATTENTION_KERNELS, CONF, SETTINGS, OptimConfig, TrainerConfig, cpu_has_bf16_units
 from transformer_lab.data.configs import DATA_DECIDED
-from transformer_lab.errors import ConfigError, no_such_key
+from transformer_lab.errors import ConfigError, first_line, no_such_key
 from transformer_lab.errors import require as _require
 
 MAX_SEED = 2**32 - 1  # numpy's limit, and so Lightning's seed_everything's
@@ -111,7 +111,39 @@ def top_level_keys() -> list[str]:
     return [*SECTIONS, *(k for k in OmegaConf.load(CONF / "train.yaml") if k != "defaults")]
 
 
+def check_resolvable(cfg: DictConfig) -> None:
+    """Every value of the config resolved once, as the run will read it: an interpolation naming a key that is
+    not there (a user's model YAML without `name:`) or giving a typed setting what it cannot hold
+    (`data.model_defaults.n_layer=1.5` into an integer) is one line naming the key, before anything is written."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+    except OmegaConfBaseException as e:
+        key = e.full_key or "config"
+        section, _, name = key.partition(".")
+        if section in ("model", "data", "task") and name in cfg[section] and "." not in name:
+            key = named(cfg, section, name)
+        message = first_line(e)
+        if message.startswith("While dereferencing interpolation"):  # (OmegaConf's preamble: the cause follows)
+            message = message.partition("': ")[2] or message
+        raw = _raw(cfg, key)  # (a key named as the data's suggestion shows no interpolation of the model's)
+        raise ConfigError(key, message + (f" (in {raw})" if isinstance(raw, str) and "${" in raw else "")) from None
+
+
+def _raw(cfg: DictConfig, key: str):
+    """What a key is set to before it is resolved (its interpolation), for a message; None where not found."""
+    parent, _, name = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent, default=None) if parent else cfg
+    if not OmegaConf.is_dict(node):
+        return None
+    return OmegaConf.to_container(node, resolve=False).get(name)
+
+
 def validate(cfg: DictConfig) -> None:
+    seed = cfg.seed  # (first: ${seed} is read by other sections, whose resolution would name them instead)
+    _require(isinstance(seed, int) and not isinstance(seed, bool), "seed", f"must be an integer, got {seed!r}")
+    check_resolvable(cfg)
     data, trainer, optim = cfg.data, cfg.trainer, cfg.optim
 
     known = top_level_keys()
@@ -119,8 +151,6 @@ def validate(cfg: DictConfig) -> None:
         if key not in known:
             raise no_such_key(str(key), known)
 
-    seed = cfg.seed
-    _require(isinstance(seed, int) and not isinstance(seed, bool), "seed", f"must be an integer, got {seed!r}")
     _require(0 <= seed <= MAX_SEED, "seed", f"must be in [0, {MAX_SEED}] (what seed_everything takes), got {seed}")
 
     suggestions = data.get("model_defaults")

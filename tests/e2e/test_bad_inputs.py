@@ -340,6 +340,50 @@ CASES = [
         [*CORPUS, "data.token_dtype=int8"],
         "Invalid value 'int8', expected one of [auto, uint16, uint32]",
     ),
+    # every override form is one line (issue "Nothing half-done" item 2)
+    (
+        "dict-override-key",
+        ["optim={muon_lrr: 0.1}"],
+        "error: optim.muon_lrr: no such key; did you mean optim.muon_lr?\n",
+    ),
+    (
+        "dict-override-suggestion",
+        ["data=modular", "data.model_defaults={n_layers: 1}"],
+        "error: data.model_defaults.n_layers: no such key; did you mean data.model_defaults.n_layer?\n",
+    ),
+    (
+        "model-yaml-not-utf8",
+        ["model=latin", "hydra.searchpath=[file://{ws}/conf]"],
+        "error: {ws}/conf/model/latin.yaml:2: is not UTF-8 text (byte 0xe9 at column 6)\n",
+    ),
+    # every check before the run directory is claimed (item 1): none of these leaves a directory
+    (
+        "model-yaml-missing-key",
+        ["model=noname", "hydra.searchpath=[file://{ws}/conf]", "data=modular", "data.p=11"],
+        "error: model.n_embd: Interpolation key 'model.name' not found (in ${model.name})\n",
+    ),
+    (
+        "suggested-size-type",
+        ["data=modular", "data.p=11", "data.model_defaults.n_layer=1.5"],
+        "error: data.model_defaults.n_layer: Value '1.5' of type 'float' could not be converted to Integer\n",
+    ),
+    (
+        "attention-callback-text",
+        [*MODULAR, "callbacks=[default,attention]", 'callbacks.attention.text="3 + @ ="'],
+        "error: callbacks.attention.text: @: not a number in 0..10 (data.p=11)\n",
+    ),
+    # a resume continues what was trained: the keys it may not change are named (item 3)
+    (
+        "resume-data-setting",
+        ["ckpt_path={ws}/prior/checkpoints/last.ckpt", "data.train_fraction=0.4", "trainer.max_steps=6"],
+        "error: data.train_fraction: {ws}/prior/checkpoints/last.ckpt was trained with data.train_fraction=0.5, and a "
+        "resume continues it as it was trained (it may change only ckpt_path, trainer, logger, callbacks, paths, ",
+    ),
+    (
+        "resume-seed",
+        ["ckpt_path={ws}/prior/checkpoints/last.ckpt", "seed=5", "trainer.max_steps=6"],
+        "error: seed: {ws}/prior/checkpoints/last.ckpt was trained with seed=1337, and a resume continues it",
+    ),
     (
         "gpt-two-vocabularies",
         ["model=gpt", "data=translation", "data.shared_vocab=false"],
@@ -365,6 +409,11 @@ def workspace(tmp_path_factory):
     (ws / "corrupt" / "shakespeare").mkdir(parents=True)
     (ws / "corrupt" / "shakespeare" / "input.txt").write_text("To be, or not to be\n")
     (ws / "a-file").write_text("not a folder\n")
+    (ws / "conf" / "model").mkdir(parents=True)  # a user's config groups: a YAML not in UTF-8, one without name:
+    (ws / "conf" / "model" / "latin.yaml").write_bytes("name: latin\n# caf\u00e9\n".encode("latin-1"))
+    (ws / "conf" / "model" / "noname.yaml").write_text(
+        "_target_: transformer_lab.models.gpt.GPT\nn_layer: 1\nn_head: 2\nn_embd: ${model.name}\n"
+    )
     (ws / "bad.tsv").write_text("ein Hund\ta dog\nzwei Hunde two dogs\n")
     (ws / "empty.tsv").write_text("")
     (ws / "hf_incomplete").mkdir()
@@ -443,6 +492,9 @@ def test_bad_input_gives_one_clear_message(overrides, fragment, workspace, train
 
 
 FAILING_BEFORE_TRAINING = [
+    "model-yaml-missing-key",
+    "suggested-size-type",
+    "attention-callback-text",
     "task-architecture",
     "not-prime",
     "data-missing-offline",
@@ -494,3 +546,9 @@ def test_a_sweep_whose_every_trial_fails_ends_in_one_line_naming_their_logs(tmp_
     for job in ("0", "1"):
         assert str(tmp_path / job / "train.log") in last
         assert "error: optim.lr: must be positive" in (tmp_path / job / "train.log").read_text()
+
+
+def test_a_shell_setting_hydra_full_error_0_still_gets_one_line(tmp_path):
+    result = run_train("model.n_layers=2", f"hydra.run.dir={tmp_path / 'run'}", env={"HYDRA_FULL_ERROR": "0"})
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr == "error: model.n_layers: no such key; did you mean model.n_layer?\n"

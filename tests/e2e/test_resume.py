@@ -288,7 +288,9 @@ def test_checkpoints_load_with_weights_only_and_carry_the_config(tmp_path):
         f"ckpt_path={old}",
         f"hydra.run.dir={tmp_path / 'resumed'}",
     )
-    assert result.returncode == 2 and "holds other tensors than this run's model" in result.stderr
+    assert (
+        result.returncode == 2 and "holds tensors that do not fit the model as its code builds it now" in result.stderr
+    )
     assert "attn.c_attn" in result.stderr and "Traceback" not in result.stderr
 
 
@@ -570,3 +572,63 @@ def test_a_run_started_with_init_from_and_pretrained_lr_resumes_and_is_evaluated
         [sys.executable, "-m", "transformer_lab", "evaluate", str(run)], capture_output=True, text=True
     )
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+
+
+def test_a_resume_continues_what_was_trained_not_the_yaml_files_as_they_are_now(tmp_path, train_process):
+    """An edited preset (a user's experiment YAML) does not change a resumed run; the command line changes only
+    what CHANGEABLE_ON_RESUME declares (a Muon setting is refused, naming it); and the schedule keeps its horizon
+    when trainer.max_steps is raised (a 20-step run's learning rate does not jump back up at step 21)."""
+    conf = tmp_path / "conf" / "experiment"
+    conf.mkdir(parents=True)
+    preset = conf / "mine.yaml"
+    preset.write_text(
+        "# @package _global_\ndefaults:\n  - override /data: modular\n  - _self_\n"
+        "data: {p: 11, train_fraction: 0.9, batch_size: 16}\n"
+        "optim: {name: muon, lr: 0.003, muon_lr: 0.02, warmup_steps: 2, min_lr: 0.0003}\n"
+        "model: {n_layer: 1, n_head: 2, n_embd: 32, dropout: 0.0}\n"
+    )
+    run = tmp_path / "run"
+    given = [
+        "experiment=mine",
+        f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
+        "logger=none",
+        "trainer.enable_progress_bar=false",
+        "trainer.val_check_interval=10",
+        "trainer.limit_val_batches=1",
+        "trainer.log_every_n_steps=1",
+    ]
+    first = train_process.run(*given, "trainer.max_steps=20", f"hydra.run.dir={run}")
+    assert first.returncode == 0, first.stderr[-2000:]
+    preset.write_text(preset.read_text().replace("dropout: 0.0", "dropout: 0.3").replace("lr: 0.003", "lr: 0.01"))
+
+    refused = train_process.run(
+        "ckpt_path=last", "trainer.max_steps=30", "optim.muon_weight_decay=0.5", f"hydra.run.dir={run}"
+    )
+    assert refused.returncode == 2 and refused.stderr.startswith(
+        f"error: optim.muon_weight_decay: {run}/checkpoints/last.ckpt was trained with optim.muon_weight_decay=null, "
+        "and a resume continues it as it was trained (it may change only ckpt_path, trainer, "
+    ), refused.stderr[-2000:]
+
+    resumed = train_process.run("ckpt_path=last", "trainer.max_steps=30", f"hydra.run.dir={run}")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    (record,) = (run / ".hydra").glob("*/config.yaml")
+    config = record.read_text()
+    assert "dropout: 0.0" in config and "lr: 0.003" in config and "decay_steps: 20" in config
+    assert "the run continues as it was trained: " in (run / "train.log").read_text()
+    lrs = {r["step"]: r["train/lr"] for r in map(json.loads, (run / "metrics.jsonl").open()) if "train/lr" in r}
+    assert lrs[21] == pytest.approx(0.0003) and lrs[30] == pytest.approx(0.0003)  # at min_lr from step 20 on
+    assert lrs[19] > lrs[20] >= 0.0003
+
+
+@needs_shakespeare
+def test_a_resume_may_move_the_corpus_cache_of_its_own_data_group(tmp_path, train_process):
+    run = tmp_path / "run"
+    corpus = ["data=text", f"data.path={ROOT / 'data/shakespeare/input.txt'}", "data.tokenizer=char"]
+    short = [*corpus, *TINY, "logger=none", "data.block_size=16", "trainer.val_check_interval=5"]
+    first = train_process.run(*short, f"data.cache_dir={tmp_path / 'a'}", "trainer.max_steps=5", f"hydra.run.dir={run}")
+    assert first.returncode == 0, first.stderr[-2000:]
+    moved = train_process.run(
+        "ckpt_path=last", "trainer.max_steps=8", f"data.cache_dir={tmp_path / 'b'}", f"hydra.run.dir={run}"
+    )
+    assert moved.returncode == 0, moved.stderr[-2000:]
+    assert json.loads((run / "summary.json").read_text())["global_step"] == 8 and any((tmp_path / "b").iterdir())

@@ -24,17 +24,13 @@ class AttentionImages(L.Callback):
         self.text, self.every_n_steps, self.max_extra_len = text, every_n_steps, max_extra_len
         self.dirpath = Path(run_dir) / "attention"  # (the run's own folder: nothing of the user's is written over)
 
-    def setup(self, trainer, pl_module, stage: str) -> None:
+    def check(self, model, datamodule) -> None:
+        """Run before the run's directory is claimed (prepare.build_run): a model without this repository's
+        attention layers, or a text the model cannot read, is refused then."""
         from transformer_lab.attention import check_model, source_ids
-        from transformer_lab.errors import UserError
 
-        model = pl_module.model
         check_model(model)
-        # A text the model cannot read is refused before training (here: the data's vocabulary is set up by now).
-        try:
-            source_ids(model, trainer.datamodule, self.text)
-        except UserError as e:
-            raise UserError(f"callbacks.attention.{e}") from None
+        source_ids(model, datamodule, self.text)
 
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
         if trainer.sanity_checking or not trainer.is_global_zero:
@@ -54,7 +50,8 @@ class AttentionImages(L.Callback):
         if not wandb:
             from PIL import Image
 
-            folder = self.dirpath / f"step_{trainer.global_step}"
-            folder.mkdir(parents=True, exist_ok=True)
+            from transformer_lab.atomic import atomic_path
+
             for kind, image in images.items():
-                Image.fromarray(image).save(folder / f"{kind}.png")
+                with atomic_path(self.dirpath / f"step_{trainer.global_step}" / f"{kind}.png") as tmp:
+                    Image.fromarray(image).save(tmp, format="PNG")

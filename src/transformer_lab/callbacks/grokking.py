@@ -133,6 +133,11 @@ class GrokkingProgress(L.Callback):
         self.dirpath = Path(run_dir) / "progress"  # (the run's own folder)
         self.frequencies = sorted(frequencies) if frequencies is not None else None
 
+    def check(self, model: torch.nn.Module, datamodule) -> None:
+        """Run before the run's directory is claimed (prepare.build_run): the inputs and the embedding it
+        measures, found on the model and data the run will train."""
+        self.prepare(datamodule, model)
+
     def setup(self, trainer, pl_module, stage: str) -> None:
         self.prepare(trainer.datamodule, pl_module.model)
 
@@ -193,8 +198,10 @@ class GrokkingProgress(L.Callback):
         if not wandb:
             from PIL import Image
 
-            self.dirpath.mkdir(parents=True, exist_ok=True)
-            Image.fromarray(image).save(self.dirpath / f"spectrum_step_{trainer.global_step}.png")
+            from transformer_lab.atomic import atomic_path
+
+            with atomic_path(self.dirpath / f"spectrum_step_{trainer.global_step}.png") as tmp:
+                Image.fromarray(image).save(tmp, format="PNG")
 
 
 def spectrum_image(spectrum: torch.Tensor, key: list[int], title: str):

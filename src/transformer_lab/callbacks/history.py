@@ -14,6 +14,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
+from transformer_lab.atomic import atomic_write
 from transformer_lab.files import read_jsonl
 
 
@@ -30,12 +31,10 @@ class History(L.Callback):
         # Not on_fit_start: Lightning restores a checkpoint's step count only after that hook.
         if not trainer.is_global_zero:
             return
-        if trainer.global_step == 0 or not self.path.exists():  # a new run (or a new file)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.write_text("")
-            return
-        kept = [r for r in read_history(self.path) if r["step"] <= trainer.global_step]
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        new = trainer.global_step == 0 or not self.path.exists()  # a new run (or a new file)
+        kept = [] if new else [r for r in read_history(self.path) if r["step"] <= trainer.global_step]
+        with atomic_write(self.path, "w") as f:  # (then appended to, a line at a time: a torn last line is dropped)
+            f.write("".join(json.dumps(r) + "\n" for r in kept))
 
     def _append(self, trainer, prefixes: tuple[str, ...]) -> None:
         if not trainer.is_global_zero:

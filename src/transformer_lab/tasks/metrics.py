@@ -198,8 +198,9 @@ class Bleu(Metric):
             task.log("test/bleu_lowercase", sacrebleu.corpus_bleu(hypotheses, [references], lowercase=True).score)
         sources = [self.datamodule.data.sources(split)[r] for r in rows]
         if task.translations_dir is not None and task.trainer.is_global_zero:
-            task.translations_dir.mkdir(parents=True, exist_ok=True)
-            with open(task.translations_dir / f"{split}-step{task.global_step:06d}.jsonl", "w") as f:
+            from transformer_lab.atomic import atomic_write
+
+            with atomic_write(task.translations_dir / f"{split}-step{task.global_step:06d}.jsonl", "w") as f:
                 for record in zip(rows, sources, hypotheses, references):
                     f.write(json.dumps(dict(zip(("row", "source", "output", "reference"), record))) + "\n")
         examples = list(zip(sources, hypotheses, references))[:3]

@@ -1,0 +1,89 @@
+"""The one writer (atomic.py) and the run directory's claim (rundir.py) where a process is the point: a file
+past what the disk takes, SIGTERM mid-write, a writer killed outright, a second process holding the directory."""
+
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from transformer_lab.atomic import atomic_dir
+from transformer_lab.errors import UserError
+from transformer_lab.rundir import check_claim
+
+FULL_DISK = """
+import resource, signal, sys
+from transformer_lab.atomic import atomic_path, atomic_write
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # (a write past the limit then fails with EFBIG, as on a full disk)
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+try:
+    with atomic_write(sys.argv[1]) as f:
+        f.write(b"x" * 100_000)
+except Exception as e:
+    print(type(e).__name__, e)
+"""
+
+
+def test_a_file_larger_than_the_disk_takes_leaves_the_earlier_one(tmp_path):
+    target = tmp_path / "figure.png"
+    target.write_bytes(b"the earlier figure")
+    result = subprocess.run([sys.executable, "-c", FULL_DISK, str(target)], capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == f"DiskRefused {target}: cannot write it (File too large); nothing was changed"
+    assert target.read_bytes() == b"the earlier figure" and sorted(p.name for p in tmp_path.iterdir()) == ["figure.png"]
+
+
+SIGTERM_MID_WRITE = """
+import os, signal, sys, time
+from pathlib import Path
+from transformer_lab.atomic import atomic_dir
+from transformer_lab.rundir import stop_on_sigterm
+stop_on_sigterm()
+with atomic_dir(Path(sys.argv[1]) / "maps") as staging:
+    (staging / "a.png").write_bytes(b"half")
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)
+"""
+
+
+def test_sigterm_mid_write_removes_the_staging_folder_and_exits_143(tmp_path):
+    result = subprocess.run([sys.executable, "-c", SIGTERM_MID_WRITE, str(tmp_path)], capture_output=True, timeout=60)
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_killed_writers_staging_folder_is_removed_by_the_next_writer(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(dead.stdout)
+    from transformer_lab.atomic import _HOST
+
+    stale = tmp_path / f".maps.{pid}@{_HOST}.abcd.tmp"
+    stale.mkdir()
+    (stale / "a.png").write_bytes(b"half")
+    with atomic_dir(tmp_path / "maps") as staging:
+        (staging / "a.png").write_bytes(b"whole")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["maps"]
+
+
+HOLDER = """
+import sys, time
+from transformer_lab.rundir import claim
+claim(sys.argv[1], "hydra.run.dir", None, False)
+print("held", flush=True)
+time.sleep(30)
+"""
+
+
+def test_check_claim_names_the_process_writing_there(tmp_path):
+    run = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(run)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(UserError) as error:
+            check_claim(run, "hydra.run.dir", None, False)
+        assert str(error.value) == (
+            f"hydra.run.dir={run}: another process (pid {holder.pid}) is writing to this run directory; "
+            "wait for it to end, or choose another hydra.run.dir"
+        )
+    finally:
+        holder.kill()
+        holder.wait()

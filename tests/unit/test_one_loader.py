@@ -1,0 +1,185 @@
+"""One loader for every command: a checkpoint whose tensors do not fit the model as its code builds it now
+(a parameter added to the model's class, one removed, a shape changed) is refused in the same one-line
+message whether sample/attention (inference.load), export or evaluate/resume (check_state_fits) reads it;
+and a path inside a run directory an overwrite=true was killed in puts the earlier run back first."""
+
+import shutil
+
+import pytest
+import torch
+from torch import nn
+
+import transformer_lab.models.gpt as gpt
+from helpers.runs import TINY, compose_cfg
+from transformer_lab.checkpoint import check_state_fits, checkpoint_of, load_model
+from transformer_lab.errors import ConfigError, UserError
+from transformer_lab.factory import build
+from transformer_lab.inference import load
+from transformer_lab.rundir import LOCK, OVERWRITTEN
+
+OVERRIDES = ["model=gpt", "data=modular", "data.p=11", *TINY, "logger=none", "task.sample.enabled=false"]
+GPT = gpt.GPT
+
+
+class Added(GPT):
+    """The class with a parameter added since the checkpoint was written."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.temperature = nn.Parameter(torch.ones(1))
+
+
+class Removed(GPT):
+    """The class without its learned positions (and the final norm's weight) since."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.wpe = None
+        self.ln_f = nn.Identity()
+
+
+class Reshaped(GPT):
+    """The class with one more position and another head size since."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.wpe = nn.Embedding(config.block_size + 1, config.n_embd)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size + 2, bias=False)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A run directory holding a tiny GPT's checkpoint, as train.py writes one (not trained: its weights
+    as built; what is read here is its tensors' names and shapes)."""
+    run = tmp_path_factory.mktemp("one_loader") / "run"
+    cfg = compose_cfg(OVERRIDES, output_dir=str(run))
+    _, _, task = build(cfg, OVERRIDES)
+    (run / "checkpoints").mkdir(parents=True)
+    checkpoint = {"state_dict": task.state_dict(), "transformer_lab": task.checkpoint_meta, "global_step": 0}
+    torch.save(checkpoint, run / "checkpoints" / "best.ckpt")
+    return run
+
+
+def message(path, shape_of) -> str:
+    """The message each command gives for a GPT checkpoint at `path` loaded by each class of this module
+    (shape_of: {name: shape} of the checkpoint, for the shapes it names)."""
+    tail = (
+        f". Restore the model code it was written with, or start a new run from its weights with init_from={path} "
+        "(the tensors that fit are loaded, the others initialised)"
+    )
+    return {
+        Added: f"{path} holds tensors that do not fit the model as its code builds it now: "
+        f"missing from the checkpoint (1): temperature{tail}",
+        Removed: f"{path} holds tensors that do not fit the model as its code builds it now: "
+        f"unexpected in it (2): ln_f.weight, wpe.weight{tail}",
+        Reshaped: f"{path} holds tensors that do not fit the model as its code builds it now: of other shapes (2): "
+        f"lm_head.weight {list(shape_of['lm_head.weight'])} in the checkpoint, "
+        f"[{shape_of['lm_head.weight'][0] + 2}, 32] in the model, "
+        f"wpe.weight {list(shape_of['wpe.weight'])} in the checkpoint, "
+        f"[{shape_of['wpe.weight'][0] + 1}, 32] in the model{tail}",
+    }
+
+
+@pytest.fixture
+def saved(run_dir):
+    path = run_dir / "checkpoints" / "best.ckpt"
+    state = torch.load(path, weights_only=True)["state_dict"]
+    return path, {k.removeprefix("model."): tuple(v.shape) for k, v in state.items()}, state
+
+
+def test_the_checkpoint_loads_into_the_class_it_was_written_with(saved):
+    path, _, _ = saved
+    model, meta = load_model(path.parent.parent)
+    assert type(model) is GPT and not model.training and meta["config"]["model"]["n_embd"] == 32
+
+
+@pytest.mark.parametrize("cls", [Added, Removed, Reshaped])
+def test_a_changed_model_class_is_one_message_from_every_command(saved, tmp_path, monkeypatch, cls):
+    from transformer_lab.evaluate import evaluate
+    from transformer_lab.export import export
+
+    path, shape_of, state = saved
+    expected = message(path, shape_of)[cls]
+    assert "\n" not in expected
+    monkeypatch.setattr(gpt, "GPT", cls)  # (the checkpoint's model._target_ names it: the code as it is now)
+
+    for what, call in [
+        ("sample, translate, fill, classify", lambda: load(str(path), "sample")),
+        ("attention", lambda: load(str(path), None)),
+        ("the loader", lambda: load_model(path)),
+        ("export", lambda: export(path, tmp_path / "exported")),
+    ]:
+        with pytest.raises(UserError) as error:
+            call()
+        assert str(error.value) == expected, what
+    assert not (tmp_path / "exported").exists()
+
+    # evaluate and resume: the same message, of the setting that names the checkpoint
+    with pytest.raises(ConfigError) as error:
+        evaluate(str(path))
+    assert str(error.value) == f"ckpt_path: {expected}"
+    cfg = compose_cfg(OVERRIDES, output_dir=str(tmp_path / "resumed"))
+    _, _, task = build(cfg, OVERRIDES)
+    shapes = {k: tuple(v.shape) for k, v in state.items()}
+    meta = torch.load(path, weights_only=True)["transformer_lab"]
+    with pytest.raises(ConfigError) as error:
+        check_state_fits(str(path), shapes, meta["config"], cfg, task)
+    assert str(error.value) == f"ckpt_path: {expected}"
+
+
+def test_a_setting_that_changes_a_shape_is_named_with_the_tensors(saved, tmp_path):
+    path, shape_of, state = saved
+    meta = torch.load(path, weights_only=True)["transformer_lab"]
+    cfg = compose_cfg([*OVERRIDES, "data.p=13"], output_dir=str(tmp_path / "resumed"))
+    _, _, task = build(cfg, OVERRIDES)
+    with pytest.raises(ConfigError) as error:
+        check_state_fits(str(path), {k: tuple(v.shape) for k, v in state.items()}, meta["config"], cfg, task)
+    text = str(error.value)
+    assert text.startswith(f"ckpt_path: {path} holds tensors that do not fit the model as its code builds it now: ")
+    assert f"lm_head.weight {list(shape_of['lm_head.weight'])} in the checkpoint, [" in text
+    assert "settings that differ from the checkpoint's run: data.p=13 (the checkpoint's: 11)" in text
+    assert text.endswith(
+        f". Change those settings back, or start a new run from its weights with init_from={path} (the tensors "
+        "that fit are loaded, the others initialised)"
+    )
+
+
+def killed_overwrite(run_dir, tmp_path):
+    """A copy of the run as a kill -9 during overwrite=true's set-aside leaves it: the earlier run's files in
+    .overwritten/, nothing of them at the top, the lock file of the process that died."""
+    run = tmp_path / "run"
+    (run / OVERWRITTEN).mkdir(parents=True)
+    shutil.copytree(run_dir / "checkpoints", run / OVERWRITTEN / "checkpoints")
+    (run / LOCK).write_text("999999\n")
+    return run
+
+
+@pytest.mark.parametrize("given", ["checkpoints/best.ckpt", "checkpoints", "."])
+def test_a_path_inside_a_run_an_overwrite_was_killed_in_puts_the_earlier_run_back(run_dir, tmp_path, given):
+    run = killed_overwrite(run_dir, tmp_path)
+    model, meta = load_model(run / given)
+    assert (run / "checkpoints" / "best.ckpt").is_file() and not (run / OVERWRITTEN).exists()
+    assert type(model) is GPT and meta["config"]["data"]["name"] == "modular"
+
+
+def test_the_inference_commands_put_the_earlier_run_back_too(run_dir, tmp_path):
+    run = killed_overwrite(run_dir, tmp_path)
+    model, datamodule = load(str(run / "checkpoints" / "best.ckpt"), None)
+    assert (run / "checkpoints" / "best.ckpt").is_file() and not (run / OVERWRITTEN).exists()
+    assert checkpoint_of(run / "checkpoints") == run / "checkpoints" / "best.ckpt"
+
+
+def test_a_run_another_process_is_writing_is_left_alone(run_dir, tmp_path):
+    """Its own overwrite, under way: what it set aside stays (the loader finds no checkpoint there)."""
+    import fcntl
+    import os
+
+    run = killed_overwrite(run_dir, tmp_path)
+    fd = os.open(run / LOCK, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # (an open file description of its own: another writer)
+    try:
+        with pytest.raises(UserError, match="no run directory or checkpoint file at"):
+            load_model(run / "checkpoints" / "best.ckpt")
+        assert (run / OVERWRITTEN / "checkpoints" / "best.ckpt").is_file()
+    finally:
+        os.close(fd)
