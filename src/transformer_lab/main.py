@@ -414,7 +414,7 @@ def main(cfg: DictConfig, start_time: float | None = None, trials: Trials | None
                 log.error("error: %s", e)
             trials.failed.append((run_dir, str(e)))
             raise TrialFailed(str(e)) from None
-        except (SystemExit, KeyboardInterrupt):  # (a directory this run made and left unused goes)
+        except BaseException:  # (a directory this run made and left unused goes, whatever stopped it)
             release(run_dir)
             remove_if_unused(run_dir if new else None)
             raise

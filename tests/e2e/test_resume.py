@@ -632,3 +632,24 @@ def test_a_resume_may_move_the_corpus_cache_of_its_own_data_group(tmp_path, trai
     )
     assert moved.returncode == 0, moved.stderr[-2000:]
     assert json.loads((run / "summary.json").read_text())["global_step"] == 8 and any((tmp_path / "b").iterdir())
+
+
+@pytest.mark.parametrize("where", ["new", "user-file"])
+def test_a_new_run_failing_after_its_claim_and_before_its_first_step_leaves_nothing(tmp_path, train_process, where):
+    """A user's callback that fails in its setup (no check declared): the run directory is as it was before the
+    run (removed where Hydra made it), so the corrected command runs there without overwrite=true."""
+    run = tmp_path / "outputs" / "run"
+    if where == "user-file":
+        run.mkdir(parents=True)
+        (run / "notes.txt").write_text("the user's")
+    short = [*DATA["modular"], *TINY, "logger=[csv,tensorboard]", "trainer.max_steps=4", f"hydra.run.dir={run}"]
+    failed = run_train(*short, "+callbacks.fail._target_=helpers.callbacks.FailAtTrainStart", env=HELPERS)
+    assert failed.returncode != 0 and "a crash before the first step" in failed.stderr, failed.stderr[-2000:]
+    if where == "new":
+        assert not run.exists()
+    else:
+        assert sorted(p.name for p in run.iterdir()) == [".lock", "notes.txt"]
+    corrected = train_process.run(*short)
+    assert corrected.returncode == 0, corrected.stderr[-2000:]
+    assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+    assert {"csv", "tensorboard", "summary.json", ".hydra", "train.log"} <= set((run / ".manifest").read_text().split())
