@@ -49,7 +49,8 @@ OVERWRITTEN = ".overwritten"  # an earlier run's files while the run replacing i
 _held: dict[Path, int] = {}  # run directory -> the open lock file of this process's claim
 _aside: set[Path] = set()  # run directories whose earlier run this process set aside and has not settled
 _resumed: dict[Path, tuple[int, set[str]]] = {}  # a resume's directory -> train.log's size, .hydra's entries
-_claimed: dict[Path, list[str] | None] = {}  # a claim not yet training -> its manifest then (None: there was none)
+_claimed: dict[Path, tuple[list[str] | None, set[str]]] = {}  # a claim not yet training -> its manifest then
+# (None: there was none) and what the directory held then (a run from before manifests: not to be taken back)
 
 
 def first_process() -> bool:
@@ -137,7 +138,8 @@ def claim(run_dir: Path, key: str, resumes: Path | None, overwrite: bool, keep: 
         set_aside(run_dir, keep)
     elif held is not None:
         note_resume(run_dir)  # resuming the run this directory holds
-    _claimed[run_dir] = read_manifest(run_dir) if (run_dir / MANIFEST).is_file() else None
+    held_then = {p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*")}
+    _claimed[run_dir] = (read_manifest(run_dir) if (run_dir / MANIFEST).is_file() else None, held_then)
     start_recording(run_dir)
     on_stop_put_back()
     mark_writer(run_dir)
@@ -280,8 +282,8 @@ def unwind(run_dir: Path) -> None:
     run_dir = Path(run_dir).absolute()
     stop_recording(run_dir)
     if run_dir in _claimed:  # what this run wrote since its claim goes, and its manifest is as it was
-        before = _claimed.pop(run_dir)
-        for relative in set(read_manifest(run_dir)) - set(before or ()):
+        before, held_then = _claimed.pop(run_dir)
+        for relative in set(read_manifest(run_dir)) - set(before or ()) - held_then:
             _remove(run_dir / relative)
         if before is None:
             (run_dir / MANIFEST).unlink(missing_ok=True)

@@ -287,3 +287,25 @@ def test_export_on_a_full_disk_is_one_line_and_leaves_the_earlier_export_and_no_
     assert str(refused.value) == f"export: cannot write {out} (No space left on device); nothing there was changed"
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "ours.ckpt", "out"]
+
+
+def test_a_failed_resume_of_a_run_from_before_the_manifest_keeps_its_files(tmp_path):
+    """A run written before runs kept a manifest: its train.log and logger folders are noted by the resume that
+    fails, but being there before the claim they stay (only what the attempt added goes)."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    (run / "csv").mkdir()
+    (run / "csv" / "metrics.csv").write_text("step,val/loss\n")
+    (run / "train.log").write_text("the earlier run's log\n")
+    claim(run, "hydra.run.dir", run / "checkpoints" / "last.ckpt", False)
+    note_written(run / "train.log")
+    note_written(run / "csv")
+    with atomic_path(run / ".hydra" / "2026-11-26_10-00-00" / "config.yaml") as tmp:
+        tmp.write_text("a: 1\n")
+    note_written(run / ".hydra" / "2026-11-26_10-00-00")
+    unwind(run)
+    release(run)
+    assert (run / "train.log").read_text() == "the earlier run's log\n" and (run / "csv" / "metrics.csv").exists()
+    assert not (run / ".hydra").exists() or not any((run / ".hydra").iterdir())
+    assert not (run / MANIFEST).exists()
