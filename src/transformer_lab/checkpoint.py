@@ -169,7 +169,7 @@ def check_same_data(path: str, saved_meta: dict, datamodule) -> None:
     wherever the files are now) and the same vocabulary, so every token id means what it meant and the
     splits are the same. (Checkpoints from before data_files was recorded are checked by vocabulary only.)"""
     saved, now = saved_meta.get("data_files"), datamodule.data.data_files()
-    if saved is not None and sorted(saved.values()) != sorted(now.values()):
+    if saved and sorted(saved.values()) != sorted(now.values()):  # (a recorded {}: files not known then)
         changed = [f"{name} (SHA-256 {digest[:12]}…)" for name, digest in now.items() if digest not in saved.values()]
         raise ConfigError(
             "ckpt_path",

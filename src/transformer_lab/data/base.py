@@ -11,22 +11,35 @@ A dataset of your own subclasses `DataModule`, declares the forms it `provides` 
 
 It does not make batches: the task does (its YAML's `batches` names a transform for each form it reads,
 batching/), so one dataset serves every objective that reads a form it provides.
+
+Evaluating a trained model on a file of the user's scores all of it, by construction (`take_checkpoint`):
+the dataset's files are known from `data_files()` (by default, the files its constructor's arguments name),
+and a dataset that does not put the whole file in its validation split itself (`reads_whole_file`) has its
+splits joined into one: every row, document or character once. A dataset that cannot be told apart from its
+run's data is refused in one line naming the hook it lacks, before anything is read.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from transformer_lab.data.configs import DATA_DECIDED  # noqa: F401 (the factory's contract, re-exported)
 from transformer_lab.data.tokens import Specials
+from transformer_lab.errors import UserError, first_line
+from transformer_lab.files import sha256_file
 
 log = logging.getLogger(__name__)
 
 FORMS = ("text", "pairs", "equations", "labelled")
+SPLIT_READERS = ("pairs", "sources", "references", "labelled")  # (split) -> that split's rows
 
 
 @dataclass
@@ -49,6 +62,13 @@ class DataModule:
     # are its settings. A dataclass needs no torch, so its types and checks apply while the command line is
     # checked; the module reads the values from `self.config`.
     config_class: type | None = None
+
+    def __new__(cls, *args, **settings):
+        self = super().__new__(cls)
+        # What its constructor was given, whether or not its __init__ calls this class's: the default
+        # data_files() names the files among them.
+        self._arguments = (*args, *settings.values())
+        return self
 
     def __init__(self, **settings):
         if self.config_class is not None:
@@ -81,17 +101,155 @@ class DataModule:
 
     # Evaluating a trained model on data of the user's (a `data.path` whose files are not those its run read,
     # as the checkpoint's SHA-256 record says: another file, or that file changed since) makes every row,
-    # document or character of it evaluation data: setup() then holds nothing out for training and puts all of
-    # it in the validation split (and the test split, where the data has one). take_checkpoint() decides it,
-    # for every dataset alike, from data_files(); the run's own files, however their path is spelled, keep
-    # their validation split.
+    # document or character of it evaluation data, in the validation split (and the test split, where the data
+    # has one), nothing held out for training. take_checkpoint() decides it, for every dataset alike, from
+    # data_files(); the run's own files, however their path is spelled, keep their validation split.
     whole_file: bool = False
+    # Whether setup() reads `whole_file` itself and then puts all of the file in its validation (and test)
+    # split, as ours do (the file given as `data.path`); data_files() must then name the files before setup().
+    # Otherwise (a dataset of one's own) the base class joins the splits setup() made (train + val [+ test])
+    # into the validation and test splits, which are then the whole file when the splits share its rows out,
+    # as a held-out fraction does; where data_files() needs setup() first, it is decided right after it.
+    reads_whole_file: bool = False
 
     def take_checkpoint(self, meta: dict, path=None) -> None:
         """What the commands call before setup() to evaluate or use a trained model (`path`: the run's
-        `data.path` now): the whole-file rule above, then the dataset's own for_checkpoint()."""
-        self.whole_file = path is not None and not is_runs_data(path, meta, self.data_files)
+        `data.path` now): the whole-file rule above, then the dataset's own for_checkpoint(). What cannot
+        hold is refused in one line naming the dataset's hook (a UserError), before a model is evaluated."""
+        name = type(self).__name__
+        self.whole_file = False
+        if path is None and self.reads_whole_file:  # (ours: a file to evaluate on is a data.path)
+            self.for_checkpoint(meta)
+            return
+        try:
+            files = self.checked_data_files()
+        except UserError:
+            raise
+        except Exception as e:  # noqa: BLE001  (a dataset's data_files() reading what its setup() makes)
+            if self.reads_whole_file and isinstance(e, OSError) and e.filename:
+                raise UserError(f"data.path: cannot read {e.filename}: {e.strerror}") from None
+            if self.reads_whole_file:
+                raise UserError(
+                    f"{name}.data_files() fails before setup() ({type(e).__name__}: {first_line(e)}); {name} "
+                    "reads whole_file in setup(), so it must name its files from its settings alone"
+                ) from None
+            files = None  # the rule is decided right after setup()
+        if files is not None:
+            self.decide_whole_file(files, meta, path)
+        if not self.reads_whole_file and (files is None or self.whole_file):
+            self.join_splits()
+        cls = type(self)
+        own_vocabulary = (
+            cls.for_checkpoint is DataModule.for_checkpoint and cls.checkpoint_meta is not DataModule.checkpoint_meta
+        )
+        if files is None or own_vocabulary:
+            self.check_after_setup(meta, path, decide=files is None, vocabulary=own_vocabulary)
         self.for_checkpoint(meta)
+
+    def checked_data_files(self) -> dict[str, str]:
+        """data_files(), refused unless it is {file: SHA-256}."""
+        files = self.data_files()
+        if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+            raise UserError(
+                f"{type(self).__name__}.data_files() returned a {type(files).__name__}, not {{file: SHA-256}} "
+                "(the files its splits are read from)"
+            )
+        return files
+
+    def decide_whole_file(self, files: dict[str, str], meta: dict, path) -> None:
+        """`whole_file`, from the files now (data_files()) against the checkpoint's. A dataset with the
+        default data_files() whose `data.path` is there but not a file (a folder) is refused: which files it
+        reads cannot be told, so neither whether they are its run's. (One that is not there at all is the
+        dataset's setup() to refuse, in its words.)"""
+        if path is not None and type(self).data_files is DataModule.data_files:
+            given = [path] if isinstance(path, (str, os.PathLike)) else list(path)  # (a list: a ListConfig)
+            if any(Path(p).exists() and not Path(p).is_file() for p in given if isinstance(p, (str, os.PathLike))):
+                name = type(self).__name__
+                raise UserError(
+                    f"{name} has no data_files(), and data.path={path} is not a file: give {name} a "
+                    "data_files() naming the files its splits are read from, each with its SHA-256"
+                )
+        self.whole_file = not is_runs_data(path, meta, files)
+
+    def check_after_setup(self, meta: dict, path, decide: bool, vocabulary: bool) -> None:
+        """Right after this instance's setup() (once): the whole-file rule, where data_files() needed
+        setup() first (`decide`); and, for a dataset with a checkpoint_meta() but no for_checkpoint()
+        (`vocabulary`), that what setup() learned is the checkpoint's, or the model's ids would mean other
+        tokens."""
+        self.setup = functools.partial(self.set_up_then_check, meta, path, decide, vocabulary)
+
+    def set_up_then_check(self, meta: dict, path, decide: bool, vocabulary: bool, *args, **kwargs):
+        name = type(self).__name__
+        result = type(self).setup(self, *args, **kwargs)
+        del self.setup  # (once: its own method again)
+        if decide:
+            try:
+                files = self.checked_data_files()
+            except UserError:
+                raise
+            except Exception as e:  # noqa: BLE001
+                raise UserError(
+                    f"{name}.data_files() fails ({type(e).__name__}: {first_line(e)}): evaluating a model needs "
+                    "the files its splits are read from, each with its SHA-256"
+                ) from None
+            self.decide_whole_file(files, meta, path)
+        if vocabulary:
+            differ = [key for key, value in self.checkpoint_meta().items() if not same(meta.get(key), value)]
+            if differ:
+                raise UserError(
+                    f"{name} has no for_checkpoint(): its setup() learned another {differ[0]} than the "
+                    f"checkpoint's, so the model's ids would mean other tokens; give {name} a "
+                    f"for_checkpoint(meta) that takes meta[{differ[0]!r}]"
+                )
+        return result
+
+    def join_splits(self) -> None:
+        """For a dataset that does not read `whole_file` itself: its split readers (those it has) give, while
+        the file is evaluated whole, all of its splits joined as the validation and test splits and none for
+        training; its own methods stay as they are (these stand in front of them, on this instance only)."""
+        cls = type(self)
+        self.joining = False  # (inside a joined read: the dataset's own calls of its readers pass through)
+        for reader in SPLIT_READERS:
+            if getattr(cls, reader) is not getattr(DataModule, reader):
+                setattr(self, reader, functools.partial(self.joined_read, reader))
+        if cls.token_streams is not DataModule.token_streams:
+            self.token_streams = self.joined_token_streams
+        if cls.equations is not DataModule.equations:
+            self.equations = self.joined_equations
+
+    def joined_read(self, reader: str, split: str):
+        """A split reader's rows (`reader`: pairs, sources, references, labelled) with the splits joined."""
+        read = getattr(type(self), reader).__get__(self)
+        if not self.whole_file or self.joining or split not in ("train", "val", "test"):
+            return read(split)
+        self.joining = True
+        try:
+            if split == "train":
+                return emptied(read("train"))
+            parts = []
+            for part in ("train", "val", "test") if self.has_test_split else ("train", "val"):
+                rows = read(part)
+                if not any(same(rows, taken) for taken in parts):  # (a split that is another, whole)
+                    parts.append(rows)
+            return joined(parts)
+        finally:
+            self.joining = False
+
+    def joined_token_streams(self):
+        """token_streams() with the training stream put before the validation stream."""
+        streams = type(self).token_streams(self)
+        if not self.whole_file or self.joining:
+            return streams
+        every = torch.cat([torch.as_tensor(streams.train), torch.as_tensor(streams.val)])
+        return dataclasses.replace(streams, train=every[:0], val=every)
+
+    def joined_equations(self) -> Equations:
+        """equations() with every row validation."""
+        rows = type(self).equations(self)
+        if not self.whole_file:
+            return rows
+        every = torch.arange(len(rows.tokens))
+        return dataclasses.replace(rows, train=every[:0], val=every)
 
     def for_checkpoint(self, meta: dict) -> None:
         """Called before setup() to evaluate or use a trained model: take the vocabulary its checkpoint
@@ -104,9 +262,11 @@ class DataModule:
         return {}
 
     def data_files(self) -> dict[str, str]:
-        """The files the splits were read from, once set up, each with its SHA-256 (a checkpoint records
-        them, and a run resuming it against other contents is refused); {} for generated data."""
-        return {}
+        """The files the splits are read from, each with its SHA-256 (a checkpoint records them, a run
+        resuming it against other contents is refused, and evaluating on other files scores them whole);
+        {} for generated data. Called before setup() too (take_checkpoint). This default: the files the
+        constructor's arguments name (a path to an existing file, or a list of them)."""
+        return {str(Path(p).absolute()): sha256_file(p) for p in named_files(getattr(self, "_arguments", ()))}
 
     # "text"
     def token_streams(self):
@@ -164,15 +324,48 @@ class DataModule:
         raise NotImplementedError
 
 
-def is_runs_data(path, meta: dict, data_files) -> bool:
+def named_files(values) -> list:
+    """The existing files among constructor arguments: paths, and lists of them."""
+    files = []
+    for value in values:
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(item, (str, os.PathLike)) and str(item) and Path(item).is_file():
+                files.append(item)
+    return files
+
+
+def joined(parts: list):
+    """Split readers' results one after another: lists joined, a tuple of lists (ids, targets) member by
+    member."""
+    if isinstance(parts[0], tuple):
+        return tuple(joined([part[i] for part in parts]) for i in range(len(parts[0])))
+    return [row for part in parts for row in part]
+
+
+def same(a, b) -> bool:
+    """Whether two results (split readers', checkpoint_meta()'s) are equal; False where they cannot be
+    compared."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001  (tensors inside, ...)
+        return False
+
+
+def emptied(result):
+    """A split reader's result with no rows."""
+    return tuple([] for _ in result) if isinstance(result, tuple) else []
+
+
+def is_runs_data(path, meta: dict, now: dict[str, str]) -> bool:
     """Whether `path` (a data.path given to evaluate a checkpoint: a file, or a corpus's directory, glob or
-    list) names what its run trained on, as it was then: the same files' contents (`data_files()` against
-    the checkpoint's record), whatever the path's spelling. A file of the run's changed since is another
-    file (all of it evaluation data), and a warning says so."""
+    list) names what its run trained on, as it was then: the same files' contents (`now`, data_files(),
+    against the checkpoint's record), whatever the path's spelling. A file of the run's changed since is
+    another file (all of it evaluation data), and a warning says so."""
     recorded = meta.get("data_files")
-    if recorded is None:  # (a checkpoint from before data files were recorded: the path as written)
+    if recorded is None or (not recorded and now):  # (a checkpoint that recorded no files: the path as written)
         return path == meta["config"]["data"].get("path")
-    now = data_files()
     if sorted(now.values()) == sorted(recorded.values()):
         return True
     changed = [name for name, digest in now.items() if name in recorded and recorded[name] != digest]

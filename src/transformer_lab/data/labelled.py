@@ -48,6 +48,7 @@ class LabelledTextDataModule(DataModule):
     provides = ("labelled",)
     length_key = "max_length"
     config_class = LabelledConfig
+    reads_whole_file = True  # (setup(): all of a file evaluated whole in the validation split)
 
     def __init__(self, **settings):  # settings: LabelledConfig's
         super().__init__(**settings)

@@ -42,6 +42,7 @@ class ShakespeareDataModule(DataModule):
 
     provides = ("text",)
     length_key = "block_size"
+    reads_whole_file = True  # (setup(): all of a text evaluated whole in the validation stream)
 
     config_class = ShakespeareConfig
 

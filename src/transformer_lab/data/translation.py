@@ -104,6 +104,7 @@ class TranslationDataModule(DataModule):
     provides = ("pairs", "text")
     has_test_split = True
     length_key = "max_length"
+    reads_whole_file = True  # (load_pairs(): all of a file evaluated whole in the validation and test splits)
 
     config_class = TranslationConfig
 

@@ -24,6 +24,7 @@ class TextCorpusDataModule(DataModule):
     provides = ("text",)
     length_key = "block_size"
     config_class = TextConfig
+    reads_whole_file = True  # (prepare(whole=...): every document of a corpus evaluated whole is validation)
 
     def __init__(self, **settings):  # settings: TextConfig's
         super().__init__(**settings)
