@@ -325,7 +325,9 @@ def test_debug_overfit_drives_the_loss_near_zero_and_fast_writes_no_files(tmp_pa
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((fast / "summary.json").read_text())
     assert summary["global_step"] == 3 and "val/loss" in summary
-    assert sorted(p.name for p in fast.iterdir()) == [".hydra", ".lock", "metrics.jsonl", "summary.json", "train.log"]
+    assert sorted(p.name for p in fast.iterdir()) == [
+        ".hydra", ".lock", ".manifest", "metrics.jsonl", "summary.json", "train.log"
+    ]  # fmt: skip
 
 
 def logged_jsonl(run_dir, name):
