@@ -26,7 +26,16 @@ from transformer_lab.errors import UserError, exit_on_user_error, no_such_key
 from transformer_lab.files import read_json
 from transformer_lab.overrides import override_key
 from transformer_lab.prepare import Prepared, build_run, prepare
-from transformer_lab.rundir import LOCK, claim, earlier_run, first_process, record, release, stop_on_sigterm
+from transformer_lab.rundir import (
+    LOCK,
+    check_claim,
+    claim,
+    earlier_run,
+    first_process,
+    record,
+    release,
+    stop_on_sigterm,
+)
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +44,6 @@ def nothing_to_do(prepared: Prepared, run_dir: Path, key: str) -> bool:
     """A resume with nothing to do (its checkpoint at the step limit of a completed run), said so; else what
     the claim of its run directory would refuse is refused now, before the run builds anything."""
     from transformer_lab.resume import nothing_to_do
-    from transformer_lab.rundir import check_claim, first_process
 
     if not first_process():
         return False
@@ -54,9 +62,8 @@ def nothing_to_do(prepared: Prepared, run_dir: Path, key: str) -> bool:
 
 def remove_if_unused(run_dir: Path | None) -> None:
     """Removes a run directory Hydra made for this run that holds only the run's record, log and lock: a run
-    refused, stopped or failed before training (its summary.json is written once training starts, whatever
-    happens then), or with nothing to do; and the date folder above it, left empty (outputs/DATE/TIME)."""
-    from transformer_lab.rundir import first_process
+    refused, stopped or failed before training (what it wrote then was taken back: rundir.unwind), or with
+    nothing to do; and the date folder above it, left empty (outputs/DATE/TIME)."""
 
     if (
         run_dir is not None
@@ -75,7 +82,7 @@ def remove_if_unused(run_dir: Path | None) -> None:
 def unwind_claim(run_dir: Path) -> None:
     """A run that failed or was stopped before it trained: its directory goes back to what it was when claimed
     (rundir.unwind). Only the process that claimed the directory does it."""
-    from transformer_lab.rundir import first_process, unwind
+    from transformer_lab.rundir import unwind
 
     if first_process():
         unwind(run_dir)
@@ -226,7 +233,6 @@ def given_key(key: str, overrides: list[str]) -> tuple[str, list[str]]:
 def unreadable_config(error: BaseException, config_dir: str, overrides: list[str]) -> str | None:
     """A YAML file among the config groups (ours and hydra.searchpath's) that is not UTF-8 text, named with its
     line: Hydra's error says only which byte it could not decode."""
-    from transformer_lab.errors import UserError
     from transformer_lab.files import decode_text
     from transformer_lab.origins import recorded_searchpath
 

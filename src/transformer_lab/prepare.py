@@ -11,12 +11,15 @@ training step puts the directory back as it was (main.py). A feature with a chec
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig
 
 from transformer_lab.validate import validate
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -74,11 +77,9 @@ def build_run(prepared: Prepared) -> Prepared:
         check_same_data(resumed.path, resumed.meta, datamodule)
         check_state_fits(resumed.path, resumed.shapes, resumed.config, cfg, task)
     if cfg.get("init_from"):
-        import logging
-
         report, misfits, task.pretrained = init_weights(model, cfg.init_from, datamodule.data.checkpoint_meta())
         _require(not (misfits and cfg.init_strict), "init_strict", f"not every tensor fits: {report}")
-        logging.getLogger(__name__).info(report)
+        log.info(report)
     check_optimizer(str(cfg.optim.name), model)
     callbacks = []
     for name, settings in (cfg.callbacks or {}).items():
