@@ -304,7 +304,7 @@ def check_length(cfg: DictConfig, datamodule: Batching) -> None:
         )
 
 
-def check_sizes(model_cfg: dict, datamodule: Batching, checkpoint_sizes: dict | None = None) -> None:
+def check_data_sizes(model_cfg: dict, datamodule: Batching, checkpoint_sizes: dict | None = None) -> None:
     """A size the data decides but the model's config sets (by hand, or init_from=hf:...) must hold the data:
     a vocabulary or a length at least the data's, the same padding id and classes. A size of the checkpoint's
     (`checkpoint_sizes`) is named as what the data must fit."""
@@ -332,7 +332,7 @@ def build_model(cfg: DictConfig, datamodule: Batching) -> tuple[torch.nn.Module,
     cls = model_class(cfg)
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True)
     sizes = OmegaConf.to_container(cfg.model_sizes) if cfg.get("model_sizes") else {}  # (init_from=hf: sets them)
-    check_sizes({**model_cfg, **sizes}, datamodule, sizes)
+    check_data_sizes({**model_cfg, **sizes}, datamodule, sizes)
     from_data = {
         **suggested_by_data(cls.config_class, cfg, model_cfg),
         **data_decided(cls.config_class, datamodule, {**model_cfg, **sizes}),

@@ -65,7 +65,7 @@ def named(cfg: DictConfig, section: str, key: str) -> str:
     suggested = (
         section == "model"
         and OmegaConf.is_interpolation(node, key)
-        and str(node._get_node(key)._value()).startswith("${suggested:")
+        and str(_raw(cfg, f"{section}.{key}")).startswith("${suggested:")
         and OmegaConf.select(cfg, f"data.model_defaults.{key}", default=None) is not None
     )
     return f"data.model_defaults.{key}" if suggested else f"{section}.{key}"
