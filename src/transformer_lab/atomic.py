@@ -65,7 +65,7 @@ def read_manifest(run_dir: str | os.PathLike) -> list[str]:
 def start_recording(run_dir: str | os.PathLike) -> None:
     """From now on, what this process writes into `run_dir` is listed in its manifest (rundir.claim)."""
     run_dir = Path(run_dir).absolute()
-    _recording.setdefault(run_dir, set(read_manifest(run_dir)))
+    _recording[run_dir] = set(read_manifest(run_dir))  # (afresh at each claim: a process may run several runs)
 
 
 def stop_recording(run_dir: str | os.PathLike) -> None:

@@ -206,6 +206,7 @@ def set_aside(run_dir: Path, keep: tuple[str, ...] = ()) -> None:
         for relative in written_by_a_run(run_dir, keep):
             (aside / relative).parent.mkdir(parents=True, exist_ok=True)
             os.replace(run_dir / relative, aside / relative)
+            _prune_empty(run_dir, (run_dir / relative).parent)  # (attention/step_5/, emptied: the run's too)
     except OSError as e:
         restore_overwritten(run_dir)
         raise UserError(
@@ -232,7 +233,20 @@ def _put_back(entry: Path, target: Path) -> None:
             _put_back(child, target / child.name)
         return
     _remove(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
     os.replace(entry, target)
+
+
+def _prune_empty(run_dir: Path, folder: Path, kept: set[str] = frozenset()) -> None:
+    """Removes `folder` and the folders above it, up to `run_dir`, while they are empty (but those `kept`)."""
+    while folder != run_dir and folder.is_relative_to(run_dir):
+        if folder.relative_to(run_dir).as_posix() in kept:
+            return
+        try:
+            folder.rmdir()
+        except OSError:  # (not empty, or not there)
+            return
+        folder = folder.parent
 
 
 def discard_overwritten(run_dir: Path) -> None:
@@ -285,6 +299,7 @@ def unwind(run_dir: Path) -> None:
         before, held_then = _claimed.pop(run_dir)
         for relative in set(read_manifest(run_dir)) - set(before or ()) - held_then:
             _remove(run_dir / relative)
+            _prune_empty(run_dir, (run_dir / relative).parent, held_then)  # (a folder there before stays)
         if before is None:
             (run_dir / MANIFEST).unlink(missing_ok=True)
         else:

@@ -653,3 +653,21 @@ def test_a_new_run_failing_after_its_claim_and_before_its_first_step_leaves_noth
     assert corrected.returncode == 0, corrected.stderr[-2000:]
     assert json.loads((run / "summary.json").read_text())["status"] == "completed"
     assert {"csv", "tensorboard", "summary.json", ".hydra", "train.log"} <= set((run / ".manifest").read_text().split())
+
+
+def test_overwrite_sets_aside_what_a_callback_wrote_and_nothing_of_the_users(tmp_path, train_process):
+    """The attention callback's per-step maps (no name pattern lists them) are in the run's manifest: overwrite=true
+    sets them aside with the rest, and the new run's folder holds only its own steps; a user's file stays."""
+    run = tmp_path / "run"
+    maps = [*DATA["modular"], *TINY, "logger=none", "callbacks=[default,attention]", 'callbacks.attention.text="3 + 4 ="']
+    first = train_process.run(*maps, "trainer.max_steps=20", "trainer.val_check_interval=10", f"hydra.run.dir={run}")
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert sorted(p.name for p in (run / "attention").iterdir()) == ["step_10", "step_20"]
+    (run / "attention" / "my_notes.txt").write_text("the user's, beside the maps")
+    again = train_process.run(
+        *maps, "trainer.max_steps=5", "trainer.val_check_interval=5", "overwrite=true", f"hydra.run.dir={run}"
+    )
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert sorted(p.name for p in (run / "attention").iterdir()) == ["my_notes.txt", "step_5"]
+    assert not (run / ".overwritten").exists()
+    assert "attention/step_5/blocks.attn.png" in (run / ".manifest").read_text().split()
