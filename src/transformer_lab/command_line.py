@@ -1,0 +1,316 @@
+"""`python train.py`'s command line, around Hydra: what is checked before Hydra composes it (an output directory
+that cannot be made, a search path that is not there, a resume's own data/model/task options), `--help`, and
+what Hydra could not compose or a sweep ended with, each told in one `error:` line (exit 2; failed trials 1).
+The root train.py is `@hydra.main` and one call of `train`."""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from transformer_lab.config import CONF
+from transformer_lab.errors import UserError, no_such_key
+from transformer_lab.main import Trials
+from transformer_lab.overrides import override_key
+
+
+def train(main: Callable[[Trials], None], argv: list[str]) -> None:
+    """The train command: `main(trials)` runs Hydra's app (the root train.py's), each of its jobs noted in `trials`.
+    A mistake is one line and exit code 2, Ctrl-C before training exit code 130."""
+    arguments = with_resumed_choices(argv)  # (a resume's keys of its run's own data, model, task)
+    sys.argv[1:] = arguments
+    overrides = command_overrides(arguments)
+    config_dir = str(CONF)
+    if {"--help", "-h"} & set(arguments):
+        try:
+            print_help(config_dir, overrides)
+        except Exception as error:
+            if (problem := composition_problem(error, config_dir, overrides)) is None:
+                raise
+            print(f"error: {problem}", file=sys.stderr)
+            sys.exit(2)
+        sys.exit(0)
+    if problem := output_dir_problem(arguments) or searchpath_problem(overrides):
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
+    # What Hydra cannot compose, and what ends a sweep, come here (Hydra would print them in many lines), to be
+    # told in one: whatever a user's shell sets (HYDRA_FULL_ERROR=0 makes Hydra print and exit 1 itself).
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    trials = Trials()
+    try:
+        main(trials)
+    except KeyboardInterrupt:  # Ctrl-C before training took it over (callbacks/interrupt.py): nothing to save
+        print("interrupted (Ctrl-C) before training started: nothing was trained", file=sys.stderr)
+        sys.exit(130)
+    except Exception as error:
+        if (problem := composition_problem(error, config_dir, overrides)) is not None:
+            print(f"error: {problem}", file=sys.stderr)
+            sys.exit(2)
+        if (problem := trials.problem(error)) is not None:
+            print(f"error: {problem}", file=sys.stderr)  # failed trials, in one line
+            sys.exit(1)
+        if isinstance(error, ValueError) and not (trials.failed or trials.completed or raised_in_a_run(error)):
+            print(f"error: {str(error).splitlines()[0]}", file=sys.stderr)  # Hydra's, on its flags (-m --cfg job)
+            sys.exit(2)
+        raise
+    # The runs are over and their files closed. Python's exit would run its garbage collector over the
+    # ~400k objects torch, Lightning and W&B leave behind, ~1 s of a process (experiments/shakespeare_char_cpu.md).
+    gc.freeze()
+
+
+# Hydra's flags that take a value (`--cfg job`): the value is no override
+FLAGS_WITH_VALUE = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
+                    "--config-dir", "-cd", "--experimental-rerun")  # fmt: skip
+
+
+def command_overrides(argv: list[str]) -> list[str]:
+    """The overrides of a train.py command line: its words less Hydra's flags and their values."""
+    overrides, skip = [], False
+    for argument in argv:
+        if skip:
+            skip = False
+        elif argument.startswith("-"):
+            skip = argument in FLAGS_WITH_VALUE
+        else:
+            overrides.append(argument)
+    return overrides
+
+
+def with_resumed_choices(arguments: list[str]) -> list[str]:
+    """A resume's command line with its run's data, model and task options added before its own words, where
+    it sets a key of one of those sections without choosing the option: Hydra composes the command line before
+    the run is resumed, and `data.cache_dir=NEW` is a key of the run's data=text, not of the default data group.
+    The options come from the run's record (RUN/.hydra/hydra.yaml); the resume checks them against its checkpoint."""
+    given = dict(a.lstrip("+").split("=", 1) for a in command_overrides(arguments) if "=" in a)
+    target = given.get("ckpt_path")
+    if target in (None, "null"):
+        return arguments
+    run_dir = Path(given.get("hydra.run.dir", "")) if target == "last" else Path(target).parent.parent
+    record = run_dir / ".hydra" / "hydra.yaml"
+    sections = {key.split(".")[0] for key in given if "." in key}
+    wanted = [group for group in ("data", "model", "task") if group in sections and group not in given]
+    if not wanted or not record.is_file():
+        return arguments
+    try:
+        choices = OmegaConf.load(record).hydra.runtime.choices
+    except Exception:  # noqa: BLE001  (an unreadable record: the resume reads the checkpoint and says what is wrong)
+        return arguments
+    added = [f"{group}={choices[group]}" for group in wanted if choices.get(group)]
+    return [*added, *arguments]
+
+
+def searchpath_problem(overrides: list[str]) -> str | None:
+    """A hydra.searchpath folder that is not there (Hydra passes over it, and its options go missing)."""
+    from transformer_lab.errors import UserError
+    from transformer_lab.origins import recorded_searchpath
+
+    try:
+        recorded_searchpath(overrides, None)
+    except UserError as e:
+        return str(e)
+    return None
+
+
+def output_dir_problem(argv: list[str]) -> str | None:
+    """Why the run directory cannot be created, checked before Hydra tries (its failure is a traceback)."""
+    dirs = [
+        (key.lstrip("+~"), value)
+        for key, _, value in (a.partition("=") for a in argv)
+        if key.lstrip("+~") in ("hydra.run.dir", "hydra.sweep.dir")
+    ]
+    for key, value in dirs or [("hydra.run.dir", "outputs")]:
+        existing = Path(value.split("${")[0] or ".").absolute()
+        while not existing.exists():
+            existing = existing.parent
+        if not existing.is_dir():
+            return f"{key}={value}: cannot create the run directory, {existing} is a file"
+        try:  # a trial folder, removed at once: os.access cannot tell for root or for /proc
+            os.rmdir(tempfile.mkdtemp(dir=existing))
+        except OSError as e:
+            return f"{key}={value}: cannot create the run directory in {existing} ({e.strerror})"
+    return None
+
+
+def composition_problem(error: BaseException, config_dir: str, overrides: list[str]) -> str | None:
+    """What Hydra could not compose from the command line, as one line (Hydra's own is several, and tells
+    to add an unknown key with `+`, which only defers the error); None for an error of another kind.
+    What is wrong comes from the exceptions' own fields (Hydra's missing option and its group's options,
+    OmegaConf's key), not from their text."""
+    from hydra.errors import HydraException, MissingConfigException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+
+    if (mistake := user_error_inside(error)) is not None and not raised_in_a_run(error):
+        return str(mistake)
+    if (unreadable := unreadable_config(error, config_dir, overrides)) is not None:
+        return unreadable  # ours, raised while Hydra composed or resolved (a resolver: config.tasks_per_node)
+    if isinstance(error, MissingConfigException):  # data=imagenet
+        if error.missing_cfg_file and error.options is not None:
+            group, _, option = error.missing_cfg_file.rpartition("/")
+            return f"{group}={option}: no such option; {group} has: {', '.join(error.options)}"
+        return str(error).split("\n")[0]
+    cause = error.__cause__ if isinstance(error.__cause__, OmegaConfBaseException) else None
+    if cause is None or not cause.full_key:
+        if raised_in_a_run(error) or not isinstance(error, (HydraException, OmegaConfBaseException)):
+            return None  # (a run's own failure, or a sweep's end: not the command line's)
+        return " ".join(line.strip() for line in str(error).split("\n") if line.strip())
+    key, culprits = given_key(cause.full_key, overrides)
+    if isinstance(cause, (ConfigKeyError, ConfigAttributeError)):  # a key the schema does not have
+        from hydra import compose, initialize_config_dir
+
+        parent = key.rpartition(".")[0]
+        rest = [o for o in overrides if o not in culprits]
+        try:
+            with initialize_config_dir(config_dir=config_dir, version_base="1.3"):  # (on this error only)
+                composed = compose("train", overrides=rest)
+        except Exception:  # noqa: BLE001  (another override is wrong too: this one is told first)
+            return f"{key}: no such key"
+        known = OmegaConf.select(composed, parent, default=None) if parent else composed
+        if parent == "data.model_defaults":  # (suggestions for the model's settings, which name what may go in)
+            name = key.rpartition(".")[2]
+            settings = [k for k in composed.model if k not in ("_target_", "name", "compile")]
+            if name in settings:
+                return f"{key}: not among this data's suggestions; add it with +{key}=VALUE"
+            known = settings
+        message = str(no_such_key(key, list(known) if OmegaConf.is_dict(known) or isinstance(known, list) else []))
+        return message + task_having(key, composed) + added_setting(key, composed)
+    return f"{key}: {str(cause).split(chr(10))[0]}"
+
+
+def given_key(key: str, overrides: list[str]) -> tuple[str, list[str]]:
+    """The whole key OmegaConf's error names, and the overrides that set it. A dict-valued override
+    (`optim={muon_lrr: 0.1}`) is merged into its section, and OmegaConf names the key inside it alone."""
+    culprits = [
+        o
+        for o in overrides
+        if override_key(o) == key
+        or override_key(o).startswith(key + ".")  # (task.sample.top_k=5 where task has no sample)
+        or (key.startswith(override_key(o) + ".") and o.partition("=")[2].lstrip().startswith("{"))
+    ]
+    if culprits:
+        return key, culprits
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for override in overrides:
+        try:
+            value = OverridesParser.create().parse_override(override).value()
+        except Exception:  # noqa: BLE001  (not one Hydra parses: not this one)
+            continue
+        if isinstance(value, dict) and key.split(".")[0] in value:
+            return f"{override_key(override)}.{key}", [override]
+    return key, []
+
+
+def unreadable_config(error: BaseException, config_dir: str, overrides: list[str]) -> str | None:
+    """A YAML file among the config groups (ours and hydra.searchpath's) that is not UTF-8 text, named with its
+    line: Hydra's error says only which byte it could not decode."""
+    from transformer_lab.files import decode_text
+    from transformer_lab.origins import recorded_searchpath
+
+    if not isinstance(user_error_inside(error) or error, UnicodeDecodeError) and not isinstance(
+        error.__cause__ or error.__context__, UnicodeDecodeError
+    ):
+        return None
+    folders = [Path(config_dir)]
+    for override in recorded_searchpath(overrides, None):
+        entries = (e.strip().strip("'\"") for e in override.partition("=")[2].strip("[]").split(","))
+        folders += [Path(e.removeprefix("file://")) for e in entries if e.startswith("file://")]
+    for folder in folders:
+        for path in sorted(folder.rglob("*.yaml")):
+            try:
+                decode_text(path.read_bytes(), path)
+            except UserError as e:
+                return str(e)
+            except OSError:
+                continue
+    return None
+
+
+def user_error_inside(error: BaseException) -> UserError | None:
+    """The UserError that `error` wraps (Hydra and OmegaConf re-raise what a resolver raised), if any."""
+    while error is not None and not isinstance(error, UserError):
+        error = error.__cause__ or error.__context__
+    return error
+
+
+def raised_in_a_run(error: BaseException) -> bool:
+    """Whether `error` came out of a run (this module's `main`, which Hydra calls once it has composed the
+    config), not out of Hydra's composition of the command line."""
+    import traceback
+
+    from transformer_lab import main
+
+    return any(
+        frame.name == main.main.__name__ and frame.filename == main.__file__
+        for frame in traceback.extract_tb(error.__traceback__)
+    )
+
+
+def added_setting(key: str, composed: DictConfig) -> str:
+    """For a key of a user's own model, data or task section (one without our schema): how to give a setting of
+    its class that its YAML leaves out."""
+    from transformer_lab.config import SETTINGS
+
+    section = key.split(".")[0]
+    target = OmegaConf.select(composed, f"{section}._target_", default=None)
+    if section not in ("model", "data", "task") or target is None or target in SETTINGS or key.count(".") != 1:
+        return ""
+    return f" (a setting of {target} that its YAML leaves out is given with +{key}=VALUE, or listed in the YAML)"
+
+
+def task_having(key: str, composed: DictConfig) -> str:
+    """For a task.* key the run's task lacks, or a task's section given at the top (`sample.*`, `decode.*`,
+    where they were before the task group): the tasks whose settings have it."""
+    import dataclasses
+
+    from transformer_lab.config import TASKS
+
+    section, _, name = key.partition(".")
+    at_top = section != "task" and not name
+    name = section if at_top else name
+    having = [
+        t for t, (_, settings) in TASKS.items() if name.split(".")[0] in {f.name for f in dataclasses.fields(settings)}
+    ]
+    if not having or not (at_top or section == "task"):
+        return ""
+    tasks = f"task={' and task='.join(having)}"
+    return (
+        f" (task.{name} is a setting of {tasks})"
+        if at_top
+        else f" (a setting of {tasks}; this run's is task={composed.task.name})"
+    )
+
+
+def print_help(config_dir: str, overrides: list[str]) -> None:
+    """`python train.py [key=value ...] --help`: the groups a command line selects from, their options, and
+    the config those overrides compose. (Hydra's own help lists every group of its config store, the
+    schemas among them, and takes seconds doing so.)"""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    defaults = OmegaConf.load(Path(config_dir) / "train.yaml").defaults
+    groups = [next(iter(d)) for d in defaults if OmegaConf.is_dict(d) and next(iter(d)) != "hydra"]
+    with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
+        cfg = compose("train", overrides=overrides, return_hydra_config=True)
+        choices = cfg.hydra.runtime.choices
+        # groups a chosen option's own defaults list selects (a model's task), listed after the model
+        selected = [g for g in choices if "/" not in g and "@" not in g and g != "hydra" and g not in groups]
+        at = groups.index("model") + 1 if "model" in groups else len(groups)
+        groups[at:at] = selected
+        loader = GlobalHydra.instance().config_loader()
+        options = {group: loader.get_group_options(group, config_name="train", overrides=overrides) for group in groups}
+    print("python train.py [group=option ...] [key=value ...]   (README.md; Hydra's own options: --hydra-help)\n")
+    print("== Groups (group=option; the current choice in brackets) ==")
+    for group in groups:
+        chosen = choices.get(group)
+        listed = [f"[{o}]" if o == chosen else o for o in options[group]]
+        print(f"{group}: {', '.join(listed)}")
+    print("\n== Config (key=value to change; this is it with the overrides given) ==")
+    with open_dict(cfg):
+        del cfg["hydra"]
+    print(OmegaConf.to_yaml(cfg))
