@@ -11,7 +11,10 @@ resolved configs (.hydra/config.yaml: a default that differs counts as much as a
 that only name the run's own directory are left out), then their results; a table wider than the
 terminal (100 columns when not one) is turned so that each run is a column, in groups that fit.
 `group_by=KEY[,KEY]`: one row per value of those settings, each metric as mean ± std (the sample standard
-deviation, n - 1) over its runs, and n, their number.
+deviation, n - 1) over its runs, and n, their number. A group whose runs differ in length (summary.json's
+global_step, or trainer.max_steps: a run a resume took further, one stopped early) is averaged with a warning
+that names each length and its runs. What only says how a run was started or resumed (ckpt_path, overwrite,
+init_strict, hydra.*) is no setting here: never shown, grouped by or in a label.
 
 Curves come from metrics.jsonl. Runs that differ only in their seeds (`seed`, `*.seed`) are one line, the
 mean at each step, with a band: `band=std` (mean ± sample std, the default), `band=minmax` (the lowest
@@ -31,7 +34,7 @@ from transformer_lab import cli
 from transformer_lab.config import is_seed
 from transformer_lab.errors import UserError
 from transformer_lab.plots import cut, is_number, mean_std, plot, plot_file
-from transformer_lab.runs import Run, differing_keys, find_runs
+from transformer_lab.runs import Run, differing_keys, find_runs, how_started
 
 DEFAULT_METRICS = (
     "val/loss",
@@ -101,6 +104,12 @@ def label_keys(runs: list[Run], chosen: list[str] | None = None, option: str = "
     whose values only follow another's (callbacks.long_run.model follows model.name): the one every run has,
     an option's name, or the shorter name stays."""
     if chosen:
+        started = [k for k in chosen if how_started(k)]
+        if started:
+            raise UserError(
+                f"{option}: {started[0]} only says how a run was started or resumed, not what it trained: "
+                "choose a setting of the runs' .hydra/config.yaml that does"
+            )
         unknown = [k for k in chosen if not any(k in r.settings for r in runs)]
         if unknown:
             metric = " (a metric: sort= orders by it)" if any(unknown[0] in r.summary for r in runs) else ""
@@ -237,15 +246,46 @@ def compared(args: dict):
             warn(f"{run.path} failed: left out of the groups' statistics")
         kept = [r for r in runs if r not in failed]
         for name, members in groups_by(kept, group_by):
-            differ = [k for k in differing_keys(members) if not is_seed(k)]
+            uneven = lengths(name, members)
+            if uneven:
+                warn(uneven)
+            told = ("trainer.max_steps",) if uneven else ()  # (said in the line above)
+            differ = [k for k in differing_keys(members) if not is_seed(k) and k not in told]
             if differ:
                 warn(f"{name} pools runs that differ in {', '.join(differ[:4])}: add them to group_by to split them")
         numeric = [m for m in metrics if m != "status"]
         yield render(grouped_table(kept, group_by, numeric, sort, options["descending"]), width)
     else:
+        for name, members in groups if options["plot"] else []:  # (a line is the mean of its runs)
+            uneven = lengths(name, members)
+            if uneven:
+                warn(uneven)
         yield render(table(runs, metrics, sort, options["descending"]), width)
     if options["plot"]:
         yield f"plot: {plot(groups, options['plot'], out, options['logx'], options['band'])}"
+
+
+def lengths(name: str, members: list[Run]) -> str | None:
+    """One line where a group's runs differ in length (summary.json's global_step, or trainer.max_steps: a run
+    a resume took further, one stopped early): each length and its runs, since their mean mixes metrics taken
+    at different steps (a curve's mean ends where its shortest run does). None where they agree."""
+    known = lambda v: v is not None and str(v) not in ("None", "-1")  # noqa: E731  (-1: no step limit)
+    by_length: dict[tuple, list[str]] = {}
+    for run in members:
+        step, limit = run.summary.get("global_step"), run.settings.get("trainer.max_steps")
+        by_length.setdefault((step if known(step) else None, limit if known(limit) else None), []).append(str(run.path))
+    steps = {step for step, _ in by_length if step is not None}
+    limits = {limit for _, limit in by_length if limit is not None}
+    if len(steps) < 2 and len(limits) < 2:
+        return None
+    listing = "; ".join(
+        f"step {fmt(step)}{f' of {limit}' if limit is not None else ''}: {', '.join(paths)}"
+        for (step, limit), paths in sorted(by_length.items(), key=lambda item: (item[0][0] or 0, str(item[0][1])))
+    )
+    remedy = (
+        "add trainer.max_steps to group_by to split them" if len(limits) > 1 else "their metrics are at different steps"
+    )
+    return f"{name} averages runs of different lengths ({listing}): {remedy}"
 
 
 def warn(message: str) -> None:

@@ -36,7 +36,8 @@ def settings_of(model: torch.nn.Module) -> dict:
 
 
 def family_for(model: torch.nn.Module, s: dict):
-    """The Transformers family this model's settings are: the first of its candidates that can express them."""
+    """The Transformers family this model's settings are: the first of its candidates that can express them;
+    where none can, one line naming, for each candidate, every setting it cannot express."""
     from transformer_lab.pretrained.llama import llama_for
     from transformer_lab.pretrained.load import FAMILIES, MODELS
 
@@ -53,8 +54,8 @@ def family_for(model: torch.nn.Module, s: dict):
             family.hf_config(s, {})
             return family
         except ConfigError as e:
-            reasons.append(str(e))
-    raise UserError(f"export: no Transformers architecture has this model's settings ({'; '.join(reasons)})")
+            reasons.append(e.message)
+    raise UserError(f"export: no Transformers architecture has this model's settings: {'; '.join(reasons)}")
 
 
 def char_tokenizer(chars: list[str], end_of_text: str | None):

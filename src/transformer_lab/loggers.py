@@ -71,15 +71,21 @@ def wandb_identity(cfg: DictConfig, section: DictConfig) -> dict:
 
 def build_loggers(cfg: DictConfig, runs: dict | None = None) -> tuple[dict, dict]:
     """The run's loggers by section, one per section of `logger` (`logger=[wandb,csv]`: both), and the
-    settings each was built with (W&B: name, group, tags and offline filled in). `runs`: the runs (version
-    and name) a resumed run's loggers go on with (its checkpoint's, callbacks/logger_versions.py)."""
+    settings each was built with (W&B: name, group, job_type, tags and offline filled in). `runs`: the runs a
+    resumed run's loggers go on with (its checkpoint's, callbacks/logger_versions.py): their version, and the
+    name, group, job_type and tags they were built with, which the resume keeps (its own command line is no
+    sweep's: it would tell neither the sweep's group nor the settings it varies); a tag the resume's command
+    line adds (logger.wandb.tags) joins them."""
     loggers, settings = {}, {}
     for name, section in (cfg.logger or {}).items():
+        same = {key: value for key, value in (runs or {}).get(name, {}).items() if value is not None}
+        given = list(section.get("tags") or [])
         if name in (runs or {}):
-            same = {key: value for key, value in runs[name].items() if value is not None}
             section = OmegaConf.merge(OmegaConf.to_container(section, resolve=True), same)
         if section._target_.endswith("WandbLogger"):
             section = OmegaConf.merge(section, wandb_identity(cfg, section))
+            if "tags" in same:  # (as recorded, not with what this command's own composition would add)
+                section.tags = list(dict.fromkeys([*same["tags"], *given]))
             mode = os.environ.get("WANDB_MODE")
             if not section.offline and mode not in ("online", "offline", "disabled") and not has_wandb_credentials():
                 section = OmegaConf.merge(section, {"offline": True})

@@ -11,6 +11,16 @@ from transformer_lab.errors import UserError
 from transformer_lab.files import BadFile, read_json, read_text
 from transformer_lab.rundir import OVERWRITTEN, recover
 
+# Settings that only say how a run was started or resumed (the checkpoint it resumed, whether it made room for
+# itself, whether init_from had to fit whole), not what it trained: compare never shows, groups or labels runs
+# by them (a resumed run is the run it continues). init_from stays: the weights a run started from are its own.
+STARTED = ("ckpt_path", "overwrite", "init_strict")
+
+
+def how_started(key: str) -> bool:
+    """Whether `key` only says how a run was started or resumed (STARTED, and Hydra's own hydra.*)."""
+    return key in STARTED or key.startswith("hydra.")
+
 
 @dataclass
 class Run:
@@ -40,7 +50,8 @@ def hydra_record(path: Path, edit=lambda text: text):
 
 def resolved_settings(run_dir: Path) -> dict[str, str]:
     """The run's composed config (.hydra/config.yaml, or a resume's newer .hydra/TIME/config.yaml) resolved,
-    as `key: value` text, less what names the run's own directory. Hydra's `${hydra:...}` values are read from .hydra/hydra.yaml."""
+    as `key: value` text, less what names the run's own directory and what only says how it was started
+    (how_started). Hydra's `${hydra:...}` values are read from .hydra/hydra.yaml."""
     from omegaconf import OmegaConf
 
     records = [p.parent for p in (run_dir / ".hydra").glob("**/config.yaml")]
@@ -71,7 +82,7 @@ def resolved_settings(run_dir: Path) -> dict[str, str]:
 
     walk(values, "")
     # (`_target_` says again what the option's name says)
-    return {k: v for k, v in flat.items() if not k.startswith("hydra.") and not k.endswith("._target_")}
+    return {k: v for k, v in flat.items() if not how_started(k) and not k.endswith("._target_")}
 
 
 def find_runs(paths: list[str]) -> list[Run]:

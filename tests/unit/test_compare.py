@@ -229,3 +229,142 @@ def test_group_by_leaves_failed_runs_out_and_says_what_it_pools(seeded, capsys, 
     assert rows["0.001"][:3] == ["0.001", "3", "4.5"]  # (2.0 + 2.5 + 9.0) / 3: the failed 3.0 left out
     assert f"warning: {seeded[2]} failed: left out of the groups' statistics" in captured.err
     assert "warning: optim.lr=0.001 pools runs that differ in data.p: add them to group_by" in captured.err
+
+
+def resumed(run_dir, to_steps: int):
+    """`run_dir` taken further by a resume (ckpt_path=last trainer.max_steps=N): its newer record (.hydra/TIME/,
+    rundir.record), its summary at the new step and its metrics.jsonl on to it."""
+    import time
+
+    from omegaconf import OmegaConf
+
+    time.sleep(0.01)  # (the newer record: a later mtime)
+    later = run_dir / ".hydra" / "2026-11-25_12-00-00"
+    later.mkdir()
+    overrides = [
+        *OmegaConf.load(run_dir / ".hydra" / "overrides.yaml"),
+        "ckpt_path=last",
+        f"trainer.max_steps={to_steps}",
+    ]
+    (later / "config.yaml").write_text(composed_yaml(tuple(overrides)))
+    at(run_dir, to_steps)
+    return run_dir
+
+
+def at(run_dir, step: int):
+    """`run_dir`'s summary.json and metrics.jsonl as its run left them at `step` (every 100 steps logged)."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "global_step": step}))
+    loss = summary["val/loss"]
+    (run_dir / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "val/loss": loss + 100 / s}) + "\n" for s in range(100, step + 1, 100))
+    )
+    return run_dir
+
+
+@pytest.fixture
+def lengths(tmp_path):
+    """Five 300-step runs (two learning rates, three and two seeds), their overrides recorded as train.py does."""
+    from omegaconf import OmegaConf
+
+    runs = {}
+    for (lr, seed), loss in {
+        ("1e-3", 0): 2.0,
+        ("1e-3", 1): 2.5,
+        ("1e-3", 2): 3.0,
+        ("3e-3", 0): 1.0,
+        ("3e-3", 1): 1.4,
+    }.items():
+        overrides = ["data=modular", f"optim.lr={lr}", f"seed={seed}", "trainer.max_steps=300"]
+        run = fake_run(tmp_path / f"lr{lr}_s{seed}", overrides, loss)
+        OmegaConf.save(OmegaConf.create(overrides), run / ".hydra" / "overrides.yaml")
+        runs[lr, seed] = at(run, 300)
+    return runs
+
+
+def test_a_group_of_runs_of_different_lengths_is_said_in_one_line(lengths, capsys, monkeypatch):
+    """A run a resume took from 300 to 400 steps among 300-step runs, a run stopped at step 200 of 300, and runs
+    that agree: group_by averages each group, and says where a group's runs differ in length, naming them."""
+    from transformer_lab.compare import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    s0, s1, s2 = (lengths["1e-3", seed] for seed in range(3))
+    paths = [*map(str, lengths.values()), "metrics=val/loss,global_step"]
+    args = [*paths, "group_by=optim.lr"]
+    assert main(args) == 0  # all 300 steps: nothing to say
+    assert capsys.readouterr().err == ""
+
+    resumed(s2, 400)
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"warning: optim.lr=0.001 averages runs of different lengths (step 300 of 300: {s0}, {s1}; step 400 of 400: "
+        f"{s2}): add trainer.max_steps to group_by to split them\n"
+    )  # (one line: not a second one for trainer.max_steps, none for ckpt_path)
+    rows = {line.split()[0]: line.split() for line in captured.out.splitlines()[2:]}
+    assert rows["0.001"][:2] == ["0.001", "3"] and rows["0.003"][:2] == ["0.003", "2"]  # averaged, as it said
+
+    assert main([*paths, "group_by=optim.lr,trainer.max_steps"]) == 0  # split: each group of one length
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    assert [line.split()[:3] for line in captured.out.splitlines()[2:]] == [
+        ["0.003", "300", "2"],
+        ["0.001", "300", "2"],
+        ["0.001", "400", "1"],
+    ]
+
+    at(lengths["3e-3", 1], 200)  # stopped early: the same trainer.max_steps, fewer steps
+    assert main(args) == 0
+    assert capsys.readouterr().err.splitlines()[1] == (
+        f"warning: optim.lr=0.003 averages runs of different lengths (step 200 of 300: {lengths['3e-3', 1]}; "
+        f"step 300 of 300: {lengths['3e-3', 0]}): their metrics are at different steps"
+    )
+    out = s0.parent / "plot.png"  # a plot's line is its seeds' mean too: said the same way
+    assert main([*map(str, lengths.values()), "plot=val/loss", f"out={out}"]) == 0
+    assert capsys.readouterr().err == (
+        "warning: optim.lr=0.003 trainer.max_steps=300 averages runs of different lengths (step 200 of 300: "
+        f"{lengths['3e-3', 1]}; step 300 of 300: {lengths['3e-3', 0]}): their metrics are at different steps\n"
+    )
+
+
+def test_how_a_run_was_started_or_resumed_is_never_a_setting_a_group_or_a_label(lengths, tmp_path, capsys, monkeypatch):
+    """ckpt_path (a resume's), overwrite and init_strict say how a run started, not what it trained: not in its
+    settings, so the table, the groups and a plot's labels never show them; asked for, one line says why."""
+    from transformer_lab.compare import main, plot_groups
+    from transformer_lab.runs import Run, resolved_settings
+
+    monkeypatch.setenv("COLUMNS", "250")
+    s2 = resumed(lengths["1e-3", 2], 400)
+    again = fake_run(tmp_path / "again", ["data=modular", "optim.lr=3e-3", "seed=2", "trainer.max_steps=300",
+                                          "overwrite=true", "init_strict=true"], 1.2)  # fmt: skip
+    at(again, 300)
+    settings = resolved_settings(s2)
+    assert settings["trainer.max_steps"] == "400" and "ckpt_path" not in settings  # its newest record's
+    assert not {"ckpt_path", "overwrite", "init_strict"} & set(resolved_settings(again))
+    assert not [k for k in settings if k.startswith("hydra.")] and "init_from" in settings  # (what it started from)
+
+    paths = [*lengths.values(), again]
+    runs = [Run(p, json.loads((p / "summary.json").read_text()), resolved_settings(p)) for p in paths]
+    labels = [(name, len(members)) for name, members in plot_groups(runs, [], [])]
+    assert labels == [  # the resumed run a line of its own, by what it trained
+        ("optim.lr=0.001 trainer.max_steps=300", 2),
+        ("optim.lr=0.001 trainer.max_steps=400", 1),
+        ("optim.lr=0.003 trainer.max_steps=300", 3),
+    ]
+    assert main([*map(str, paths), "plot=val/loss", f"out={tmp_path / 'plot.png'}"]) == 0
+    captured = capsys.readouterr()
+    assert "ckpt_path" not in captured.out and "overwrite" not in captured.out and captured.err == ""
+    assert captured.out.splitlines()[0].split() == [
+        *("run", "data.seed", "optim.lr", "seed", "trainer.max_steps"),
+        *("val/loss", "global_step", "status"),
+    ]
+
+    for argument in ("group_by=ckpt_path", "label=overwrite", "group_by=optim.lr,init_strict", "label=hydra.job.num"):
+        option, _, value = argument.partition("=")
+        with pytest.raises(SystemExit) as exit_:
+            main([*map(str, paths), argument, "plot=val/loss"])
+        key = value.split(",")[-1]
+        assert exit_.value.code == 2 and capsys.readouterr().err == (
+            f"error: {option}: {key} only says how a run was started or resumed, not what it trained: choose a "
+            "setting of the runs' .hydra/config.yaml that does\n"
+        )

@@ -9,6 +9,7 @@ import torch
 from transformer_lab.pretrained.tables import (
     Entry,
     Family,
+    differ,
     linear,
     norm,
     qkv,
@@ -83,13 +84,10 @@ class Bert(Family):
         return theirs
 
     def hf_config(self, s, tokens):
-        if s["norm_first"]:
-            raise refuse_export("norm_first", "BERT is post-LN, this model pre-LN")
-        if not s["bias"]:
-            raise refuse_export("bias", "BERT has biases, this model none")
-        classify = s.get("n_classes") is not None
-        if classify and s["pooling"] != "cls":
-            raise refuse_export("pooling", f"BERT's classifier pools [CLS], this model {s['pooling']}")
+        classify = s.get("n_classes") is not None  # (a classifier's pooling: BERT's pools [CLS])
+        refuse_export(
+            "BERT", differ(s, {"norm_first": False, "bias": True, **({"pooling": "cls"} if classify else {})})
+        )
         if s["norm_eps"] is None:
             log.warning(
                 "model.norm_eps was null (1e-5 in the layers, 1e-12 in the embedding and head norms): exported "

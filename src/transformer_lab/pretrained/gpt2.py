@@ -10,10 +10,11 @@ from transformer_lab.pretrained.tables import (
     LOADED_OFF,
     Entry,
     Family,
+    differ,
     linear,
     norm,
+    options_on,
     refuse_export,
-    refuse_options_on,
     refuse_unless,
 )
 
@@ -76,14 +77,14 @@ class GPT2(Family):
         return theirs
 
     def hf_config(self, s, tokens):
-        for key, wanted in (("pos_encoding", "learned"), ("norm", "layernorm")):
-            if s[key] != wanted:
-                raise refuse_export(key, f"GPT-2 has {key}={wanted}, this model {s[key]}")
+        mismatches = differ(s, {"pos_encoding": "learned", "norm": "layernorm"})
         if s["mlp"] not in ("gelu", "gelu-tanh", "relu", "relu2"):
-            raise refuse_export("mlp", f"GPT-2's MLP is not gated, this model's is {s['mlp']}")
-        refuse_options_on(s, "GPT-2")
+            mismatches.append(("mlp", f"no gated MLP (this model: model.mlp={s['mlp']})"))
         if s.get("n_kv_head") not in (None, s["n_head"]):
-            raise refuse_export("n_kv_head", "GPT-2 has no grouped-query attention")
+            mismatches.append(
+                ("n_kv_head", f"no grouped-query attention (this model: model.n_kv_head={s['n_kv_head']})")
+            )
+        refuse_export("GPT-2", mismatches + options_on(s))
         return dict(
             architectures=["GPT2LMHeadModel"],
             vocab_size=s["vocab_size"],

@@ -35,23 +35,42 @@ def local_dir(source: str) -> Path:
         return path
     if path.exists() or spec.startswith((".", "/", "~")) or spec.count("/") > 1:
         raise refuse(source, f"no Transformers model directory at {path}")
+    hub = imported("huggingface_hub", f"init_from={source}")  # (fetching a hub name)
     try:
-        from huggingface_hub import list_repo_files, snapshot_download
-
-        files = list_repo_files(spec)
+        files = hub.list_repo_files(spec)
         patterns = WEIGHT_FILES if any(f.endswith(".safetensors") for f in files) else [*WEIGHT_FILES, "*.bin"]
-        return Path(snapshot_download(spec, allow_patterns=patterns))
+        return Path(hub.snapshot_download(spec, allow_patterns=patterns))
     except Exception as e:  # noqa: BLE001  (no network, no such repository, a gated one: the library's errors)
         first = first_line(e)
         raise refuse(source, f"not a directory, and the hub has no model {spec!r} here ({first})") from None
 
 
-def require_pretrained(what: str) -> None:
-    """init_from=hf: and export read and write safetensors, which the [pretrained] extra installs."""
-    import importlib.util
+# What installs each module init_from=hf: and export import (where they import it: imported()): safetensors and
+# huggingface_hub (tokenizers') are the project's own dependencies; transformers, which neither direction needs
+# (the tests compare against it, and it loads an export), its [pretrained] extra.
+INSTALLS = {
+    "safetensors": "pip install -e .",
+    "huggingface_hub": "pip install -e .",
+    "transformers": 'pip install -e ".[pretrained]"',
+}
 
-    if importlib.util.find_spec("safetensors") is None:
-        raise UserError(f"{what} needs safetensors: pip install 'transformer_lab[pretrained]'")
+
+def imported(module: str, what: str):
+    """`module` imported for `what` (`init_from=hf:...`, `export`), or one line saying what installs it."""
+    import importlib
+
+    package = module.split(".")[0]
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        missing = isinstance(e, ModuleNotFoundError) and (e.name or package).split(".")[0] == package
+        why = "which is not installed" if missing else f"which does not import ({first_line(e)})"
+        raise UserError(f"{what} needs {package}, {why}: {INSTALLS[package]}") from None
+
+
+def require_pretrained(what: str) -> None:
+    """What init_from=hf: and export import, there before anything is read or written: safetensors."""
+    imported("safetensors.torch", what)
 
 
 def check_safetensors(path: Path, source: str) -> None:
@@ -101,10 +120,8 @@ def read_tensors(folder: Path) -> dict[str, torch.Tensor]:
     tensors = {}
     for path in weight_files(folder):
         if path.suffix == ".safetensors":
-            from safetensors.torch import load_file
-
             check_safetensors(path, f"hf:{folder}")
-            tensors.update(load_file(path))
+            tensors.update(imported("safetensors.torch", f"init_from=hf:{folder}").load_file(path))
         else:
             tensors.update(read_bin(path))
     return tensors

@@ -7,11 +7,12 @@ from transformer_lab.pretrained.tables import (
     LOADED_OFF,
     Entry,
     Family,
+    differ,
     linear,
     norm,
+    options_on,
     qkv,
     refuse_export,
-    refuse_options_on,
     refuse_unless,
 )
 
@@ -87,10 +88,8 @@ class Llama(Family):
         return t + ([] if s["tie_weights"] else [Entry("lm_head.weight", ("lm_head.weight",))])
 
     def hf_config(self, s, tokens):
-        for key, wanted in (("pos_encoding", "rope"), ("norm", "rmsnorm"), ("mlp", "swiglu"), ("bias", False)):
-            if s[key] != wanted:
-                raise refuse_export(key, f"a Llama has {key}={wanted}, this model {s[key]}")
-        refuse_options_on(s, "a Llama")
+        wanted = {"pos_encoding": "rope", "norm": "rmsnorm", "mlp": "swiglu", "bias": False}
+        refuse_export("a Llama", differ(s, wanted) + options_on(s))
         return dict(
             architectures=[self.architecture],
             vocab_size=s["vocab_size"],

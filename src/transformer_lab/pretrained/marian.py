@@ -9,6 +9,7 @@ from transformer_lab.pretrained.tables import (
     ACT_TO_HF,
     Entry,
     Family,
+    differ,
     linear,
     norm,
     qkv,
@@ -85,12 +86,8 @@ class Marian(Family):
         return theirs
 
     def hf_config(self, s, tokens):
-        checks = (("norm_first", False), ("pos_encoding", "sinusoidal"), ("sinusoid_layout", "halves"), ("bias", True))
-        differ = [(key, wanted) for key, wanted in checks if s[key] != wanted]  # all at once: one retraining
-        if differ:
-            raise refuse_export(
-                differ[0][0], "Marian has " + ", ".join(f"model.{k}={w} (this model: {s[k]})" for k, w in differ)
-            )
+        wanted = {"norm_first": False, "pos_encoding": "sinusoidal", "sinusoid_layout": "halves", "bias": True}
+        refuse_export("Marian", differ(s, wanted))
         return dict(
             architectures=["MarianMTModel"],
             vocab_size=s["src_vocab_size"] or s["vocab_size"],

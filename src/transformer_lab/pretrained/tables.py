@@ -39,7 +39,7 @@ def norm(ours: str, theirs: str, bias: bool = True) -> list[Entry]:
 class Family:
     """One model_type of Transformers: `model` is our model's conf/model option; `settings` its settings
     from their config (a ConfigError where one has no counterpart here); `table` the tensors; `hf_config`
-    their config from our settings (export; a ConfigError naming what Transformers cannot express)."""
+    their config from our settings (export; a ConfigError naming every setting it cannot express: refuse_export)."""
 
     model: str
     model_type: str
@@ -96,8 +96,31 @@ def refuse_unless(condition: bool, source: str, what: str) -> None:
         raise refuse(source, what)
 
 
-def refuse_export(key: str, what: str) -> ConfigError:
-    return ConfigError(f"model.{key}", f"{what}: no Transformers architecture here expresses it")
+def shown(value) -> str:
+    """A setting's value as the command line writes it (null, true, false)."""
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def differ(s: dict, wanted: dict) -> list[tuple[str, str]]:
+    """(key, what the family has) for each of `wanted`'s settings this model has otherwise."""
+    return [(key, f"model.{key}={shown(w)} (this model: {shown(s[key])})") for key, w in wanted.items() if s[key] != w]
+
+
+def lacks(s: dict, key: str, what: str, off=None) -> list[tuple[str, str]]:
+    """(key, "no WHAT") where this model has `key` on (other than `off`): what the family has not at all."""
+    return [(key, f"no {what} (this model: model.{key}={shown(s[key])})")] if s.get(key, off) != off else []
+
+
+def options_on(s: dict) -> list[tuple[str, str]]:
+    """gpt's speedrun options no Transformers family has (NOT_IN_TRANSFORMERS), each that this model has on."""
+    return [m for key, off in NOT_IN_TRANSFORMERS.items() for m in lacks(s, key, NOT_IN_TRANSFORMERS_NAMES[key], off)]
+
+
+def refuse_export(family: str, mismatches: list[tuple[str, str]]) -> None:
+    """Every setting of this model that `family` cannot express, named at once (one retraining changes them
+    all): `mismatches` as differ(), lacks() and options_on() give them. Nothing where there is none."""
+    if mismatches:
+        raise ConfigError(f"model.{mismatches[0][0]}", f"{family} has " + ", ".join(what for _, what in mismatches))
 
 
 ACT_TO_OURS = {
@@ -110,15 +133,8 @@ ACT_TO_OURS = {
 ACT_TO_HF = {"gelu-tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "relu2": "relu2", "silu": "swish"}
 
 # gpt's speedrun options that neither GPT-2 nor a Llama has, as they are when off: a model with one on does not
-# export; a checkpoint loads with them off, as it loads with its own weights (not zero-initialised ones), so an
-# override turning one of LOADED_OFF on with init_from=hf: is refused by name.
+# export (options_on names each); a checkpoint loads with them off, as it loads with its own weights (not
+# zero-initialised ones), so an override turning one of LOADED_OFF on with init_from=hf: is refused by name.
 NOT_IN_TRANSFORMERS = {"qk_norm": False, "logit_softcap": None}
+NOT_IN_TRANSFORMERS_NAMES = {"qk_norm": "QK-norm", "logit_softcap": "logit soft-capping"}
 LOADED_OFF = {**NOT_IN_TRANSFORMERS, "zero_init_projections": False}
-
-
-def refuse_options_on(s: dict, family: str) -> None:
-    on = [key for key, off in NOT_IN_TRANSFORMERS.items() if s.get(key, off) != off]
-    if on:
-        values = ", ".join(f"{key}={str(s[key]).lower()}" for key in on)
-        keys = " and ".join(f"model.{key}" for key in on)
-        raise ConfigError(keys, f"{family} has neither QK-norm nor logit soft-capping, this model {values}")
