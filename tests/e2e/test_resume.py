@@ -659,7 +659,13 @@ def test_overwrite_sets_aside_what_a_callback_wrote_and_nothing_of_the_users(tmp
     """The attention callback's per-step maps (no name pattern lists them) are in the run's manifest: overwrite=true
     sets them aside with the rest, and the new run's folder holds only its own steps; a user's file stays."""
     run = tmp_path / "run"
-    maps = [*DATA["modular"], *TINY, "logger=none", "callbacks=[default,attention]", 'callbacks.attention.text="3 + 4 ="']
+    maps = [
+        *DATA["modular"],
+        *TINY,
+        "logger=none",
+        "callbacks=[default,attention]",
+        'callbacks.attention.text="3 + 4 ="',
+    ]
     first = train_process.run(*maps, "trainer.max_steps=20", "trainer.val_check_interval=10", f"hydra.run.dir={run}")
     assert first.returncode == 0, first.stderr[-2000:]
     assert sorted(p.name for p in (run / "attention").iterdir()) == ["step_10", "step_20"]
