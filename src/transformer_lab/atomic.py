@@ -98,6 +98,7 @@ _DISK_REFUSALS = {
     errno.EFBIG: "File too large",
     errno.EROFS: "Read-only file system",
     errno.EACCES: "Permission denied",
+    errno.EPERM: "Operation not permitted",  # (an immutable folder: chattr +i)
 }
 
 

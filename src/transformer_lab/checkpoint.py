@@ -168,7 +168,20 @@ def check_same_data(path: str, saved_meta: dict, datamodule) -> None:
     """A run resumes only on the data its checkpoint was trained on: the same file contents (their SHA-256,
     wherever the files are now) and the same vocabulary, so every token id means what it meant and the
     splits are the same. (Checkpoints from before data_files was recorded are checked by vocabulary only.)"""
-    saved, now = saved_meta.get("data_files"), datamodule.data.data_files()
+    check_same_files(path, saved_meta, datamodule.data.data_files())
+    for key, value in datamodule.data.checkpoint_meta().items():
+        if saved_meta.get(key) != value:
+            raise ConfigError(
+                "ckpt_path",
+                f"{path} holds another vocabulary ({key}) than this run's data gives: its token ids would "
+                "mean other pieces. Resume without changing the data.* settings, or start a new run with init_from",
+            )
+
+
+def check_same_files(path: str, saved_meta: dict, now: dict) -> None:
+    """The data files' SHA-256 now (`now`: data_files()) against what the checkpoint's run read; called before
+    the data is set up where the dataset can name its files then (nothing is encoded from changed files)."""
+    saved = saved_meta.get("data_files")
     if saved and sorted(saved.values()) != sorted(now.values()):  # (a recorded {}: files not known then)
         changed = [f"{name} (SHA-256 {digest[:12]}…)" for name, digest in now.items() if digest not in saved.values()]
         raise ConfigError(
@@ -178,13 +191,6 @@ def check_same_data(path: str, saved_meta: dict, datamodule) -> None:
             "other splits with another vocabulary. "
             "Restore the data, or start a new run from its weights with init_from",
         )
-    for key, value in datamodule.data.checkpoint_meta().items():
-        if saved_meta.get(key) != value:
-            raise ConfigError(
-                "ckpt_path",
-                f"{path} holds another vocabulary ({key}) than this run's data gives: its token ids would "
-                "mean other pieces. Resume without changing the data.* settings, or start a new run with init_from",
-            )
 
 
 def recover_enclosing(path: str | Path) -> None:
@@ -273,7 +279,7 @@ def load_model(target: str | Path, map_location: str = "cpu") -> tuple[torch.nn.
     checkpoint = read_checkpoint(path)
     meta = checkpoint["transformer_lab"]
     restore_code(meta, str(path))  # (a user's model: the folder its run imported it from)
-    model, state = model_from_checkpoint(meta), model_state(checkpoint)
+    model, state = model_from_checkpoint(meta, str(path)), model_state(checkpoint)
     message = misfits(str(path), shapes_of(state), shapes_of(model.state_dict()))
     if message:
         raise UserError(message)

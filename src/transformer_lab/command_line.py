@@ -15,7 +15,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from transformer_lab.config import CONF
-from transformer_lab.errors import UserError, no_such_key
+from transformer_lab.errors import UserError, first_line, no_such_key
 from transformer_lab.main import Trials
 from transformer_lab.overrides import override_key
 
@@ -36,7 +36,7 @@ def train(main: Callable[[Trials], None], argv: list[str]) -> None:
             print(f"error: {problem}", file=sys.stderr)
             sys.exit(2)
         sys.exit(0)
-    if problem := output_dir_problem(arguments) or searchpath_problem(overrides):
+    if problem := output_dir_problem(arguments) or searchpath_problem(overrides) or section_problem(overrides):
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
     # What Hydra cannot compose, and what ends a sweep, come here (Hydra would print them in many lines), to be
@@ -126,6 +126,8 @@ def output_dir_problem(argv: list[str]) -> str | None:
     ]
     for key, value in dirs or [("hydra.run.dir", "outputs")]:
         existing = Path(value.split("${")[0] or ".").absolute()
+        if "${" not in value and existing.is_dir():
+            continue  # (there already: whether this run may write in it is its claim's to say, rundir.py)
         while not existing.exists():
             existing = existing.parent
         if not existing.is_dir():
@@ -207,15 +209,23 @@ def given_key(key: str, overrides: list[str]) -> tuple[str, list[str]]:
 
 
 def unreadable_config(error: BaseException, config_dir: str, overrides: list[str]) -> str | None:
-    """A YAML file among the config groups (ours and hydra.searchpath's) that is not UTF-8 text, named with its
-    line: Hydra's error says only which byte it could not decode."""
+    """A YAML file among the config groups (ours and hydra.searchpath's) that is not UTF-8 text or not YAML, named
+    with its line: Hydra's error is a traceback of the YAML parser's, or says only which byte it could not decode."""
+    import yaml
+
     from transformer_lab.files import decode_text
     from transformer_lab.origins import recorded_searchpath
 
-    if not isinstance(user_error_inside(error) or error, UnicodeDecodeError) and not isinstance(
-        error.__cause__ or error.__context__, UnicodeDecodeError
-    ):
+    chain, cause = [], error
+    while cause is not None and len(chain) < 20:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    if not any(isinstance(e, (UnicodeDecodeError, yaml.YAMLError)) for e in chain):
         return None
+    for e in chain:  # (the parser names the file it read where Hydra handed it one)
+        mark = getattr(e, "problem_mark", None)
+        if mark is not None and Path(str(mark.name)).is_file():
+            return f"{mark.name}:{mark.line + 1}: is not YAML ({getattr(e, 'problem', None) or first_line(e)})"
     folders = [Path(config_dir)]
     for override in recorded_searchpath(overrides, None):
         entries = (e.strip().strip("'\"") for e in override.partition("=")[2].strip("[]").split(","))
@@ -223,11 +233,53 @@ def unreadable_config(error: BaseException, config_dir: str, overrides: list[str
     for folder in folders:
         for path in sorted(folder.rglob("*.yaml")):
             try:
-                decode_text(path.read_bytes(), path)
+                yaml.safe_load(decode_text(path.read_bytes(), path))
             except UserError as e:
                 return str(e)
+            except yaml.YAMLError as e:
+                mark = getattr(e, "problem_mark", None)
+                where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+                return f"{where}: is not YAML ({getattr(e, 'problem', None) or first_line(e)})"
             except OSError:
                 continue
+    return None
+
+
+# What a run needs of the config at its top: conf/train.yaml's groups and sections, and its own keys.
+NEEDED = ("model", "data", "task", "hardware", "logger", "callbacks", "paths", "trainer", "optim")
+SECTIONS_OF_SETTINGS = ("trainer", "optim")  # sections, not groups: set their keys, they have no options
+
+
+def optimizers() -> list[str]:
+    import typing
+
+    from transformer_lab.config import OptimConfig
+
+    return list(typing.get_type_hints(OptimConfig)["name"].__members__)
+
+
+def section_problem(overrides: list[str]) -> str | None:
+    """An override that deletes what a run needs (`~optim`, `~seed`) or gives a section of settings one value
+    (`optim=muon`, `trainer=null`): told before Hydra composes it (its errors are tracebacks then)."""
+    from transformer_lab.validate import top_level_keys
+
+    own = [k for k in top_level_keys() if k not in NEEDED]
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        name = key.lstrip("+~")
+        if key.startswith("~") and name in (*NEEDED, *own):
+            if (CONF / name / "none.yaml").is_file():
+                instead = f"{name}=none"
+            elif (CONF / name).is_dir():
+                instead = f"choose one ({name}=OPTION)"
+            else:
+                instead = f"set its keys ({name}.KEY=VALUE)" if name in NEEDED else f"give {name}=VALUE"
+            what = "setting" if name in own else "section"
+            return f"{override}: a run needs its {name} {what}; {instead} instead"
+        if sep and name in SECTIONS_OF_SETTINGS and not value.strip().startswith("{"):
+            named = value in optimizers() if name == "optim" else False
+            example = f"{name}.name={value}" if named else f"{name}.KEY=VALUE"
+            return f"{override}: {name} is a section of settings, not an option: set its keys, e.g. {example}"
     return None
 
 

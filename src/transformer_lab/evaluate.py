@@ -105,7 +105,15 @@ def evaluate(
     if trained is not None:
         task.load_state_dict(trained)
     ckpt_path = None if trained is not None else str(path)
-    (metrics,) = run(task, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True, verbose=False)
+    try:
+        outcome = run(task, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True, verbose=False)
+    except SystemExit:  # Lightning's own exit after a Ctrl-C it caught: the command's (cli.run: exit code 130)
+        if trainer.interrupted:
+            raise KeyboardInterrupt from None
+        raise
+    if trainer.received_sigterm or trainer.interrupted:  # (Lightning stops at SIGTERM and returns what it has)
+        raise SystemExit(143 if trainer.received_sigterm else 130)
+    (metrics,) = outcome
     result = {
         "checkpoint": str(path),
         "step": step,

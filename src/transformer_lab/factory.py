@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from transformer_lab.batching.base import Batching
 from transformer_lab.config import SETTINGS
 from transformer_lab.data.base import DATA_DECIDED
-from transformer_lab.errors import ConfigError, UserError, first_line
+from transformer_lab.errors import ConfigError, UserError, first_line, no_such_key
 from transformer_lab.origins import code_roots
 from transformer_lab.tasks.metrics import Metric
 from transformer_lab.trainer_args import check_trainer
@@ -188,6 +188,7 @@ def make_datamodule(cfg: DictConfig) -> Batching:
         for k, v in OmegaConf.to_container(cfg.data, resolve=True, enum_to_str=True).items()
         if k not in NOT_SETTINGS
     }
+    check_arguments(data_cls, settings, "data")
     data = data_cls(**settings)  # checks its own arguments (a ConfigError naming the key)
     form = form_read(batches, data_cls)
     batching_cls = import_class(batches[form], f"task.batches.{form}", Batching)
@@ -207,6 +208,34 @@ def make_datamodule(cfg: DictConfig) -> Batching:
     )
     check_pair(cfg, datamodule)
     return datamodule
+
+
+def check_arguments(cls: type, settings: dict, section: str) -> None:
+    """What a class's constructor declares it takes (its signature), against the settings it will be given: a key
+    it does not take, and a value of another type than its annotation says (int, float, bool, str), are one line
+    naming `section.KEY` before the class runs (a user's dataset need not check them itself)."""
+    import inspect
+    import typing
+
+    try:
+        signature = inspect.signature(cls.__init__)
+        hints = typing.get_type_hints(cls.__init__)
+    except (TypeError, ValueError, NameError):  # (a signature Python cannot read: the class checks its own)
+        return
+    parameters = [p for p in signature.parameters.values() if p.name != "self"]
+    if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+        takes = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        for key in settings:
+            if key not in takes:
+                raise no_such_key(f"{section}.{key}", takes)  # (what its constructor takes, or the closest)
+    for key, value in settings.items():
+        kind = hints.get(key)
+        if kind in (int, float, bool, str) and value is not None:
+            fits = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+            if kind is float and isinstance(value, int) and not isinstance(value, bool):
+                fits = True
+            if not fits:
+                raise ConfigError(f"{section}.{key}", f"must be {kind.__name__} ({cls.__qualname__}), got {value!r}")
 
 
 def check_model(cfg: DictConfig, datamodule: Batching) -> None:
@@ -395,7 +424,20 @@ def datamodule_from_checkpoint(meta: dict) -> Batching:
     return datamodule
 
 
-def model_from_checkpoint(meta: dict) -> torch.nn.Module:
-    """The model a checkpoint's metadata describes, as its code builds it now (its weights: checkpoint.load_model)."""
+def model_from_checkpoint(meta: dict, path: str = "the checkpoint") -> torch.nn.Module:
+    """The model a checkpoint's metadata describes, as its code builds it now (its weights: checkpoint.load_model).
+    Settings the model's settings class no longer has (a field renamed since), or now refuses, are one line."""
     model_cfg = meta["config"]["model"]
-    return instantiate(model_class(DictConfig({"model": model_cfg})), model_cfg, meta["model_args"])
+    cls = model_class(DictConfig({"model": model_cfg}))
+    fields = [f.name for f in dataclasses.fields(cls.config_class)]
+    unknown = [k for k in model_cfg if k not in NOT_SETTINGS and k not in meta["model_args"] and k not in fields]
+    if unknown:
+        raise UserError(
+            f"{path} holds settings its model's class no longer has: model.{', model.'.join(unknown)} "
+            f"({cls.config_class.__qualname__} has: {', '.join(fields)}); restore the code it was written with, or "
+            f"start a new run from its weights with init_from={path}"
+        )
+    try:
+        return instantiate(cls, model_cfg, meta["model_args"])
+    except ConfigError as e:  # (its __post_init__ refusing a value it took then: named as the config names it)
+        raise ConfigError(e.key if e.key.startswith("model.") else f"model.{e.key}", e.message) from None

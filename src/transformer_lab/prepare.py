@@ -63,7 +63,7 @@ def build_run(prepared: Prepared) -> Prepared:
     import torch
     from hydra.utils import instantiate
 
-    from transformer_lab.checkpoint import check_same_data, check_state_fits, init_weights
+    from transformer_lab.checkpoint import check_same_data, check_same_files, check_state_fits, init_weights
     from transformer_lab.errors import require as _require
     from transformer_lab.factory import build
     from transformer_lab.tasks.optim import check_optimizer
@@ -72,6 +72,13 @@ def build_run(prepared: Prepared) -> Prepared:
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     if torch.cuda.is_available():
         torch.set_float32_matmul_precision("high")
+    if resumed:  # the files it trained on, before they are read and encoded (where the dataset can name them)
+        try:
+            files = prepared.datamodule.data.data_files()
+        except Exception:  # noqa: BLE001  (a dataset that knows its files only once set up: checked below)
+            files = None
+        if files:  # (none named before setup: checked once it is set up)
+            check_same_files(resumed.path, resumed.meta, files)
     datamodule, model, task = build(cfg, prepared.overrides, datamodule=prepared.datamodule)
     if resumed:
         check_same_data(resumed.path, resumed.meta, datamodule)

@@ -21,6 +21,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from transformer_lab.checkpoint import check_compatible, checkpoint_path, read_checkpoint
+from transformer_lab.config import SETTINGS
 from transformer_lab.errors import ConfigError, UserError, first_line
 from transformer_lab.files import read_json
 from transformer_lab.origins import recorded_searchpath, restore_code, root_dir, searchpath_override, with_searchpath
@@ -233,8 +234,20 @@ def as_trained(cfg: DictConfig, trained: dict, changes: dict[str, tuple]) -> Dic
         if was.get(k) and (now.get("paths") or {}).get(k) and was[k] != now["paths"][k]
     ]
     current, saved = _flat(now), _flat(trained)
+    # A user's own model, data or task section has no schema: it is the trained one, key for key (a key the
+    # YAML has added since is dropped, one it has lost comes back); ours keep the keys their schema has now.
+    own = [s for s in ("model", "data", "task") if (trained.get(s) or {}).get("_target_") not in (None, *SETTINGS)]
     kept = []
+    for key in [k for k in current if k.split(".")[0] in own and k not in saved and k not in changes]:
+        parent, _, name = key.rpartition(".")
+        with open_dict(cfg):
+            del OmegaConf.select(cfg, parent)[name]
+        kept.append(f"no {key} (the files now say {_shown(current[key])})")
     for key, value in saved.items():
+        if key not in current and key.split(".")[0] in own:
+            OmegaConf.update(cfg, key, value, force_add=True)
+            kept.append(f"{key}={_shown(value)} (the files now leave it out)")
+            continue
         if key not in current or current[key] == value or key in changes:
             continue
         if key.startswith("paths.") or key in _STARTED:

@@ -356,6 +356,34 @@ CASES = [
         ["model=latin", "hydra.searchpath=[file://{ws}/conf]"],
         "error: {ws}/conf/model/latin.yaml:2: is not UTF-8 text (byte 0xe9 at column 6)\n",
     ),
+    (
+        "model-yaml-not-yaml",
+        ["model=broken", "hydra.searchpath=[file://{ws}/conf_broken]"],
+        "error: {ws}/conf_broken/model/broken.yaml:3: is not YAML (found unexpected end of stream)\n",
+    ),
+    (
+        "delete-section",
+        ["~optim"],
+        "error: ~optim: a run needs its optim section; set its keys (optim.KEY=VALUE) instead\n",
+    ),
+    ("delete-group", ["~data"], "error: ~data: a run needs its data section; choose one (data=OPTION) instead\n"),
+    (
+        "delete-callbacks",
+        ["~callbacks"],
+        "error: ~callbacks: a run needs its callbacks section; callbacks=none instead\n",
+    ),
+    ("delete-seed", ["~seed"], "error: ~seed: a run needs its seed setting; give seed=VALUE instead\n"),
+    (
+        "section-as-option",
+        ["optim=muon"],
+        "error: optim=muon: optim is a section of settings, not an option: set its keys, e.g. optim.name=muon\n",
+    ),
+    ("section-as-null", ["trainer=null"], "error: trainer=null: trainer is a section of settings, not an option"),
+    (
+        "resume-section-as-option",
+        ["ckpt_path={ws}/prior/checkpoints/last.ckpt", "optim=5"],
+        "error: optim=5: optim is a section of settings, not an option: set its keys, e.g. optim.KEY=VALUE\n",
+    ),
     # every check before the run directory is claimed (item 1): none of these leaves a directory
     (
         "model-yaml-missing-key",
@@ -411,6 +439,8 @@ def workspace(tmp_path_factory):
     (ws / "a-file").write_text("not a folder\n")
     (ws / "conf" / "model").mkdir(parents=True)  # a user's config groups: a YAML not in UTF-8, one without name:
     (ws / "conf" / "model" / "latin.yaml").write_bytes("name: latin\n# caf\u00e9\n".encode("latin-1"))
+    (ws / "conf_broken" / "model").mkdir(parents=True)  # a YAML that does not parse (a quote left open)
+    (ws / "conf_broken" / "model" / "broken.yaml").write_text('_target_: mine.X\nname: "x\n')
     (ws / "conf" / "model" / "noname.yaml").write_text(
         "_target_: transformer_lab.models.gpt.GPT\nn_layer: 1\nn_head: 2\nn_embd: ${model.name}\n"
     )

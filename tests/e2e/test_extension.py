@@ -630,3 +630,37 @@ def test_own_model_declares_its_output_layers_for_muon(user_files, tmp_path, out
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert result.stderr.strip().splitlines()[-1].startswith(message)
     assert not run.exists()
+
+
+def test_own_datasets_unknown_key_is_one_line_before_anything_runs(user_files, user_process, tmp_path):
+    user, searchpath, env = user_files
+    result = user_process.run(
+        "model=gpt", "data=textfile", "+data.foo=1", *searchpath, "logger=none", f"hydra.run.dir={tmp_path / 'run'}"
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: data.foo: no such key; data has: path, block_size, batch_size, val_batch_size, seed"
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_own_yaml_edited_after_training_does_not_change_or_break_a_resume(user_files, tmp_path):
+    """A key added to the user's data YAML since the run (one its class does not take), and one removed (its class
+    default would differ): the resume continues with the section as trained, and says so."""
+    import shutil
+
+    user, _, env = user_files
+    conf = tmp_path / "conf"
+    shutil.copytree(user / "conf", conf)
+    searchpath = [f"hydra.searchpath=[file://{conf}]"]
+    run = tmp_path / "run"
+    short = ["model=gpt", "model.n_layer=1", "model.n_head=2", "model.n_embd=32", "data=textfile", *FAST]
+    first = run_train(*short, "trainer.max_steps=20", *searchpath, f"hydra.run.dir={run}", env=env)
+    assert first.returncode == 0, first.stderr[-2000:]
+    data_yaml = conf / "data" / "textfile.yaml"
+    data_yaml.write_text(data_yaml.read_text().replace("block_size: 32\n", "") + "foo: 1\n")
+    resumed = run_train("ckpt_path=last", "trainer.max_steps=40", *searchpath, f"hydra.run.dir={run}", env=env)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert read_summary(run)["global_step"] == 40
+    log = (run / "train.log").read_text()
+    assert "no data.foo (the files now say 1)" in log and "data.block_size=32 (the files now leave it out)" in log

@@ -677,3 +677,18 @@ def test_overwrite_sets_aside_what_a_callback_wrote_and_nothing_of_the_users(tmp
     assert sorted(p.name for p in (run / "attention").iterdir()) == ["my_notes.txt", "step_5"]
     assert not (run / ".overwritten").exists()
     assert "attention/step_5/blocks.attn.png" in (run / ".manifest").read_text().split()
+
+
+def test_a_resume_on_a_changed_corpus_is_refused_before_it_is_encoded(tmp_path, train_process):
+    corpus = tmp_path / "poem.txt"
+    corpus.write_text("the quick brown fox jumps over the lazy dog\n\n" * 60)
+    run, cache = tmp_path / "run", tmp_path / "cache"
+    text = ["data=text", f"data.path={corpus}", "data.tokenizer=char", f"data.cache_dir={cache}", "data.block_size=16"]
+    text.append("data.val_fraction=0.2")
+    first = train_process.run(*text, *TINY, "logger=none", "trainer.max_steps=4", f"hydra.run.dir={run}")
+    assert first.returncode == 0, first.stderr[-2000:]
+    encoded = sorted(p.relative_to(cache) for p in cache.rglob("*"))
+    corpus.write_text(corpus.read_text() + "a line added since\n")
+    refused = train_process.run("ckpt_path=last", "trainer.max_steps=8", f"hydra.run.dir={run}")
+    assert refused.returncode == 2 and "was trained on other data than this run reads" in refused.stderr
+    assert "encoded" not in refused.stderr and sorted(p.relative_to(cache) for p in cache.rglob("*")) == encoded

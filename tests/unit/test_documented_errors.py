@@ -19,6 +19,7 @@ ASSERTED_ELSEWHERE = [
     ("runs.md", "was trained on other data than this run reads:", "e2e/test_resume.py"),
     ("runs.md", "is not what it read (a file changed since, or another file", "e2e/test_resume.py"),
     ("runs.md", "holds another model than this run's: model.n_embd=", "e2e/test_bad_inputs.py"),
+    ("runs.md", "was trained with seed=1337, and a resume continues it", "e2e/test_bad_inputs.py"),
 ]
 
 

@@ -183,3 +183,54 @@ def test_a_run_another_process_is_writing_is_left_alone(run_dir, tmp_path):
         assert (run / OVERWRITTEN / "checkpoints" / "best.ckpt").is_file()
     finally:
         os.close(fd)
+
+
+def test_a_model_settings_class_changed_since_is_one_line_from_every_command(saved, tmp_path, monkeypatch):
+    """A field of the settings class renamed since (n_embd -> width): the loader names the settings the checkpoint
+    holds that the class has no longer, instead of the dataclass's TypeError."""
+    import dataclasses
+
+    from transformer_lab.export import export
+
+    path, _, _ = saved
+    fields = [(f.name if f.name != "n_embd" else "width", f.type, f) for f in dataclasses.fields(GPT.config_class)]
+    Renamed = dataclasses.make_dataclass(  # noqa: N806
+        "RenamedConfig",
+        [(n, t, dataclasses.field(default=f.default, default_factory=f.default_factory)) for n, t, f in fields],
+    )
+    monkeypatch.setattr(gpt, "GPT", type("GPT", (GPT,), {"config_class": Renamed}))
+    for call in (lambda: load(str(path), "sample"), lambda: load_model(path), lambda: export(path, tmp_path / "out")):
+        with pytest.raises(UserError) as error:
+            call()
+        assert str(error.value).startswith(f"{path} holds settings its model's class no longer has: model.n_embd (")
+        assert str(error.value).endswith(f"start a new run from its weights with init_from={path}")
+
+
+@pytest.mark.parametrize("signum, code", [("SIGTERM", 143), ("SIGINT", 130)])
+def test_evaluate_stopped_by_a_signal_exits_with_its_code_not_success(saved, tmp_path, monkeypatch, signum, code):
+    """Lightning catches both signals while it validates and returns (SIGTERM) or exits 1 (Ctrl-C): the command
+    says it was stopped, with the signal's exit code, and writes no eval.json."""
+    import os
+    import signal
+
+    import lightning as L
+
+    from transformer_lab import cli
+    from transformer_lab.tasks.lm import LanguageModelTask as Task
+
+    source, _, _ = saved
+    checkpoint = torch.load(source, weights_only=True)  # (as Lightning writes one: its version among the keys)
+    path = tmp_path / "run" / "checkpoints" / "best.ckpt"
+    path.parent.mkdir(parents=True)
+    torch.save({**checkpoint, "pytorch-lightning_version": L.__version__}, path)
+    validation_step = Task.validation_step
+
+    def stopped(self, *args, **kwargs):
+        os.kill(os.getpid(), getattr(signal, signum))
+        return validation_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(Task, "validation_step", stopped)
+    with pytest.raises(SystemExit) as exited:
+        cli.run("evaluate", [str(path)])
+    assert exited.value.code == code
+    assert not (path.parent / "eval.json").exists()

@@ -63,6 +63,7 @@ def test_a_write_stopped_by_anything_leaves_the_earlier_file_whole_and_no_tempor
     [
         (OSError(errno.ENOSPC, "No space left on device"), "No space left on device"),
         (OSError(errno.EROFS, "Read-only file system"), "Read-only file system"),
+        (OSError(errno.EPERM, "Operation not permitted"), "Operation not permitted"),  # (chattr +i)
         (  # a library's own exception type naming the disk's refusal (safetensors' SafetensorError does)
             type("SafetensorError", (Exception,), {})(
                 'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'
@@ -70,7 +71,7 @@ def test_a_write_stopped_by_anything_leaves_the_earlier_file_whole_and_no_tempor
             "No space left on device",
         ),
     ],
-    ids=["full", "read-only", "library"],
+    ids=["full", "read-only", "immutable", "library"],
 )
 def test_a_disk_refusal_in_any_exception_type_is_one_line_naming_the_file(tmp_path, raised, why):
     target = tmp_path / "model.safetensors"
@@ -309,3 +310,20 @@ def test_a_failed_resume_of_a_run_from_before_the_manifest_keeps_its_files(tmp_p
     assert (run / "train.log").read_text() == "the earlier run's log\n" and (run / "csv" / "metrics.csv").exists()
     assert not (run / ".hydra").exists() or not any((run / ".hydra").iterdir())
     assert not (run / MANIFEST).exists()
+
+
+def test_an_existing_run_directory_is_not_written_to_find_out_whether_it_can_be(tmp_path, monkeypatch):
+    """A resume with nothing to do on a completed run in a read-only place must not fail for want of a trial
+    folder: an existing run directory is the claim's to judge (command_line.output_dir_problem)."""
+    import tempfile
+
+    from transformer_lab.command_line import output_dir_problem
+
+    def no_write(*args, **kwargs):
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", no_write)
+    assert output_dir_problem([f"hydra.run.dir={tmp_path}"]) is None
+    assert output_dir_problem([f"hydra.run.dir={tmp_path / 'new'}"]) == (
+        f"hydra.run.dir={tmp_path / 'new'}: cannot create the run directory in {tmp_path} (Operation not permitted)"
+    )
