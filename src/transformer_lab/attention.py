@@ -139,7 +139,8 @@ def put_in_place(folder: Path, out: Path, given: bool) -> Path:
             if given or not out.exists():
                 shutil.rmtree(folder, ignore_errors=True)
                 where = f"out={out}" if given else str(out)
-                why = "another call wrote there first" if out.exists() else (e.strerror or str(e))
+                filled = out.is_dir() and any(out.iterdir())  # (an empty one that refuses: a read-only mount)
+                why = "another call wrote there first" if filled else (e.strerror or str(e))
                 raise UserError(f"{where}: cannot write it ({why}); nothing is overwritten") from None
             out = out.with_name(str(int(out.name) + 1))
 

@@ -327,3 +327,24 @@ def test_an_existing_run_directory_is_not_written_to_find_out_whether_it_can_be(
     assert output_dir_problem([f"hydra.run.dir={tmp_path / 'new'}"]) == (
         f"hydra.run.dir={tmp_path / 'new'}: cannot create the run directory in {tmp_path} (Operation not permitted)"
     )
+
+
+def test_attentions_out_that_refuses_while_empty_is_named_with_the_disks_reason(tmp_path, monkeypatch):
+    """An empty out= that cannot take the maps' folder (a read-only mount point: EBUSY) says why, not that
+    another call wrote there first."""
+    from pathlib import Path
+
+    from transformer_lab.attention import put_in_place
+
+    out = tmp_path / "mount"
+    out.mkdir()
+    staged = tmp_path / "staged"
+    staged.mkdir()
+
+    def busy(self, target):
+        raise OSError(errno.EBUSY, "Device or resource busy")
+
+    monkeypatch.setattr(Path, "rename", busy)
+    with pytest.raises(UserError) as refused:
+        put_in_place(staged, out, given=True)
+    assert str(refused.value) == f"out={out}: cannot write it (Device or resource busy); nothing is overwritten"
