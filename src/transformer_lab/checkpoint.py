@@ -62,11 +62,12 @@ def read_checkpoint(path: str | Path, mmap: bool = False) -> dict:
     return checkpoint
 
 
-def _flat(section: dict, prefix: str) -> dict:
+def flat(section: dict, prefix: str = "") -> dict:
+    """{dotted.key: value} of a nested dict's leaves."""
     out = {}
     for key, value in section.items():
         if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
+            out.update(flat(value, f"{prefix}{key}."))
         else:
             out[f"{prefix}{key}"] = value
     return out
@@ -78,8 +79,8 @@ def changed_settings(saved_config: dict, cfg: DictConfig, sections: tuple[str, .
     changed = {}
     for section in sections:
         saved, now = (
-            _flat(saved_config.get(section) or {}, f"{section}."),
-            _flat(ours.get(section) or {}, f"{section}."),
+            flat(saved_config.get(section) or {}, f"{section}."),
+            flat(ours.get(section) or {}, f"{section}."),
         )
         changed.update(
             {
@@ -164,11 +165,13 @@ def check_state_fits(path: str, saved_shapes: dict, saved_config: dict, cfg: Dic
         raise ConfigError("ckpt_path", message)
 
 
-def check_same_data(path: str, saved_meta: dict, datamodule) -> None:
+def check_same_data(path: str, saved_meta: dict, datamodule, files_checked: bool = False) -> None:
     """A run resumes only on the data its checkpoint was trained on: the same file contents (their SHA-256,
-    wherever the files are now) and the same vocabulary, so every token id means what it meant and the
-    splits are the same. (Checkpoints from before data_files was recorded are checked by vocabulary only.)"""
-    check_same_files(path, saved_meta, datamodule.data.data_files())
+    wherever the files are now; `files_checked`: before the data was set up, check_same_files) and the same
+    vocabulary, so every token id means what it meant and the splits are the same. (Checkpoints from before
+    data_files was recorded are checked by vocabulary only.)"""
+    if not files_checked:
+        check_same_files(path, saved_meta, datamodule.data.data_files())
     for key, value in datamodule.data.checkpoint_meta().items():
         if saved_meta.get(key) != value:
             raise ConfigError(

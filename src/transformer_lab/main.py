@@ -37,7 +37,7 @@ from transformer_lab.rundir import (
 log = logging.getLogger(__name__)
 
 
-def nothing_to_do(prepared: Prepared, run_dir: Path, key: str) -> bool:
+def settled_before_building(prepared: Prepared, run_dir: Path, key: str) -> bool:
     """A resume with nothing to do (its checkpoint at the step limit of a completed run), said so; else what
     the claim of its run directory would refuse is refused now, before the run builds anything."""
     from transformer_lab.resume import nothing_to_do
@@ -189,14 +189,13 @@ def check_and_run(cfg: DictConfig, run_dir: Path, key: str, start_time: float | 
     stop_on_sigterm()  # (until training starts: a SystemExit, and what was claimed goes back)
     try:
         prepared = prepare(cfg)  # (a mistake is told before torch and Lightning are imported)
-        if nothing_to_do(prepared, run_dir, key):
+        if settled_before_building(prepared, run_dir, key):
             return read_json(run_dir / "summary.json") if key == "hydra.sweep.dir" else None
         from transformer_lab.train import run  # (its Lightning settings, before anything is built)
 
         build_run(prepared)  # every check that needs the data, the model or the callbacks
-        if first_process():
-            resumes = Path(prepared.resumed.path) if prepared.resumed else None
-            claim(run_dir, key, resumes, bool(prepared.cfg.get("overwrite")))
+        resumes = Path(prepared.resumed.path) if prepared.resumed else None
+        claim(run_dir, key, resumes, bool(prepared.cfg.get("overwrite")))  # (the job's first process's)
     finally:
         logging.getLogger().removeHandler(early)
 

@@ -72,6 +72,7 @@ def build_run(prepared: Prepared) -> Prepared:
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     if torch.cuda.is_available():
         torch.set_float32_matmul_precision("high")
+    files = None
     if resumed:  # the files it trained on, before they are read and encoded (where the dataset can name them)
         try:
             files = prepared.datamodule.data.data_files()
@@ -81,7 +82,7 @@ def build_run(prepared: Prepared) -> Prepared:
             check_same_files(resumed.path, resumed.meta, files)
     datamodule, model, task = build(cfg, prepared.overrides, datamodule=prepared.datamodule)
     if resumed:
-        check_same_data(resumed.path, resumed.meta, datamodule)
+        check_same_data(resumed.path, resumed.meta, datamodule, files_checked=bool(files))
         check_state_fits(resumed.path, resumed.shapes, resumed.config, cfg, task)
     if cfg.get("init_from"):
         report, misfits, task.pretrained = init_weights(model, cfg.init_from, datamodule.data.checkpoint_meta())

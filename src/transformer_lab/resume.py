@@ -20,7 +20,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from transformer_lab.checkpoint import check_compatible, checkpoint_path, read_checkpoint
+from transformer_lab.checkpoint import check_compatible, checkpoint_path, flat, read_checkpoint
 from transformer_lab.config import SETTINGS
 from transformer_lab.errors import ConfigError, UserError, first_line
 from transformer_lab.files import read_json
@@ -186,16 +186,10 @@ _HOW_IT_STARTED = ("init_from", "init_strict", "overwrite", "model_sizes")  # (v
 _STARTED = ("ckpt_path", "init_from", "init_strict", "overwrite")  # how the run was started, not what it trained
 
 
-def _flat(tree, prefix: str = "") -> dict:
-    if isinstance(tree, dict) and tree:
-        return {k: v for key, value in tree.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
-    return {prefix.removesuffix("."): tree}
-
-
 def changed_leaves(before: DictConfig, after: DictConfig) -> dict[str, tuple]:
     """{key: (before's value, after's)} for every resolved value that differs (a key in one only, too)."""
-    old = _flat(OmegaConf.to_container(before, resolve=True, enum_to_str=True, throw_on_missing=False))
-    new = _flat(OmegaConf.to_container(after, resolve=True, enum_to_str=True, throw_on_missing=False))
+    old = flat(OmegaConf.to_container(before, resolve=True, enum_to_str=True, throw_on_missing=False))
+    new = flat(OmegaConf.to_container(after, resolve=True, enum_to_str=True, throw_on_missing=False))
     return {key: (old.get(key), new.get(key)) for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)}
 
 
@@ -233,7 +227,7 @@ def as_trained(cfg: DictConfig, trained: dict, changes: dict[str, tuple]) -> Dic
         for k in ("output_dir", "root_dir")
         if was.get(k) and (now.get("paths") or {}).get(k) and was[k] != now["paths"][k]
     ]
-    current, saved = _flat(now), _flat(trained)
+    current, saved = flat(now), flat(trained)
     # A user's own model, data or task section has no schema: it is the trained one, key for key (a key the
     # YAML has added since is dropped, one it has lost comes back); ours keep the keys their schema has now.
     own = [s for s in ("model", "data", "task") if (trained.get(s) or {}).get("_target_") not in (None, *SETTINGS)]
