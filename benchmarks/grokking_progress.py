@@ -19,8 +19,7 @@ from pathlib import Path
 import torch
 
 from transformer_lab.callbacks.grokking import GrokkingProgress, embedding_spectrum, key_frequencies
-from transformer_lab.checkpoint import load_model
-from transformer_lab.factory import datamodule_from_checkpoint
+from transformer_lab.run.build import datamodule_from_checkpoint, load_model
 
 
 def snapshots(run: Path) -> list[tuple[int, Path]]:

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-import transformer_lab.config  # noqa: F401  (registers the schemas, for every test that composes a config)
+import transformer_lab.config.schema  # noqa: F401  (registers the schemas, for every test that composes a config)
 from helpers.runs import TrainProcess
 
 # One thread per process: the suite runs a worker per core, each starting train.py processes, and the

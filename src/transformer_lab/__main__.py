@@ -1,5 +1,5 @@
-"""python -m transformer_lab COMMAND [RUN ...] [key=value ...]: the commands on runs (cli.py)."""
+"""python -m transformer_lab COMMAND [RUN ...] [key=value ...]: the commands on runs (commands/cli.py)."""
 
-from transformer_lab.cli import main
+from transformer_lab.commands.cli import main
 
 main()

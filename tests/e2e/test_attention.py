@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from helpers.runs import TINY, needs_shakespeare
 from helpers.translation import write_pairs
-from transformer_lab.attention import attention
+from transformer_lab.commands.attention import attention
 from transformer_lab.errors import UserError
 
 SHORT = [*TINY, "trainer.max_steps=3", "trainer.val_check_interval=3", "logger=csv", "callbacks.throughput=null"]
@@ -108,8 +108,8 @@ def test_characters_are_labelled_as_themselves_and_a_text_too_long_is_one_line(t
 
 
 def test_what_cannot_be_drawn_is_refused_and_nothing_is_half_written(tmp_path, train_process, monkeypatch):
-    import transformer_lab.attention as command
-    from transformer_lab.attention import put_in_place
+    import transformer_lab.commands.attention as command
+    from transformer_lab.commands.attention import put_in_place
 
     run = train(train_process, tmp_path / "gpt", "data=modular", "data.p=11")
     for options, message in [
@@ -143,7 +143,7 @@ def test_what_cannot_be_drawn_is_refused_and_nothing_is_half_written(tmp_path, t
 
 
 def test_callbacks_log_attention_maps_and_the_fourier_spectrum_as_wandb_images(tmp_path, train_process):
-    from transformer_lab.compare import compared
+    from transformer_lab.commands.compare import compared
 
     run = train(train_process, tmp_path / "run", "data=modular", "data.p=11", "trainer.max_steps=4",
                 "trainer.val_check_interval=2", "callbacks=[default,attention,progress]",

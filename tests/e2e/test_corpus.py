@@ -51,7 +51,14 @@ def test_every_objective_trains_on_one_corpus_cache(objective, tmp_path_factory)
 
         shutil.rmtree(cache)
         sample = forked.run(
-            [sys.executable, "-m", "transformer_lab.sample", str(run_dir), "prompt=ROMEO:", "max_new_tokens=20"],
+            [
+                sys.executable,
+                "-m",
+                "transformer_lab.commands.sample",
+                str(run_dir),
+                "prompt=ROMEO:",
+                "max_new_tokens=20",
+            ],
             capture_output=True,
             text=True,
             cwd=ROOT,

@@ -46,15 +46,15 @@ def test_ema_validates_the_average_and_resumes_exactly(tmp_path, train_process):
     assert ours["val/loss"] == theirs["val/loss"]
     # What was validated (and tested, from best.ckpt) is the average: best.ckpt's weights, evaluated again, give
     # the logged best validation loss.
-    from transformer_lab.evaluate import evaluate
+    from transformer_lab.commands.evaluate import evaluate
 
     metrics = evaluate(str(whole), "val", ["trainer.limit_val_batches=2"], out=str(tmp_path / "eval.json"))
     assert metrics["metrics"]["val/loss"] == pytest.approx(ours["val/loss_best"], abs=1e-6)
 
 
 def test_ema_leaves_training_alone_and_evaluate_reads_either_weights(tmp_path, train_process):
+    from transformer_lab.commands.evaluate import evaluate
     from transformer_lab.errors import UserError
-    from transformer_lab.evaluate import evaluate
 
     ema, plain = tmp_path / "ema", tmp_path / "plain"
     assert train_process.run(*RUN, "trainer.max_steps=40", f"hydra.run.dir={ema}").returncode == 0
@@ -74,7 +74,7 @@ def test_ema_leaves_training_alone_and_evaluate_reads_either_weights(tmp_path, t
 def test_the_test_after_training_scores_the_average(tmp_path, train_process):
     """train.py tests best.ckpt after fit: its saved weights, the average, not the trained weights the
     checkpoint keeps beside them for resuming (which Lightning's callback would load back)."""
-    from transformer_lab.evaluate import evaluate
+    from transformer_lab.commands.evaluate import evaluate
 
     pairs, run = write_pairs(tmp_path / "pairs.tsv", n=300), tmp_path / "run"
     translation = ["model=encdec", "data=translation", f"data.path={pairs}", "data.vocab_size=100"]

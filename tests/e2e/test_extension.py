@@ -276,7 +276,7 @@ def test_own_model_trains_resumes_and_samples(user_files, tmp_path):
         [
             sys.executable,
             "-m",
-            "transformer_lab.sample",
+            "transformer_lab.commands.sample",
             f"ckpt={run / 'checkpoints' / 'last.ckpt'}",
             "prompt=ROMEO:",
             "max_new_tokens=20",

@@ -10,7 +10,7 @@ import pytest
 from helpers import forked
 from helpers.runs import ROOT, TINY
 from helpers.translation import write_pairs
-from transformer_lab import translate as translate_cli
+from transformer_lab.commands import translate as translate_cli
 
 MULTI30K = ROOT / "data" / "multi30k"
 
@@ -41,7 +41,14 @@ def checkpoint(tmp_path_factory, train_process):
 def test_every_input_line_gets_an_output_line(checkpoint):
     lines = ["red dog runs", "", "the big cat " * 167, "你好 ☃", "   ", "blue bird sleeps"]  # 500 words on line 3
     proc = forked.run(
-        [sys.executable, "-m", "transformer_lab.translate", f"ckpt={checkpoint}", "beam_size=2", "batch_size=4"],
+        [
+            sys.executable,
+            "-m",
+            "transformer_lab.commands.translate",
+            f"ckpt={checkpoint}",
+            "beam_size=2",
+            "batch_size=4",
+        ],
         input="\n".join(lines) + "\n",
         capture_output=True,
         text=True,

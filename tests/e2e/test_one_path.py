@@ -15,7 +15,7 @@ COUNTING = """
 import collections, json, runpy, sys
 import hydra
 import hydra._internal.config_loader_impl as loader
-import transformer_lab.validate as validate
+import transformer_lab.config.checks as validate
 import transformer_lab.data.base as base
 
 calls = collections.Counter()
@@ -28,7 +28,7 @@ def counted(name, function):
 
 loader.ConfigLoaderImpl.load_configuration = counted("composed", loader.ConfigLoaderImpl.load_configuration)
 hydra.compose = counted("compose", hydra.compose)
-validate.validate = counted("validate", validate.validate)
+config.checks.validate = counted("validate", config.checks.validate)
 base.DataModule.__init__ = counted("datamodule", base.DataModule.__init__)
 sys.argv = [sys.argv[1], *sys.argv[2:]]
 try:
@@ -57,6 +57,6 @@ def test_a_run_composes_validates_and_builds_its_data_once(tmp_path):
     calls = counted_run(tmp_path, *run, "trainer.max_steps=5", f"hydra.run.dir={tmp_path}")
     assert calls == {"composed": 2, "validate": 1, "datamodule": 1}  # (Hydra's two; none of ours)
     # a resume: the checkpoint's overrides composed with and without this command's (their difference is what
-    # it changes of the checkpoint's config: resume.py), checked once
+    # it changes of the checkpoint's config: run/resume.py), checked once
     calls = counted_run(tmp_path, *run, "trainer.max_steps=10", "ckpt_path=last", f"hydra.run.dir={tmp_path}")
     assert calls == {"composed": 4, "compose": 2, "validate": 1, "datamodule": 1}

@@ -77,7 +77,7 @@ def test_t5_fine_tuned_for_translation_from_span_corruption(span_pretrained, tmp
 
     # translate serves the T5 translation checkpoint, and gives the outputs the run scored
     out = forked.run(
-        [sys.executable, "-m", "transformer_lab.translate", str(run), "beam_size=2"],
+        [sys.executable, "-m", "transformer_lab.commands.translate", str(run), "beam_size=2"],
         input="\n".join(r["source"] for r in test_set) + "\n",
         capture_output=True,
         text=True,

@@ -58,12 +58,13 @@ def test_fine_tune_a_transformers_gpt2_on_text_sample_and_export_it(tmp_path):
     cfg = (run_dir / ".hydra" / "config.yaml").read_text()
     assert "mlp: gelu-tanh" in cfg and "n_layer: 2" in cfg and f"tokenizer: {hub}" in cfg
 
-    sample = forked.run([sys.executable, "-m", "transformer_lab.sample", str(run_dir), "prompt=ROMEO:",
+    sample = forked.run([sys.executable, "-m", "transformer_lab.commands.sample", str(run_dir), "prompt=ROMEO:",
                              "max_new_tokens=10"], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     assert sample.returncode == 0 and sample.stdout.startswith("ROMEO:"), sample.stderr[-2000:]
 
-    from transformer_lab.checkpoint import checkpoint_of, load_model
-    from transformer_lab.export import export
+    from transformer_lab.commands.export import export
+    from transformer_lab.run.build import load_model
+    from transformer_lab.store.checkpoint import checkpoint_of
 
     out = export(run_dir, tmp_path / "exported")
     exported = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
@@ -126,8 +127,8 @@ def test_fine_tune_a_transformers_t5_on_translation_pairs_translate_and_export_i
 
     # The batches are T5's: the source ends in </s> (once: the post-processor's is not added), the decoder
     # starts at <pad>.
-    from transformer_lab.checkpoint import checkpoint_of, load_model
-    from transformer_lab.factory import datamodule_from_checkpoint
+    from transformer_lab.run.build import datamodule_from_checkpoint, load_model
+    from transformer_lab.store.checkpoint import checkpoint_of
 
     model, meta = load_model(checkpoint_of(run_dir))
     datamodule = datamodule_from_checkpoint(meta)
@@ -135,11 +136,11 @@ def test_fine_tune_a_transformers_t5_on_translation_pairs_translate_and_export_i
     src, tgt = datamodule.sequences(*[side[0] for side in datamodule.data.pairs("train")])
     assert src[-1] == 1 and src[-2] != 1 and tgt[0] == 0 and tgt[-1] == 1
 
-    translated = forked.run([sys.executable, "-m", "transformer_lab.translate", str(run_dir), "text=Ein Mann.",
+    translated = forked.run([sys.executable, "-m", "transformer_lab.commands.translate", str(run_dir), "text=Ein Mann.",
                                  "max_extra_len=5"], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     assert translated.returncode == 0, translated.stderr[-2000:]
 
-    from transformer_lab.export import export
+    from transformer_lab.commands.export import export
 
     out = export(run_dir, tmp_path / "exported")
     exported = transformers.AutoModelForSeq2SeqLM.from_pretrained(out).eval()
@@ -186,25 +187,25 @@ def test_fine_tune_a_transformers_bert_into_a_classifier_classify_and_export_it(
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["val/acc"] > 0.7, summary  # German or English (chance: 0.5): the pretrained body, a new head
 
-    classified = forked.run([sys.executable, "-m", "transformer_lab.classify", str(run_dir),
+    classified = forked.run([sys.executable, "-m", "transformer_lab.commands.classify", str(run_dir),
                                  "text=Ein Mann fährt Fahrrad."], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     assert classified.returncode == 0, classified.stderr[-2000:]
     assert classified.stdout.split("\t")[1] in ("de", "en")
     # lines of the labelled file itself: the text is classified, the label is not read as part of it
     lines = "Ein Mann fährt Fahrrad.\tde\nA man rides a bike.\ten\n"
-    piped = forked.run([sys.executable, "-m", "transformer_lab.classify", str(run_dir)], input=lines,
+    piped = forked.run([sys.executable, "-m", "transformer_lab.commands.classify", str(run_dir)], input=lines,
                            capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     assert piped.returncode == 0, piped.stderr[-2000:]
     assert [line.split("\t")[0] for line in piped.stdout.splitlines()] == [
         "Ein Mann fährt Fahrrad.",
         "A man rides a bike.",
     ]
-    evaluated = forked.run([sys.executable, "-m", "transformer_lab.evaluate", str(run_dir)], capture_output=True,
+    evaluated = forked.run([sys.executable, "-m", "transformer_lab.commands.evaluate", str(run_dir)], capture_output=True,
                                text=True, cwd=ROOT)  # fmt: skip
     assert evaluated.returncode == 0 and "val/acc" in evaluated.stdout, evaluated.stderr[-2000:]
     unseen = tmp_path / "unseen.tsv"
     unseen.write_text("Un homme fait du vélo.\tfr\nA man rides a bike.\ten\n")
-    refused = forked.run([sys.executable, "-m", "transformer_lab.evaluate", str(run_dir), f"data.path={unseen}"],
+    refused = forked.run([sys.executable, "-m", "transformer_lab.commands.evaluate", str(run_dir), f"data.path={unseen}"],
                              capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-2000:]
     assert refused.stderr.strip().splitlines()[-1] == (
@@ -212,8 +213,9 @@ def test_fine_tune_a_transformers_bert_into_a_classifier_classify_and_export_it(
         "leave those lines out to evaluate the rest"
     )
 
-    from transformer_lab.checkpoint import checkpoint_of, load_model
-    from transformer_lab.export import export
+    from transformer_lab.commands.export import export
+    from transformer_lab.run.build import load_model
+    from transformer_lab.store.checkpoint import checkpoint_of
 
     out = export(run_dir, tmp_path / "exported")
     exported = transformers.AutoModelForSequenceClassification.from_pretrained(out).eval()
@@ -227,9 +229,9 @@ def test_fine_tune_a_transformers_bert_into_a_classifier_classify_and_export_it(
 def test_a_classifier_with_a_learned_tokenizer_exports_with_its_cls_and_sep(tmp_path):
     """The bert read `[CLS] text [SEP]` with its own BPE's ids: AutoTokenizer adds them too, so the exported
     model gives the same logits from raw text."""
-    from transformer_lab.checkpoint import checkpoint_of, load_model
-    from transformer_lab.export import export
-    from transformer_lab.factory import datamodule_from_checkpoint
+    from transformer_lab.commands.export import export
+    from transformer_lab.run.build import datamodule_from_checkpoint, load_model
+    from transformer_lab.store.checkpoint import checkpoint_of
 
     rows = [(f"a {w} play number {i}", "pos" if w in ("good", "fine") else "neg") for i in range(60)
             for w in ("good", "fine", "bad", "poor")]  # fmt: skip
@@ -248,7 +250,7 @@ def test_a_classifier_with_a_learned_tokenizer_exports_with_its_cls_and_sep(tmp_
     text = "a good play number 7"
     ours = datamodule_from_checkpoint(meta).encode(text)  # [CLS] ... [SEP], as trained
     assert tokenizer(text)["input_ids"] == ours
-    from transformer_lab.classify import classify
+    from transformer_lab.commands.classify import classify
 
     warnings = []
     (answer,) = classify({"ckpt": str(run_dir)}, ["a good play " * 100], warn=warnings.append)

@@ -398,7 +398,7 @@ def test_a_resume_on_changed_data_is_refused_by_name(data, tmp_path, train_proce
     assert summary(run)["global_step"] == 4
     # evaluate keeps the checkpoint's vocabulary and takes the changed file as another file, saying so
     evaluated = forked.run(
-        [sys.executable, "-m", "transformer_lab.evaluate", str(run)], capture_output=True, text=True, cwd=ROOT
+        [sys.executable, "-m", "transformer_lab.commands.evaluate", str(run)], capture_output=True, text=True, cwd=ROOT
     )
     assert evaluated.returncode == 0 and f"data.path: {path} has changed since the checkpoint's run" in evaluated.stderr
 
@@ -489,7 +489,7 @@ def test_an_overwrite_stopped_before_it_trains_leaves_the_earlier_run_as_it_was(
         assert snapshot(run) == finished
         return
     assert (run / ".overwritten").is_dir()  # killed outright: the next command that reads the run puts it back
-    evaluated = forked.run([sys.executable, "-m", "transformer_lab.evaluate", str(run)], capture_output=True,
+    evaluated = forked.run([sys.executable, "-m", "transformer_lab.commands.evaluate", str(run)], capture_output=True,
                                text=True, cwd=ROOT)  # fmt: skip
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
     assert not (run / ".overwritten").exists()

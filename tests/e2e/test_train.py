@@ -14,7 +14,7 @@ from helpers import forked
 from helpers.modular import recomputed_val_accuracy
 from helpers.runs import ROOT, TINY, logged, needs_shakespeare, run_train
 from helpers.wandb_records import records
-from transformer_lab.checkpoint import load_model
+from transformer_lab.run.build import load_model
 
 SUMMARY_KEYS = {
     "tokens_per_sec",
@@ -130,7 +130,14 @@ def test_evaluate_a_run_directory(shakespeare_run, tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     out = tmp_path / "eval.json"
     result = forked.run(
-        [sys.executable, "-m", "transformer_lab.evaluate", str(run_dir), "trainer.limit_val_batches=4", f"out={out}"],
+        [
+            sys.executable,
+            "-m",
+            "transformer_lab.commands.evaluate",
+            str(run_dir),
+            "trainer.limit_val_batches=4",
+            f"out={out}",
+        ],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -141,8 +148,8 @@ def test_evaluate_a_run_directory(shakespeare_run, tmp_path):
     assert evaluation["checkpoint"].endswith("best.ckpt") and evaluation["split"] == "val"
     assert evaluation["metrics"]["val/loss"] == pytest.approx(summary["val/loss_best"], abs=1e-5)
     assert "val/loss" in result.stdout and not (run_dir / "checkpoints" / "eval.json").exists()
+    from transformer_lab.commands.evaluate import evaluate
     from transformer_lab.errors import ConfigError
-    from transformer_lab.evaluate import evaluate
 
     with pytest.raises(ConfigError, match="^split: task=lm on data=shakespeare has no test split; use split=val$"):
         evaluate(str(run_dir), "test")
@@ -187,7 +194,7 @@ def test_sample_from_checkpoint(shakespeare_run):
     cmd = [
         sys.executable,
         "-m",
-        "transformer_lab.sample",
+        "transformer_lab.commands.sample",
         f"ckpt={run_dir / 'checkpoints' / 'best.ckpt'}",
         "prompt=ROMEO:",
         "max_new_tokens=25",

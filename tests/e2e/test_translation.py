@@ -39,7 +39,7 @@ def test_translation_pairs_train_end_to_end(tmp_path, train_process):
 
     # The translate command gives the outputs the run scored: the best checkpoint, beam 2, the test sources.
     out = forked.run(
-        [sys.executable, "-m", "transformer_lab.translate", str(run), "beam_size=2"],
+        [sys.executable, "-m", "transformer_lab.commands.translate", str(run), "beam_size=2"],
         input="\n".join(r["source"] for r in test_set) + "\n",
         capture_output=True,
         text=True,
@@ -49,7 +49,7 @@ def test_translation_pairs_train_end_to_end(tmp_path, train_process):
     assert out.stdout.splitlines() == [r["output"] for r in test_set]
 
     # Evaluated again without training: the same test BLEU with the same beam, another with greedy decoding
-    from transformer_lab.evaluate import evaluate  # in this process: the command line is tested in test_train
+    from transformer_lab.commands.evaluate import evaluate  # in this process: the command line is tested in test_train
 
     beam2, greedy = (
         evaluate(str(run), "test", [f"task.decode.beam_size={beam}"], str(tmp_path / f"{beam}.json"))["metrics"]
@@ -116,7 +116,7 @@ def test_separate_vocabularies(tmp_path, train_process):
     # are those the run scored on the test set with the best checkpoint.
     test_set = scored_test_set(run)
     out = forked.run(
-        [sys.executable, "-m", "transformer_lab.translate", str(run), "beam_size=4"],
+        [sys.executable, "-m", "transformer_lab.commands.translate", str(run), "beam_size=4"],
         input="\n".join(r["source"] for r in test_set) + "\n",
         capture_output=True,
         text=True,

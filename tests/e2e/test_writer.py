@@ -1,4 +1,4 @@
-"""The one writer (atomic.py) and the run directory's claim (rundir.py) where a process is the point: a file
+"""The one writer (store/atomic.py) and the run directory's claim (store/rundir.py) where a process is the point: a file
 past what the disk takes, SIGTERM mid-write, a writer killed outright, a second process holding the directory."""
 
 import signal
@@ -7,13 +7,13 @@ import sys
 
 import pytest
 
-from transformer_lab.atomic import atomic_dir
 from transformer_lab.errors import UserError
-from transformer_lab.rundir import check_claim
+from transformer_lab.store.atomic import atomic_dir
+from transformer_lab.store.rundir import check_claim
 
 FULL_DISK = """
 import resource, signal, sys
-from transformer_lab.atomic import atomic_path, atomic_write
+from transformer_lab.store.atomic import atomic_path, atomic_write
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # (a write past the limit then fails with EFBIG, as on a full disk)
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
 try:
@@ -35,8 +35,8 @@ def test_a_file_larger_than_the_disk_takes_leaves_the_earlier_one(tmp_path):
 SIGTERM_MID_WRITE = """
 import os, signal, sys, time
 from pathlib import Path
-from transformer_lab.atomic import atomic_dir
-from transformer_lab.rundir import stop_on_sigterm
+from transformer_lab.store.atomic import atomic_dir
+from transformer_lab.store.rundir import stop_on_sigterm
 stop_on_sigterm()
 with atomic_dir(Path(sys.argv[1]) / "maps") as staging:
     (staging / "a.png").write_bytes(b"half")
@@ -54,7 +54,7 @@ def test_sigterm_mid_write_removes_the_staging_folder_and_exits_143(tmp_path):
 def test_a_killed_writers_staging_folder_is_removed_by_the_next_writer(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     pid = int(dead.stdout)
-    from transformer_lab.atomic import _HOST
+    from transformer_lab.store.atomic import _HOST
 
     stale = tmp_path / f".maps.{pid}@{_HOST}.abcd.tmp"
     stale.mkdir()
@@ -66,7 +66,7 @@ def test_a_killed_writers_staging_folder_is_removed_by_the_next_writer(tmp_path)
 
 HOLDER = """
 import sys, time
-from transformer_lab.rundir import claim
+from transformer_lab.store.rundir import claim
 claim(sys.argv[1], "hydra.run.dir", None, False)
 print("held", flush=True)
 time.sleep(30)

@@ -3,9 +3,9 @@
 import torch
 
 from transformer_lab.batching.equations import AnswerClass, AnswerSequence, AnswerToken
-from transformer_lab.checkpoint import load_model
 from transformer_lab.data.modular import ModularDataModule
 from transformer_lab.data.tokens import BOS
+from transformer_lab.run.build import load_model
 
 
 def solve(equation: str, p: int) -> int:

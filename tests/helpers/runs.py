@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-import transformer_lab.config  # noqa: F401  (registers the schemas)
+import transformer_lab.config.schema  # noqa: F401  (registers the schemas)
 from helpers import forked
 
 ROOT = Path(__file__).resolve().parents[2]

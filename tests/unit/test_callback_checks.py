@@ -10,7 +10,7 @@ from helpers.runs import TINY, compose_cfg
 from transformer_lab.callbacks.attention_images import AttentionImages
 from transformer_lab.callbacks.grokking import GrokkingProgress
 from transformer_lab.errors import ConfigError, UserError
-from transformer_lab.prepare import build_run, checked_callback, prepare
+from transformer_lab.run.prepare import build_run, checked_callback, prepare
 
 
 class Refusing:

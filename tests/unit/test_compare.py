@@ -38,7 +38,7 @@ def composed_yaml(overrides: tuple) -> str:
 
 
 def test_table_shows_resolved_settings_that_differ_in_100_columns(tmp_path, capsys, monkeypatch):
-    from transformer_lab.compare import main
+    from transformer_lab.commands.compare import main
 
     runs = [
         fake_run(tmp_path / "defaults", ["data=modular"], 2.0),  # nothing overridden: modular's defaults
@@ -63,7 +63,7 @@ def test_table_shows_resolved_settings_that_differ_in_100_columns(tmp_path, caps
 def test_a_torn_metrics_line_is_left_out_and_a_broken_summary_is_one_line(tmp_path, capsys):
     """A run killed mid-write leaves half a line at the end of metrics.jsonl: the table and the plot use the
     rest. A summary.json that is not JSON, or a .hydra/config.yaml that is not YAML, is one `error:` line."""
-    from transformer_lab.compare import main
+    from transformer_lab.commands.compare import main
 
     run = tmp_path / "run"
     run.mkdir()
@@ -103,7 +103,7 @@ def seeded(tmp_path):
 def test_group_by_gives_mean_and_sample_std_and_the_number_of_runs(seeded, capsys, monkeypatch):
     import statistics
 
-    from transformer_lab.compare import main
+    from transformer_lab.commands.compare import main
 
     monkeypatch.setenv("COLUMNS", "200")
     assert main([*map(str, seeded), "group_by=optim.lr", "metrics=val/loss,global_step"]) == 0
@@ -118,9 +118,9 @@ def test_group_by_gives_mean_and_sample_std_and_the_number_of_runs(seeded, capsy
 
 
 def test_a_plot_draws_a_configuration_once_with_its_band_and_labels_only_what_varies(seeded, tmp_path):
-    from transformer_lab.compare import label_keys, seed_groups
-    from transformer_lab.plots import curve, mean_std
-    from transformer_lab.runs import Run, resolved_settings
+    from transformer_lab.commands.compare import label_keys, seed_groups
+    from transformer_lab.commands.plots import curve, mean_std
+    from transformer_lab.commands.runs import Run, resolved_settings
 
     runs = [Run(p, json.loads((p / "summary.json").read_text()), resolved_settings(p)) for p in seeded]
     # seed and data.seed (which follows it) differ, and optim.lr; only optim.lr tells the groups apart
@@ -133,7 +133,7 @@ def test_a_plot_draws_a_configuration_once_with_its_band_and_labels_only_what_va
     assert mean_std(values[0]) == pytest.approx((2.7, 0.5))
 
     out = tmp_path / "seeds.png"
-    from transformer_lab.compare import main
+    from transformer_lab.commands.compare import main
 
     assert main([*map(str, seeded), "plot=val/loss", f"out={out}", "band=minmax"]) == 0
     image = matplotlib.image.imread(out)[..., :3]
@@ -171,7 +171,7 @@ def test_a_plot_draws_a_configuration_once_with_its_band_and_labels_only_what_va
     ],
 )
 def test_compares_mistakes_are_one_line(seeded, capsys, arguments, message):
-    from transformer_lab.compare import main
+    from transformer_lab.commands.compare import main
 
     plot = [] if any(a.startswith("plot=") for a in arguments) else ["plot=val/loss"]
     with pytest.raises(SystemExit) as exit_:
@@ -185,7 +185,7 @@ def test_a_resumed_runs_settings_are_its_newest_records(tmp_path):
 
     from omegaconf import OmegaConf
 
-    from transformer_lab.runs import resolved_settings
+    from transformer_lab.commands.runs import resolved_settings
 
     run = fake_run(tmp_path / "run", ["data=modular", "trainer.max_steps=400"], 1.0)
     assert resolved_settings(run)["trainer.max_steps"] == "400"
@@ -197,7 +197,7 @@ def test_a_resumed_runs_settings_are_its_newest_records(tmp_path):
 
 
 def test_paths_a_run_twice_and_where_the_plot_goes(seeded, tmp_path, capsys, monkeypatch):
-    from transformer_lab.compare import main
+    from transformer_lab.commands.compare import main
 
     monkeypatch.setenv("COLUMNS", "200")
     sweep = seeded[0].parent
@@ -217,7 +217,7 @@ def test_paths_a_run_twice_and_where_the_plot_goes(seeded, tmp_path, capsys, mon
 
 
 def test_group_by_leaves_failed_runs_out_and_says_what_it_pools(seeded, capsys, monkeypatch):
-    from transformer_lab.compare import main
+    from transformer_lab.commands.compare import main
 
     monkeypatch.setenv("COLUMNS", "200")
     summary = json.loads((seeded[2] / "summary.json").read_text())
@@ -285,7 +285,7 @@ def lengths(tmp_path):
 def test_a_group_of_runs_of_different_lengths_is_said_in_one_line(lengths, capsys, monkeypatch):
     """A run a resume took from 300 to 400 steps among 300-step runs, a run stopped at step 200 of 300, and runs
     that agree: group_by averages each group, and says where a group's runs differ in length, naming them."""
-    from transformer_lab.compare import main
+    from transformer_lab.commands.compare import main
 
     monkeypatch.setenv("COLUMNS", "200")
     s0, s1, s2 = (lengths["1e-3", seed] for seed in range(3))
@@ -330,8 +330,8 @@ def test_a_group_of_runs_of_different_lengths_is_said_in_one_line(lengths, capsy
 def test_how_a_run_was_started_or_resumed_is_never_a_setting_a_group_or_a_label(lengths, tmp_path, capsys, monkeypatch):
     """ckpt_path (a resume's), overwrite and init_strict say how a run started, not what it trained: not in its
     settings, so the table, the groups and a plot's labels never show them; asked for, one line says why."""
-    from transformer_lab.compare import main, plot_groups
-    from transformer_lab.runs import Run, resolved_settings
+    from transformer_lab.commands.compare import main, plot_groups
+    from transformer_lab.commands.runs import Run, resolved_settings
 
     monkeypatch.setenv("COLUMNS", "250")
     s2 = resumed(lengths["1e-3", 2], 400)

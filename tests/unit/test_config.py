@@ -11,9 +11,9 @@ from omegaconf import OmegaConf
 
 from helpers.runs import ROOT, compose_cfg
 from transformer_lab.callbacks import RichProgressBar
+from transformer_lab.config.checks import validate
 from transformer_lab.errors import ConfigError
-from transformer_lab.factory import build_model, make_datamodule
-from transformer_lab.validate import validate
+from transformer_lab.run.build import build_model, make_datamodule
 
 # DESIGN.md's model x data matrix; the code computes it from what models and data modules declare.
 SUPPORTED = {
@@ -59,7 +59,7 @@ def test_data_and_model_compose_and_instantiate(data, model, tmp_path):
 
 
 # Which tasks train which model on which data: DESIGN.md's matrix, computed from what models, tasks and
-# data modules declare (factory.fits).
+# data modules declare (config.classes.fits).
 TASKS_OF = {
     ("gpt", "shakespeare"): {"lm"},
     ("gpt", "modular"): {"lm"},
@@ -87,8 +87,8 @@ TASKS_OF = {
 def test_declarations_give_the_documented_matrix():
     from hydra.utils import get_class
 
-    from transformer_lab.config import DATA, MODELS, TASKS
-    from transformer_lab.factory import fits
+    from transformer_lab.config.classes import fits
+    from transformer_lab.config.schema import DATA, MODELS, TASKS
 
     batches = {t: yaml.safe_load((ROOT / "conf" / "task" / f"{t}.yaml").read_text())["batches"] for t in TASKS}
     for (model, data), tasks in TASKS_OF.items():
@@ -173,7 +173,7 @@ def test_hardware_options_combine_as_a_list(tmp_path):
 
 @pytest.mark.parametrize("flags, precision", [("fma avx2", "32-true"), ("avx2 amx_bf16 amx_tile", "bf16-mixed")])
 def test_cpu_bf16_uses_bf16_only_where_the_cpu_has_the_units(flags, precision, tmp_path, monkeypatch, capsys):
-    import transformer_lab.config as config
+    import transformer_lab.config.schema as config
 
     real_read_text = config.Path.read_text
     monkeypatch.setattr(
@@ -304,7 +304,7 @@ def test_schemas_are_the_settings_dataclasses_the_classes_declare(tmp_path):
 
     from hydra.utils import get_class
 
-    from transformer_lab.config import DATA, MODELS, TASKS
+    from transformer_lab.config.schema import DATA, MODELS, TASKS
     from transformer_lab.data.configs import DATA_DECIDED
 
     for group, options in (("data", DATA), ("model", MODELS), ("task", TASKS)):
@@ -327,7 +327,7 @@ def test_schemas_are_the_settings_dataclasses_the_classes_declare(tmp_path):
 
 
 def test_debug_presets_configure_the_trainer(tmp_path):
-    from transformer_lab.trainer_args import trainer_arguments
+    from transformer_lab.config.trainer import trainer_arguments
 
     profile = trainer_arguments(compose_cfg(["debug=profile"], tmp_path))["profiler"]
     assert type(profile).__name__ == "SimpleProfiler" and profile.dirpath == str(tmp_path)
@@ -363,7 +363,7 @@ def test_a_model_without_the_suggested_keys_takes_those_its_dataclass_has():
 
     from omegaconf import OmegaConf
 
-    from transformer_lab.factory import suggested_by_data
+    from transformer_lab.run.build import suggested_by_data
 
     @dataclass
     class Recurrent:
@@ -419,7 +419,7 @@ def test_the_bases_name_every_attribute_read_from_a_dataset_and_from_a_tasks_bat
 )
 def test_a_task_yamls_batches_and_metrics_are_checked_before_the_run(tmp_path, override, message):
     from transformer_lab.errors import ConfigError
-    from transformer_lab.factory import check_buildable
+    from transformer_lab.run.build import check_buildable
 
     with pytest.raises(ConfigError) as refused:
         check_buildable(compose_cfg(["model=gpt", "data=shakespeare", override], tmp_path))
@@ -474,7 +474,7 @@ class Bare(nn.Module):
 )
 def test_what_a_task_calls_on_a_model_is_checked_before_the_run(tmp_path, monkeypatch, overrides, lacks):
     from transformer_lab.errors import ConfigError
-    from transformer_lab.factory import check_buildable
+    from transformer_lab.run.build import check_buildable
 
     (tmp_path / "bare.py").write_text(NO_GENERATE)
     (tmp_path / "conf" / "model").mkdir(parents=True)
@@ -492,7 +492,7 @@ def test_what_a_task_calls_on_a_model_is_checked_before_the_run(tmp_path, monkey
 
 
 def test_hydras_flags_and_their_values_are_no_overrides():
-    from transformer_lab.command_line import command_overrides, searchpath_problem
+    from transformer_lab.commands.train import command_overrides, searchpath_problem
 
     assert command_overrides(["--cfg", "job", "model.bogus=1", "-m", "seed=1,2", "-cn", "train"]) == [
         "model.bogus=1",
@@ -513,8 +513,8 @@ def test_hydras_flags_and_their_values_are_no_overrides():
     ],
 )
 def test_a_bad_suggestion_is_named_where_it_was_written(tmp_path, overrides, message):
+    from transformer_lab.config.checks import validate
     from transformer_lab.errors import ConfigError
-    from transformer_lab.validate import validate
 
     with pytest.raises(ConfigError) as error:
         validate(compose_cfg(["data=modular", *overrides], tmp_path))

@@ -13,7 +13,7 @@ from transformer_lab.data.modular import OPS, ModularDataModule, make_equations
 from transformer_lab.data.shakespeare import SHA256, ShakespeareDataModule
 from transformer_lab.data.tokens import BOS, EOS
 from transformer_lab.errors import DataUnavailableError
-from transformer_lab.files import sha256_file
+from transformer_lab.store.files import sha256_file
 
 UNREACHABLE = "http://127.0.0.1:9/input.txt"  # the discard port: refused at once, no network needed
 
@@ -224,9 +224,9 @@ def test_bits_per_byte_weigh_each_predicted_token_by_its_utf8_bytes():
 
 
 def test_a_dataset_without_encode_is_named_when_text_must_be_read():
+    from transformer_lab.batching.base import encoder
     from transformer_lab.data.base import DataModule
     from transformer_lab.errors import UserError
-    from transformer_lab.inference import encoder
 
     class NoEncode(DataModule):  # text of one's own with decode() only
         provides, sequence_length = ("text",), 8

@@ -388,7 +388,7 @@ def test_what_cannot_hold_is_refused_in_one_line_naming_the_hook(users, tmp_path
 
 
 def train_in_process(cfg):
-    from transformer_lab.train import run
+    from transformer_lab.run.fit import run
 
     HydraConfig.instance().set_config(cfg)  # as under @hydra.main: the checkpoints keep the overrides
     with open_dict(cfg):
@@ -407,8 +407,8 @@ def test_evaluate_scores_7_of_7_rows_of_a_users_new_file_or_exits_2_before_writi
     """The issue, through evaluate: a user's dataset (no data_files(), no whole_file) trained a few steps, then
     evaluated on a new file of 7 rows: all 7 are scored; a folder it cannot name the files of: exit 2, one
     line, nothing written."""
-    import transformer_lab.factory as factory
-    from transformer_lab.evaluate import evaluate, main
+    import transformer_lab.run.build as factory
+    from transformer_lab.commands.evaluate import evaluate, main
 
     _, folder = users
     (tmp_path / "conf" / "data").mkdir(parents=True)
@@ -430,7 +430,7 @@ def test_evaluate_scores_7_of_7_rows_of_a_users_new_file_or_exits_2_before_writi
     )
     train_in_process(cfg)
     built = []
-    build = factory.build
+    build = run.build.build
     monkeypatch.setattr(factory, "build", lambda *a, **k: built.append(build(*a, **k)) or built[-1])
     on_file = evaluate(str(run_dir), "val", [f"data.path={tmp_path / 'new.tsv'}"], str(tmp_path / "a.json"))
     datamodule = built[-1][0]

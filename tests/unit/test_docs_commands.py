@@ -9,7 +9,7 @@ import pytest
 
 from helpers.docs import DOCS, train_commands
 from helpers.runs import ROOT, compose_cfg
-from transformer_lab.cli import COMMANDS
+from transformer_lab.commands.cli import COMMANDS
 
 
 def test_the_docs_show_train_commands():
@@ -26,9 +26,9 @@ def test_train_commands_in_the_docs_compose_as_written(doc, overrides, error, tm
     from hydra import compose, initialize_config_dir
     from hydra.errors import ConfigCompositionException
 
+    from transformer_lab.config.checks import validate
     from transformer_lab.errors import ConfigError
-    from transformer_lab.factory import check_buildable
-    from transformer_lab.validate import validate
+    from transformer_lab.run.build import check_buildable
 
     args = [o for o in overrides.split() if o not in ("-m", "--help", "--cfg", "job")]
     args = [o.split("=")[0] + "=" + o.split("=")[1].split(",")[0] if "=[" not in o else o for o in args]
@@ -76,7 +76,7 @@ def test_the_docs_show_inference_commands():
 def test_inference_commands_in_the_docs_take_their_options(doc, command, option, tmp_path):
     """Each option shown is one the command has (its declared options: cli.Command), or for evaluate a config
     group or a config key of some task (evaluate's overrides). No --flag: every command takes key=value."""
-    from transformer_lab.cli import command as declared
+    from transformer_lab.commands.cli import command as declared
 
     assert not option.startswith("-"), f"{doc}: {command} {option}: the commands take key=value, not flags"
     if command == "evaluate" and option not in declared("evaluate").options:

@@ -1,5 +1,5 @@
 """The one path by which a user's files are read (files.py), the run directory's lock and ownership
-(rundir.py), and the temporaries a killed writer leaves (atomic.py)."""
+(store/rundir.py), and the temporaries a killed writer leaves (store/atomic.py)."""
 
 import fcntl
 import gzip
@@ -9,10 +9,18 @@ import subprocess
 
 import pytest
 
-from transformer_lab.atomic import _HOST, atomic_write, remove_stale_temporaries
 from transformer_lab.errors import UserError
-from transformer_lab.files import read_json, read_jsonl, read_text
-from transformer_lab.rundir import LOCK, OVERWRITTEN, claim, discard_overwritten, lock, release, restore_overwritten
+from transformer_lab.store.atomic import _HOST, atomic_write, remove_stale_temporaries
+from transformer_lab.store.files import read_json, read_jsonl, read_text
+from transformer_lab.store.rundir import (
+    LOCK,
+    OVERWRITTEN,
+    claim,
+    discard_overwritten,
+    lock,
+    release,
+    restore_overwritten,
+)
 
 
 @pytest.mark.parametrize(

@@ -17,8 +17,8 @@ from transformer_lab.callbacks.grokking import (
     fourier_basis,
     key_frequencies,
 )
+from transformer_lab.config.classes import check_callbacks
 from transformer_lab.errors import ConfigError
-from transformer_lab.factory import check_callbacks
 
 P = 7
 

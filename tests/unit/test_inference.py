@@ -12,10 +12,9 @@ from omegaconf import open_dict
 
 from helpers.runs import SHAKESPEARE, TINY, compose_cfg, needs_shakespeare
 from helpers.translation import write_pairs
-from transformer_lab.checkpoint import load_model
 from transformer_lab.errors import DataUnavailableError, UserError
-from transformer_lab.factory import datamodule_from_checkpoint
 from transformer_lab.models.gpt import GPT, GPTConfig
+from transformer_lab.run.build import datamodule_from_checkpoint, load_model
 from transformer_lab.tasks.decoding import PrefixLM, beam_search, continue_prompts, length_normalised
 
 RUNS = {
@@ -69,7 +68,7 @@ def has_decode(overrides: list[str]) -> bool:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """run(name) -> the run directory of a tiny model trained in this process (once per module)."""
-    from transformer_lab.train import run
+    from transformer_lab.run.fit import run
 
     tmp, done = tmp_path_factory.mktemp("inference"), {}
     pairs = write_pairs(tmp / "pairs.tsv", n=300)
@@ -143,7 +142,7 @@ def test_beam_search_over_a_decoder_only_model_is_exact_search_when_the_beam_hol
 
 @needs_shakespeare
 def test_sample_takes_the_run_directory(trained, capsys):
-    from transformer_lab.sample import main
+    from transformer_lab.commands.sample import main
 
     main([str(trained("gpt_text")), "prompt=ROMEO:", "max_new_tokens=12", "num_samples=2", "seed=3"])
     samples = capsys.readouterr().out.split("-" * 40 + "\n")
@@ -152,7 +151,7 @@ def test_sample_takes_the_run_directory(trained, capsys):
 
 @needs_shakespeare
 def test_fill_reads_gaps_as_the_training_examples_show_them(trained):
-    from transformer_lab.fill import fill
+    from transformer_lab.commands.fill import fill
     from transformer_lab.tasks.decoding import fill_spans_greedy
 
     run_dir = trained("t5_text")
@@ -177,7 +176,7 @@ def test_fill_reads_gaps_as_the_training_examples_show_them(trained):
 
 
 def test_classify_gives_the_models_answer_for_each_equation(trained):
-    from transformer_lab.classify import classify
+    from transformer_lab.commands.classify import classify
 
     run_dir = trained("bert_equations")
     model, datamodule = set_up(run_dir)
@@ -204,8 +203,8 @@ def test_classify_gives_the_models_answer_for_each_equation(trained):
 
 
 def test_translate_with_a_decoder_only_model_prompts_as_training_did(trained):
+    from transformer_lab.commands.translate import translate
     from transformer_lab.data.tokens import EOS
-    from transformer_lab.translate import translate
 
     run_dir = trained("gpt_pairs")
     model, datamodule = set_up(run_dir)
@@ -244,7 +243,7 @@ def test_a_checkpoint_of_another_kind_is_refused_naming_the_command_for_it(train
 
 @needs_shakespeare
 def test_evaluate_on_a_users_text_file(trained, tmp_path):
-    from transformer_lab.evaluate import evaluate
+    from transformer_lab.commands.evaluate import evaluate
 
     run_dir = trained("gpt_text")
     text = SHAKESPEARE.read_text(encoding="utf-8")
@@ -265,7 +264,7 @@ def test_evaluate_on_a_users_text_file(trained, tmp_path):
 
 
 def test_evaluate_on_a_users_tsv(trained, tmp_path):
-    from transformer_lab.evaluate import evaluate
+    from transformer_lab.commands.evaluate import evaluate
 
     run_dir = trained("gpt_pairs")
     _, datamodule = set_up(run_dir)
@@ -309,7 +308,7 @@ def test_evaluate_gives_each_models_best_validation_again(trained, tmp_path, nam
     # test_translation.py)
     import json
 
-    from transformer_lab.evaluate import evaluate
+    from transformer_lab.commands.evaluate import evaluate
 
     run_dir = trained(name)
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -366,7 +365,7 @@ def test_a_bad_inference_option_is_one_line_and_exit_2(trained, command, run, op
 def test_translate_refuses_standard_input_that_is_not_utf8(trained, capsys, monkeypatch):
     import io
 
-    from transformer_lab.translate import main
+    from transformer_lab.commands.translate import main
 
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO("ein Hund\nzwei H\xfcnde\n".encode("latin-1"))))
     run_dir = trained("gpt_pairs")
@@ -377,7 +376,7 @@ def test_translate_refuses_standard_input_that_is_not_utf8(trained, capsys, monk
 
 
 def test_evaluate_writes_into_a_folder_it_creates(trained, tmp_path):
-    from transformer_lab.evaluate import evaluate
+    from transformer_lab.commands.evaluate import evaluate
 
     out = tmp_path / "new" / "folder" / "eval.json"
     evaluate(str(trained("gpt_equations")), out=str(out))
@@ -385,7 +384,7 @@ def test_evaluate_writes_into_a_folder_it_creates(trained, tmp_path):
 
 
 def test_an_encode_failing_its_own_way_is_that_lines_warning():
-    from transformer_lab.inference import encoder
+    from transformer_lab.batching.base import encoder
 
     class Mine:
         def encode(self, text):
@@ -400,8 +399,8 @@ def test_an_encode_failing_its_own_way_is_that_lines_warning():
 def test_translate_refuses_a_model_without_what_decoding_calls():
     from torch import nn
 
+    from transformer_lab.commands.translate import check_decoding
     from transformer_lab.errors import ConfigError
-    from transformer_lab.translate import check_decoding
 
     class Greedy(nn.Module):
         architecture = "decoder"
@@ -420,7 +419,7 @@ def test_translate_refuses_a_model_without_what_decoding_calls():
 
 
 def test_the_grammars_words_and_values():
-    from transformer_lab.cli import command, parse
+    from transformer_lab.commands.cli import command, parse
 
     sample = command("sample")
     assert parse(["run", "max_new_tokens=1e3", "temperature=1"], sample) == {
@@ -437,7 +436,7 @@ def test_the_grammars_words_and_values():
 
 
 def test_a_path_holding_an_equals_sign_is_a_path(tmp_path, monkeypatch):
-    from transformer_lab.cli import command, parse
+    from transformer_lab.commands.cli import command, parse
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "lr=0.1").mkdir()
@@ -446,7 +445,7 @@ def test_a_path_holding_an_equals_sign_is_a_path(tmp_path, monkeypatch):
 
 
 def test_a_file_that_is_no_checkpoint_is_named_so(tmp_path):
-    from transformer_lab.checkpoint import read_checkpoint
+    from transformer_lab.store.checkpoint import read_checkpoint
 
     (tmp_path / "summary.json").write_text("{}")
     with pytest.raises(UserError, match=r"summary.json is not a checkpoint \(a .ckpt that train.py wrote\)"):

@@ -26,8 +26,8 @@ class GradientNorms(L.Callback):
 
 
 def test_bf16_keeps_fused_adamw_and_clips_its_gradients(tmp_path):
-    from transformer_lab.factory import build
-    from transformer_lab.trainer_args import trainer_arguments
+    from transformer_lab.config.trainer import trainer_arguments
+    from transformer_lab.run.build import build
 
     cfg = compose_cfg(
         ["data=modular", "data.p=11", *TINY, "hardware=[cpu,bf16]", "trainer.gradient_clip_val=0.01"],

@@ -11,11 +11,11 @@ from torch import nn
 
 import transformer_lab.models.gpt as gpt
 from helpers.runs import TINY, compose_cfg
-from transformer_lab.checkpoint import check_state_fits, checkpoint_of, load_model
+from transformer_lab.commands.inference import load
 from transformer_lab.errors import ConfigError, UserError
-from transformer_lab.factory import build
-from transformer_lab.inference import load
-from transformer_lab.rundir import LOCK, OVERWRITTEN
+from transformer_lab.run.build import build, load_model
+from transformer_lab.store.checkpoint import check_state_fits, checkpoint_of
+from transformer_lab.store.rundir import LOCK, OVERWRITTEN
 
 OVERRIDES = ["model=gpt", "data=modular", "data.p=11", *TINY, "logger=none", "task.sample.enabled=false"]
 GPT = gpt.GPT
@@ -95,8 +95,8 @@ def test_the_checkpoint_loads_into_the_class_it_was_written_with(saved):
 
 @pytest.mark.parametrize("cls", [Added, Removed, Reshaped])
 def test_a_changed_model_class_is_one_message_from_every_command(saved, tmp_path, monkeypatch, cls):
-    from transformer_lab.evaluate import evaluate
-    from transformer_lab.export import export
+    from transformer_lab.commands.evaluate import evaluate
+    from transformer_lab.commands.export import export
 
     path, shape_of, state = saved
     expected = message(path, shape_of)[cls]
@@ -190,7 +190,7 @@ def test_a_model_settings_class_changed_since_is_one_line_from_every_command(sav
     holds that the class has no longer, instead of the dataclass's TypeError."""
     import dataclasses
 
-    from transformer_lab.export import export
+    from transformer_lab.commands.export import export
 
     path, _, _ = saved
     fields = [(f.name if f.name != "n_embd" else "width", f.type, f) for f in dataclasses.fields(GPT.config_class)]
@@ -215,7 +215,7 @@ def test_evaluate_stopped_by_a_signal_exits_with_its_code_not_success(saved, tmp
 
     import lightning as L
 
-    from transformer_lab import cli
+    from transformer_lab.commands import cli
     from transformer_lab.tasks.lm import LanguageModelTask as Task
 
     source, _, _ = saved

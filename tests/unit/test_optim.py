@@ -155,8 +155,8 @@ def test_muon_weight_decay_is_the_matrices_own_and_null_means_weight_decay(tmp_p
     import lightning as L
 
     from helpers.runs import TINY, compose_cfg
-    from transformer_lab.factory import build
-    from transformer_lab.validate import validate
+    from transformer_lab.config.checks import validate
+    from transformer_lab.run.build import build
 
     def decays(*overrides):
         cfg = compose_cfg(["data=modular", "data.p=11", *TINY, "optim.name=muon", "optim.weight_decay=0.3", *overrides],

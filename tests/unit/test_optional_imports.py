@@ -62,7 +62,7 @@ def test_without_safetensors_init_from_hf_says_what_installs_it_on_every_path(hu
 
 
 def test_without_safetensors_export_says_it_in_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys):
-    from transformer_lab.export import main, settings_of
+    from transformer_lab.commands.export import main, settings_of
     from transformer_lab.models.gpt import GPT, GPTConfig
     from transformer_lab.pretrained.load import MODELS
 

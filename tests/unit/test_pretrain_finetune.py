@@ -5,9 +5,9 @@ Here: the weights and learning rates; tests/e2e/test_pretrain_finetune.py has th
 
 import torch
 
-from transformer_lab.checkpoint import init_weights
 from transformer_lab.models.bert import Bert, BertConfig
 from transformer_lab.models.t5 import T5, T5Config
+from transformer_lab.run.build import init_weights
 from transformer_lab.tasks.optim import adamw
 
 VOCABULARY = {"tokenizer": "the same BPE"}

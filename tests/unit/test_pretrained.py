@@ -1,4 +1,4 @@
-"""Transformers checkpoints in and out (pretrained/, export.py): small random models of every family built
+"""Transformers checkpoints in and out (pretrained/, commands/export.py): small random models of every family built
 with Transformers itself, saved with save_pretrained, loaded with init_from=hf:DIR's code: the same logits
 within 1e-5 (float32), the same greedy tokens through our KV cache as their generate(), and back out again.
 Fine-tuning a Transformers checkpoint through train.py (then sampling, translating, classifying, exporting) is
@@ -13,7 +13,7 @@ transformers = pytest.importorskip("transformers")
 
 from helpers.runs import compose_cfg  # noqa: E402
 from transformer_lab.errors import ConfigError  # noqa: E402
-from transformer_lab.factory import import_class  # noqa: E402
+from transformer_lab.imports import import_class  # noqa: E402
 from transformer_lab.pretrained.load import MODELS, load_state, open_checkpoint  # noqa: E402
 
 V = 99
@@ -249,8 +249,8 @@ def bpe_tokenizer(specials=("<pad>", "</s>", "<unk>")):
 
 def our_checkpoint(model, tmp_path, tokenizer):
     """A checkpoint as train.py writes one (its model section, weights and tokenizer), without training."""
+    from transformer_lab.commands.export import settings_of
     from transformer_lab.data.tokenizers import HFTokenizer
-    from transformer_lab.export import settings_of
 
     option = next(name for name, target in MODELS.items() if target.endswith(type(model).__qualname__))
     meta = {
@@ -277,7 +277,7 @@ EXPORTS = {
 
 @pytest.mark.parametrize("family", list(EXPORTS))
 def test_export_then_from_pretrained_gives_the_same_logits(family, tmp_path):
-    from transformer_lab.export import export
+    from transformer_lab.commands.export import export
 
     make, auto = EXPORTS[family]
     original = randomised(make())
@@ -309,7 +309,7 @@ def test_export_then_from_pretrained_gives_the_same_logits(family, tmp_path):
 
 
 def test_bert_export_round_trips_masked_lm_and_classifier(tmp_path):
-    from transformer_lab.export import export
+    from transformer_lab.commands.export import export
     from transformer_lab.models.bert import Bert, BertConfig
 
     torch.manual_seed(0)
@@ -333,22 +333,22 @@ def test_bert_export_round_trips_masked_lm_and_classifier(tmp_path):
 
 
 def test_a_model_no_transformers_architecture_expresses_is_refused_by_name(tmp_path):
+    from transformer_lab.commands.export import export
     from transformer_lab.errors import UserError
-    from transformer_lab.export import export
     from transformer_lab.models.gpt import GPT, GPTConfig
 
     model = GPT(GPTConfig(vocab_size=V, block_size=16, n_layer=1, n_head=2, n_embd=16, norm="rmsnorm"))
     with pytest.raises(UserError) as info:
         export(our_checkpoint(model, tmp_path, bpe_tokenizer()), tmp_path / "out")
-    assert str(info.value) == (  # every setting of each family (export.py's check: test_export_refusal.py)
+    assert str(info.value) == (  # every setting of each family (commands/export.py's check: test_export_refusal.py)
         "export: no Transformers architecture has this model's settings: GPT-2 has model.norm=layernorm (this model: "
         "rmsnorm); a Llama has model.pos_encoding=rope (this model: learned), model.mlp=swiglu (this model: gelu)"
     )
 
 
 def test_the_speedrun_options_load_off_export_relu2_and_refuse_the_rest_by_name(tmp_path):
+    from transformer_lab.commands.export import export
     from transformer_lab.errors import UserError
-    from transformer_lab.export import export
     from transformer_lab.models.gpt import GPT, GPTConfig
     from transformer_lab.pretrained.load import apply
 
@@ -386,7 +386,7 @@ def test_the_speedrun_options_load_off_export_relu2_and_refuse_the_rest_by_name(
 
 
 def test_a_gpt_without_biases_exports_as_gpt2_with_zero_biases(tmp_path):
-    from transformer_lab.export import export
+    from transformer_lab.commands.export import export
     from transformer_lab.models.gpt import GPT, GPTConfig
 
     model = randomised(GPT(GPTConfig(vocab_size=V, block_size=16, n_layer=2, n_head=2, n_embd=16, bias=False)))
@@ -401,8 +401,8 @@ def test_a_gpt_without_biases_exports_as_gpt2_with_zero_biases(tmp_path):
 
 
 def test_export_checks_its_directory_first_and_replaces_it_whole_only_when_asked(tmp_path):
+    from transformer_lab.commands.export import export
     from transformer_lab.errors import UserError
-    from transformer_lab.export import export
     from transformer_lab.models.gpt import GPT, GPTConfig
 
     model = GPT(GPTConfig(vocab_size=V, block_size=16, n_layer=1, n_head=2, n_embd=16))
@@ -509,7 +509,7 @@ def test_a_checkpoint_cut_short_or_without_a_tokenizer_is_refused_before_the_run
 
 def test_a_character_level_gpt_exports_with_a_tokenizer_transformers_reads(tmp_path):
     """tiny Shakespeare's default run (model=gpt, characters, no biases): the README's export example."""
-    from transformer_lab.export import export
+    from transformer_lab.commands.export import export
     from transformer_lab.models.gpt import GPT, GPTConfig
 
     chars = sorted(set("First Citizen:\nBefore we proceed any further, hear me speak.\n"))
@@ -536,8 +536,8 @@ def test_a_checkpoint_directory_is_checked_whole_before_the_run(tmp_path):
     import shutil
 
     from transformer_lab.errors import UserError
-    from transformer_lab.factory import check_buildable
     from transformer_lab.pretrained.load import apply
+    from transformer_lab.run.build import check_buildable
 
     tokenizer = bpe_tokenizer()
     rows = tokenizer.get_vocab_size()
@@ -589,8 +589,8 @@ def test_a_checkpoint_directory_is_checked_whole_before_the_run(tmp_path):
 
 
 def test_an_encdec_marian_cannot_express_names_every_setting_at_once(tmp_path):
+    from transformer_lab.commands.export import export
     from transformer_lab.errors import UserError
-    from transformer_lab.export import export
     from transformer_lab.models.encdec import EncDec, EncDecConfig
 
     model = EncDec(EncDecConfig(vocab_size=V, block_size=16, n_layer=1, n_head=2, n_embd=16))  # (the defaults)

@@ -6,7 +6,7 @@ import pytest
 
 
 def test_only_whole_files_appear(tmp_path):
-    from transformer_lab.atomic import atomic_write
+    from transformer_lab.store.atomic import atomic_write
 
     target = tmp_path / "out.bin"
     target.write_bytes(b"old")

@@ -26,14 +26,14 @@ def test_lightning_rich_bar_still_shows_minus_two_epochs():
 
 
 def test_lightning_ddp_launcher_still_repeats_the_whole_command_line(monkeypatch, tmp_path):
-    # launch.py replaces the DDP launchers' _hydra_subprocess_cmd: under Hydra, Lightning starts each other
+    # run/launch.py replaces the DDP launchers' _hydra_subprocess_cmd: under Hydra, Lightning starts each other
     # process with the whole command line, so in a multirun every process starts the entire sweep again
     # (https://github.com/Lightning-AI/pytorch-lightning/issues/11300,
     # https://github.com/facebookresearch/hydra/issues/2070).
     from lightning.fabric.strategies.launchers import subprocess_script as fabric_launcher
     from lightning.pytorch.strategies.launchers import subprocess_script as pytorch_launcher
 
-    from transformer_lab import launch
+    from transformer_lab.run import launch
 
     # What the hook relies on: both launchers call the module-level function by this name.
     for module in (fabric_launcher, pytorch_launcher):
@@ -56,10 +56,10 @@ def test_lightning_ddp_launcher_still_repeats_the_whole_command_line(monkeypatch
 
 
 def test_lightning_wandb_logger_still_passes_anonymous(tmp_path):
-    # wandb_logger.py drops the `anonymous` argument Lightning always gives wandb.init, which W&B 0.31 warns
+    # run/loggers.py drops the `anonymous` argument Lightning always gives wandb.init, which W&B 0.31 warns
     # about (W&B removed anonymous mode: https://github.com/wandb/wandb/pull/10909). When this fails,
     # Lightning no longer passes it: delete the pop.
-    from transformer_lab.wandb_logger import WandbLogger
+    from transformer_lab.run.loggers import WandbLogger
 
     assert "anonymous" in LightningWandbLogger(offline=True, save_dir=str(tmp_path))._wandb_init
     assert "anonymous" not in WandbLogger(offline=True, save_dir=str(tmp_path))._wandb_init

@@ -4,7 +4,7 @@ Here: the job type and tags; tests/e2e/test_wandb.py has the rest."""
 
 
 def test_a_sweeps_varied_settings_without_seeds_are_its_jobs_job_type():
-    from transformer_lab.loggers import swept
+    from transformer_lab.run.loggers import swept
 
     overrides = ["data=modular", "optim.lr=0.003", "seed=1", "data.seed=4", "trainer.max_steps=50"]
     argv = ["-m", "data=modular", "optim.lr=1e-3,3e-3", "seed=range(3)", "data.seed=4,5", "trainer.max_steps=50"]
@@ -17,7 +17,7 @@ def test_a_sweeps_varied_settings_without_seeds_are_its_jobs_job_type():
 def test_a_job_type_w_and_b_cannot_take_is_left_out_and_tags_are_each_once(monkeypatch):
     from omegaconf import OmegaConf
 
-    from transformer_lab import loggers
+    from transformer_lab.run import loggers
 
     class Hydra:
         overrides = OmegaConf.create(

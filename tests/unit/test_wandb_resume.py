@@ -18,7 +18,7 @@ class Launch:
     def __init__(self, task, multirun=False, sweep_dir=None, params=None, hardware="cpu"):
         from omegaconf import OmegaConf
 
-        from transformer_lab import loggers
+        from transformer_lab.run import loggers
 
         self.overrides = OmegaConf.create({"task": list(task)})
         self.mode = loggers.RunMode.MULTIRUN if multirun else loggers.RunMode.RUN
@@ -28,7 +28,7 @@ class Launch:
 
 
 def launched(monkeypatch, argv, launch):
-    from transformer_lab import loggers
+    from transformer_lab.run import loggers
 
     monkeypatch.setattr(loggers.HydraConfig, "initialized", staticmethod(lambda: True))
     monkeypatch.setattr(loggers.HydraConfig, "get", staticmethod(lambda: launch))
@@ -49,7 +49,7 @@ def first_process(monkeypatch, cfg, argv, launch) -> tuple[dict, dict]:
     """The first process's W&B run started (offline: its id) and its checkpoint's `loggers`, as LoggerVersions
     writes them; returns them and the arguments wandb.init was given."""
     from transformer_lab.callbacks.logger_versions import LoggerVersions
-    from transformer_lab.loggers import build_loggers
+    from transformer_lab.run.loggers import build_loggers
 
     launched(monkeypatch, argv, launch)
     loggers, settings = build_loggers(cfg)
@@ -97,7 +97,7 @@ RESUME = ["ckpt_path=last", "trainer.max_steps=30"]
 def test_a_resumed_run_keeps_its_wandb_group_job_type_and_tags(
     tmp_path, monkeypatch, argv, task, params, group, job_type, tags
 ):
-    from transformer_lab.loggers import build_loggers
+    from transformer_lab.run.loggers import build_loggers
 
     job = tmp_path / "sweep" / "0"
     cfg = compose_cfg(["data=modular", "data.p=7", "logger=wandb"], output_dir=str(job))
@@ -130,7 +130,7 @@ def test_a_tag_the_resume_adds_joins_its_own_and_a_checkpoint_from_before_keeps_
     """logger.wandb.tags=[...] on the resume's command line joins the recorded tags; the other loggers' records
     are their version and folder name alone; a checkpoint written before group, job type and tags were recorded
     (version and name) still resumes the run under its name."""
-    from transformer_lab.loggers import build_loggers
+    from transformer_lab.run.loggers import build_loggers
 
     job = tmp_path / "sweep" / "1"
     cfg = compose_cfg(["data=modular", "data.p=11", "logger=[wandb,csv]"], output_dir=str(job))

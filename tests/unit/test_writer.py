@@ -1,4 +1,4 @@
-"""The one writer (atomic.py) and the run directory's manifest (rundir.py): the mechanisms every callback and
+"""The one writer (store/atomic.py) and the run directory's manifest (store/rundir.py): the mechanisms every callback and
 command writes through, so that none of them can leave a cut file, a stray temporary or a file that overwrite=true
 does not know. A new feature that writes with atomic_write / atomic_path / atomic_dir inherits these tests."""
 
@@ -8,7 +8,8 @@ import textwrap
 
 import pytest
 
-from transformer_lab.atomic import (
+from transformer_lab.errors import UserError
+from transformer_lab.store.atomic import (
     MANIFEST,
     DiskRefused,
     atomic_dir,
@@ -19,8 +20,7 @@ from transformer_lab.atomic import (
     staging_folder,
     stop_recording,
 )
-from transformer_lab.errors import UserError
-from transformer_lab.rundir import (
+from transformer_lab.store.rundir import (
     OVERWRITTEN,
     check_claim,
     claim,
@@ -194,7 +194,7 @@ def test_the_writer_keeps_the_umask_mode(tmp_path):
 
 
 def test_no_writer_in_the_package_writes_a_file_in_place():
-    """Every file a run or command writes goes through atomic.py: a plain open(..., "w"), write_text or
+    """Every file a run or command writes goes through store/atomic.py: a plain open(..., "w"), write_text or
     savefig on a final path in src/ is a file half-written on a crash (the data downloads and corpus caches,
     the lock and the manifest's appends aside, which are not files a reader trusts whole)."""
     import re
@@ -202,7 +202,7 @@ def test_no_writer_in_the_package_writes_a_file_in_place():
 
     import transformer_lab
 
-    allowed = {"atomic.py", "rundir.py"}
+    allowed = {"store/atomic.py", "store/rundir.py"}
     pattern = re.compile(r"\.write_text\(|\.write_bytes\(|open\([^)]*[\"']wb?[\"']|\.savefig\(")
     found = []
     for path in Path(transformer_lab.__file__).parent.rglob("*.py"):
@@ -219,7 +219,8 @@ def test_every_command_makes_sigterm_a_clean_exit(monkeypatch, capsys):
     attention command's staging folder goes: tests/e2e/test_writer.py sends the signal mid-write)."""
     import signal
 
-    from transformer_lab import cli, rundir
+    from transformer_lab.commands import cli
+    from transformer_lab.store import rundir
 
     monkeypatch.setattr(rundir, "_stop_handler_installed", False)
     previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -236,7 +237,7 @@ def test_every_command_makes_sigterm_a_clean_exit(monkeypatch, capsys):
 def test_compares_figure_on_a_full_disk_leaves_the_earlier_one_whole(tmp_path, monkeypatch, capsys):
     from matplotlib.figure import Figure
 
-    from transformer_lab import cli
+    from transformer_lab.commands import cli
     from unit.test_compare import fake_run
 
     runs = [str(fake_run(tmp_path / f"r{i}", [f"optim.lr={lr}"], 2.0 - i)) for i, lr in enumerate((0.1, 0.2))]
@@ -264,7 +265,7 @@ def test_export_on_a_full_disk_is_one_line_and_leaves_the_earlier_export_and_no_
     pytest.importorskip("transformers")
     import safetensors.torch
 
-    from transformer_lab.export import export
+    from transformer_lab.commands.export import export
     from unit.test_pretrained import EXPORTS, bpe_tokenizer, our_checkpoint, ours, randomised, saved
 
     model, _, _ = ours(saved(randomised(EXPORTS["gpt2"][0]()), tmp_path / "in"))
@@ -317,7 +318,7 @@ def test_an_existing_run_directory_is_not_written_to_find_out_whether_it_can_be(
     folder: an existing run directory is the claim's to judge (command_line.output_dir_problem)."""
     import tempfile
 
-    from transformer_lab.command_line import output_dir_problem
+    from transformer_lab.commands.train import output_dir_problem
 
     def no_write(*args, **kwargs):
         raise PermissionError(errno.EPERM, "Operation not permitted")
@@ -334,7 +335,7 @@ def test_attentions_out_that_refuses_while_empty_is_named_with_the_disks_reason(
     another call wrote there first."""
     from pathlib import Path
 
-    from transformer_lab.attention import put_in_place
+    from transformer_lab.commands.attention import put_in_place
 
     out = tmp_path / "mount"
     out.mkdir()

@@ -114,7 +114,7 @@ class WandbSweeper(Sweeper):
     def _online(self) -> bool:
         if self.mode != "auto":
             return self.mode == "online"
-        from transformer_lab.loggers import has_wandb_credentials
+        from transformer_lab.run.loggers import has_wandb_credentials
 
         return os.environ.get("WANDB_MODE") not in ("offline", "disabled") and has_wandb_credentials()
 

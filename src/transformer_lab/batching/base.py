@@ -8,17 +8,19 @@ specials, files, checkpoint record, references) they read from `.data`, the data
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import lightning as L
 
 from transformer_lab.data.base import DataModule
 from transformer_lab.data.tokens import TokenStreams, with_pad_and_eos
+from transformer_lab.errors import UserError
 
 
 class Batching(L.LightningDataModule):
     form: str  # the raw form it reads (data/base.py FORMS)
     endless: bool = False  # training draws random windows without end: only trainer.max_steps stops it
-    command: str | None = None  # the inference command that serves a model trained on it (inference.py)
+    command: str | None = None  # the inference command that serves a model trained on it (commands/inference.py)
     padding_fraction: float | None = None  # share of padding in training batches, once set up (summary.json)
     has_test_split: bool = False  # test batches (of the data's test split), evaluated once after training
     # The task.* settings its constructor takes as keyword arguments (MaskedLM: mask_prob, ...): the factory
@@ -36,7 +38,7 @@ class Batching(L.LightningDataModule):
         """The key that sets `sequence_length`, named in messages."""
         return self.data.length_key and f"data.{self.data.length_key}"
 
-    # Sizes the model is built with (factory.DATA_DECIDED); after setup(). None where there is no such thing.
+    # Sizes the model is built with (data.configs.DATA_DECIDED); after setup(). None where there is no such thing.
     @property
     def vocab_size(self) -> int:
         return self.data.vocab_size
@@ -159,3 +161,22 @@ class FromTokenStreams(Batching):
         data, out = self.data.token_bytes(), [0] * self.vocab_size
         out[self.streams.offset : self.streams.offset + len(data)] = data
         return out
+
+
+def encoder(datamodule) -> Callable[[str], list[int]]:
+    """The data module's encode(), or a clear error naming the dataset where a user's has none."""
+    dataset = type(getattr(datamodule, "data", datamodule)).__name__  # (inside its batch transform)
+
+    def encode(text: str) -> list[int]:
+        try:
+            return datamodule.encode(text)
+        except NotImplementedError:
+            raise UserError(
+                f"{dataset} has no encode(): text cannot be turned into this model's input (data/base.py)"
+            ) from None
+        except ValueError:
+            raise
+        except Exception as e:  # noqa: BLE001  (a user's encode() failing its own way: that line's warning)
+            raise ValueError(f"{dataset}.encode() failed on it ({type(e).__name__}: {e})") from None
+
+    return encode

@@ -27,7 +27,7 @@ class AttentionImages(L.Callback):
     def check(self, model, datamodule) -> None:
         """Run before the run's directory is claimed (prepare.build_run): a model without this repository's
         attention layers, or a text the model cannot read, is refused then."""
-        from transformer_lab.attention import check_model, source_ids
+        from transformer_lab.analysis.attention import check_model, source_ids
 
         check_model(model)
         source_ids(model, datamodule, self.text)
@@ -37,7 +37,7 @@ class AttentionImages(L.Callback):
             return
         if self.every_n_steps is not None and trainer.global_step % self.every_n_steps:
             return
-        from transformer_lab.attention import drawings
+        from transformer_lab.analysis.attention import drawings
 
         model = pl_module.model
         device = next(model.parameters()).device
@@ -50,7 +50,7 @@ class AttentionImages(L.Callback):
         if not wandb:
             from PIL import Image
 
-            from transformer_lab.atomic import atomic_path
+            from transformer_lab.store.atomic import atomic_path
 
             for kind, image in images.items():
                 with atomic_path(self.dirpath / f"step_{trainer.global_step}" / f"{kind}.png") as tmp:

@@ -103,7 +103,7 @@ class GrokkingProgress(L.Callback):
         frequencies: list[int] | None = None,
         images: bool = False,
     ):
-        from transformer_lab.factory import import_class
+        from transformer_lab.imports import import_class
 
         op = None if op is None else str(op)  # (the config's choice)
         if p is None or op != "+" or terms != 2:
@@ -198,7 +198,7 @@ class GrokkingProgress(L.Callback):
         if not wandb:
             from PIL import Image
 
-            from transformer_lab.atomic import atomic_path
+            from transformer_lab.store.atomic import atomic_path
 
             with atomic_path(self.dirpath / f"spectrum_step_{trainer.global_step}.png") as tmp:
                 Image.fromarray(image).save(tmp, format="PNG")

@@ -14,13 +14,8 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from transformer_lab.atomic import atomic_write
-from transformer_lab.files import read_jsonl
-
-
-def read_history(path: Path) -> list[dict]:
-    """metrics.jsonl's records; a last line cut short by a crash is left out."""
-    return read_jsonl(path)
+from transformer_lab.store.atomic import atomic_write
+from transformer_lab.store.history import last_step, read_history
 
 
 class History(L.Callback):
@@ -60,16 +55,6 @@ class History(L.Callback):
 
     def on_test_end(self, trainer, pl_module):
         self._append(trainer, ("test/",))
-
-
-def last_step(trainer) -> bool:
-    return 0 < trainer.max_steps <= trainer.global_step
-
-
-def metrics_written(trainer, step: int) -> bool:
-    """Whether the training metrics of `step` (optimizer steps done) are written: every log_every_n_steps,
-    and the last (StepAxis). The task logs only those steps (Task.logging_step)."""
-    return step % trainer.log_every_n_steps == 0 or 0 < trainer.max_steps <= step
 
 
 class StepAxis(L.Callback):

@@ -38,7 +38,7 @@ class GracefulInterrupt(L.Callback):
     In a SLURM job, SIGUSR2 is the signal hydra/launcher=slurm asks SLURM to send `signal_delay_s` before
     the time limit (`#SBATCH --signal=USR2@...`): the run stops the same way, and once its checkpoint is
     saved, `scontrol requeue` puts the job back in the queue; started again, it resumes from that
-    checkpoint (resume.py). A preemption or `scontrol requeue` sends SIGTERM: the checkpoint, then the
+    checkpoint (run/resume.py). A preemption or `scontrol requeue` sends SIGTERM: the checkpoint, then the
     same restart."""
 
     def __init__(self, ckpt_path: str | Path):

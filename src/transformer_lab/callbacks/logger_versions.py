@@ -13,7 +13,7 @@ IDENTITY = ("name", "group", "job_type", "tags")
 class LoggerVersions(L.Callback):
     """Writes each logger's run into every checkpoint as `loggers`: `{section: {"version", "name", ...}}`
     (W&B's run id, display name, group, job type and tags; CSV's and TensorBoard's version and folder). A run
-    resumed in its own directory builds its loggers with them (loggers.py), so W&B continues the same run
+    resumed in its own directory builds its loggers with them (run/loggers.py), so W&B continues the same run
     (`resume="allow"`), under the same name, group, job type and tags, instead of starting a second one."""
 
     def __init__(self, loggers: dict, settings: dict):

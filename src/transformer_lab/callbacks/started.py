@@ -6,11 +6,11 @@ from pathlib import Path
 
 import lightning as L
 
-from transformer_lab.rundir import started
+from transformer_lab.store.rundir import started
 
 
 class TrainingStarted(L.Callback):
-    """Tells rundir.py that training started: the data was read, the model built and the checkpoint, if any,
+    """Tells store/rundir.py that training started: the data was read, the model built and the checkpoint, if any,
     loaded. Until then a failure or a stop puts the directory back as it was claimed (main.py, rundir.unwind):
     an earlier run set aside by overwrite=true returns, a failed resume's train.log lines and record go."""
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from transformer_lab.atomic import atomic_write
+from transformer_lab.store.atomic import atomic_write
 
 # Metrics with a best value worth keeping, and which way is better.
 _LOWER_IS_BETTER = ("loss", "ppl")

@@ -34,7 +34,7 @@ import torch
 from transformer_lab.data.configs import DATA_DECIDED  # noqa: F401 (the factory's contract, re-exported)
 from transformer_lab.data.tokens import Specials
 from transformer_lab.errors import UserError, first_line
-from transformer_lab.files import sha256_file
+from transformer_lab.store.files import sha256_file
 
 log = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ import os
 import urllib.request
 from pathlib import Path
 
-from transformer_lab.atomic import atomic_write
 from transformer_lab.errors import DataUnavailableError
-from transformer_lab.files import sha256_file
+from transformer_lab.store.atomic import atomic_write
+from transformer_lab.store.files import sha256_file
 
 
 def ensure_file(path: str | os.PathLike, url: str, sha256: str, timeout: float = 30.0) -> Path:

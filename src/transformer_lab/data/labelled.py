@@ -15,7 +15,7 @@ from transformer_lab.data.configs import LabelledConfig
 from transformer_lab.data.tokenizers import PRETRAINED, pretrained
 from transformer_lab.data.tokens import UNK, Specials
 from transformer_lab.data.translation import cached_tokenizer
-from transformer_lab.files import BadFile, read_text, sha256_file
+from transformer_lab.store.files import BadFile, read_text, sha256_file
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from transformer_lab.data.configs import ShakespeareConfig
 from transformer_lab.data.download import ensure_file
 from transformer_lab.data.tokens import TokenStreams
 from transformer_lab.errors import DataUnavailableError
-from transformer_lab.files import read_text, sha256_file
+from transformer_lab.store.files import read_text, sha256_file
 
 URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"

@@ -11,13 +11,13 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from transformer_lab.atomic import atomic_write
 from transformer_lab.data.base import DataModule
 from transformer_lab.data.configs import TranslationConfig
 from transformer_lab.data.download import ensure_file
 from transformer_lab.data.tokenizers import PRETRAINED, pretrained
 from transformer_lab.data.tokens import BOS, EOS, PAD, SEP, SPECIALS, UNK, Specials, TokenStreams  # noqa: F401 (re-exported)
-from transformer_lab.files import BadFile, read_text, sha256_file
+from transformer_lab.store.atomic import atomic_write
+from transformer_lab.store.files import BadFile, read_text, sha256_file
 
 log = logging.getLogger(__name__)
 

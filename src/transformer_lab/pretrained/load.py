@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from transformer_lab.config import MODELS as OPTIONS
+from transformer_lab.config.schema import MODELS as OPTIONS
 from transformer_lab.errors import ConfigError, first_line
 from transformer_lab.pretrained.bert import Bert
 from transformer_lab.pretrained.gpt2 import GPT2
@@ -161,7 +161,7 @@ def apply(cfg, overrides: list[str] | None):
                 )
             cfg.model[key] = value
             added.append(f"model.{key}={override_value(value)}")
-        cfg.model_sizes = sizes  # the data's sizes give way to the checkpoint's (factory.build_model checks them)
+        cfg.model_sizes = sizes  # the data's sizes give way to the checkpoint's (run.build.build_model checks them)
         added.append("model_sizes={" + ",".join(f"{k}:{v}" for k, v in sizes.items()) + "}")
         tokenizer = checkpoint.tokenizer
         check_tokenizer(cfg, checkpoint)

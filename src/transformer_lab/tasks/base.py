@@ -15,9 +15,9 @@ from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.utilities import GradClipAlgorithmType
 from omegaconf import OmegaConf
 
-from transformer_lab.callbacks.history import metrics_written
 from transformer_lab.data.tokens import Specials
 from transformer_lab.errors import NonFiniteLossError
+from transformer_lab.store.history import metrics_written
 from transformer_lab.tasks.metrics import Metric, Metrics
 from transformer_lab.tasks.optim import adafactor, adamw, muon, warmup_cosine
 
@@ -25,11 +25,11 @@ log = logging.getLogger(__name__)
 
 
 class Task(L.LightningModule):
-    # What a task declares (factory.py checks it against the model a run names): the kind of network it
+    # What a task declares (run/build.py checks it against the model a run names): the kind of network it
     # trains, a model class's `architecture` ("decoder", "encoder" or "encoder-decoder"). The batches it reads
     # and the metrics it shows, per form of data, its YAML names (`batches`, `metrics`; batching/, metrics.py).
     architecture: str
-    # What it calls on the model beyond forward(), as its metrics do (factory.check_model, before the run):
+    # What it calls on the model beyond forward(), as its metrics do (config.classes.check_model, before the run):
     # each method and the option that does without it (None: none does); `decoding_needs`, what its
     # continuations() call when a metric decodes (BLEU).
     model_calls: dict[str, str | None] = {"forward_flops": "callbacks.throughput=null"}  # (throughput and MFU)

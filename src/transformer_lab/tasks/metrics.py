@@ -33,7 +33,7 @@ class Metric(torch.nn.Module):
     @classmethod
     def model_needs(cls, settings: dict, task_cls: type) -> dict[str, str | None]:
         """What this metric calls on the model beyond its forward pass, with these task settings: each method,
-        and the option that does without it (None: none does). Checked before the run (factory.check_model)."""
+        and the option that does without it (None: none does). Checked before the run (config.classes.check_model)."""
         return {}
 
     def train_step(self, task, batch, logits) -> None:
@@ -198,7 +198,7 @@ class Bleu(Metric):
             task.log("test/bleu_lowercase", sacrebleu.corpus_bleu(hypotheses, [references], lowercase=True).score)
         sources = [self.datamodule.data.sources(split)[r] for r in rows]
         if task.translations_dir is not None and task.trainer.is_global_zero:
-            from transformer_lab.atomic import atomic_write
+            from transformer_lab.store.atomic import atomic_write
 
             with atomic_write(task.translations_dir / f"{split}-step{task.global_step:06d}.jsonl", "w") as f:
                 for record in zip(rows, sources, hypotheses, references):

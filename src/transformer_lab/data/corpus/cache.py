@@ -11,9 +11,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from transformer_lab.atomic import atomic_write
 from transformer_lab.data.configs import TextConfig
-from transformer_lab.files import BadFile, sha256_file
+from transformer_lab.store.atomic import atomic_write
+from transformer_lab.store.files import BadFile, sha256_file
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 
-from transformer_lab.atomic import atomic_write
 from transformer_lab.data.configs import TextConfig
 from transformer_lab.data.corpus.cache import Shard, digest, split_settings
 from transformer_lab.data.corpus.readers import Source
@@ -36,6 +35,7 @@ from transformer_lab.data.tokenizers import (
     train_bpe,
 )
 from transformer_lab.errors import ConfigError, DataUnavailableError
+from transformer_lab.store.atomic import atomic_write
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,6 @@ import logging
 import time
 from pathlib import Path
 
-from transformer_lab.atomic import atomic_write
 from transformer_lab.data.configs import TextConfig
 from transformer_lab.data.corpus.cache import FileHashes, Shard, cache_folder, digest, read_shard, split_settings
 from transformer_lab.data.corpus.encoding import encode_source, make_tokenizer, token_dtype
@@ -19,6 +18,7 @@ from transformer_lab.data.corpus.ranks import Ranks, local_rank_zero_first, star
 from transformer_lab.data.corpus.readers import sources
 from transformer_lab.data.tokenizers import Tokenizer
 from transformer_lab.errors import DataUnavailableError
+from transformer_lab.store.atomic import atomic_write
 
 log = logging.getLogger(__name__)
 

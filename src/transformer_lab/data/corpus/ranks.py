@@ -1,6 +1,6 @@
 """Which of several processes prepares the corpus cache, and how the others wait for it.
 
-Every process of a run builds its data before Lightning's Trainer exists (factory.build: the model's sizes
+Every process of a run builds its data before Lightning's Trainer exists (run.build.build: the model's sizes
 come from the data), so before any process group. Where the processes start together (torchrun; srun's tasks
 under SLURM; any launcher that sets torch's env:// variables RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
 MASTER_PORT, as hydra/launcher=slurm_local does), local rank 0 of each node prepares the cache and the node's

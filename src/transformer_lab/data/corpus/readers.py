@@ -19,7 +19,7 @@ from pathlib import Path
 from transformer_lab.data.configs import TextConfig
 from transformer_lab.data.corpus.cache import FileHashes
 from transformer_lab.errors import DataUnavailableError, first_line
-from transformer_lab.files import MAGIC, BadFile
+from transformer_lab.store.files import MAGIC, BadFile
 
 SUFFIXES = (".txt", ".jsonl", ".parquet")
 BATCH_CHARS = 1_000_000  # documents are read and encoded in batches of about this many characters (a HF

@@ -123,8 +123,8 @@ def print_help(cmd: Command) -> None:
 def run(name: str, argv: list[str] | None = None) -> int:
     """A command's main: --help, or its options parsed and each line it gives printed as soon as it comes. Ctrl-C
     (from the imports on) is one line and exit code 130, SIGTERM exit code 143: what was printed stands, and what
-    was being written goes (atomic.py: the one writer's temporaries are removed on the way out)."""
-    from transformer_lab.rundir import stop_on_sigterm
+    was being written goes (store/atomic.py: the one writer's temporaries are removed on the way out)."""
+    from transformer_lab.store.rundir import stop_on_sigterm
 
     stop_on_sigterm()
     try:
@@ -180,7 +180,7 @@ def train(argv: list[str]) -> None:
     """`train ARGS`: the repository's train.py with these arguments, as `python train.py ARGS` runs it."""
     import runpy
 
-    from transformer_lab.config import CONF
+    from transformer_lab.config.schema import CONF
 
     script = CONF.parent / "train.py"
     if not script.is_file():

@@ -30,11 +30,11 @@ import math
 import shutil
 import sys
 
-from transformer_lab import cli
-from transformer_lab.config import is_seed
+from transformer_lab.commands import cli
+from transformer_lab.commands.plots import cut, is_number, mean_std, plot, plot_file
+from transformer_lab.commands.runs import Run, differing_keys, find_runs, how_started
+from transformer_lab.config.schema import is_seed
 from transformer_lab.errors import UserError
-from transformer_lab.plots import cut, is_number, mean_std, plot, plot_file
-from transformer_lab.runs import Run, differing_keys, find_runs, how_started
 
 DEFAULT_METRICS = (
     "val/loss",

@@ -23,8 +23,8 @@ import json
 import warnings
 from pathlib import Path
 
-from transformer_lab.cli import Command, run
-from transformer_lab.config import CONF
+from transformer_lab.commands.cli import Command, run
+from transformer_lab.config.schema import CONF
 from transformer_lab.errors import UserError
 
 USAGE = __doc__.split("\n\n")[1]
@@ -44,14 +44,14 @@ def evaluate(
     import lightning as L
     from hydra import compose, initialize_config_dir
 
-    import transformer_lab.config  # noqa: F401  (registers the config schemas)
-    from transformer_lab.checkpoint import check_compatible, check_state_fits, checkpoint_of, read_checkpoint
+    import transformer_lab.config.schema  # noqa: F401  (registers the config schemas)
+    from transformer_lab.config.checks import validate
+    from transformer_lab.config.trainer import trainer_arguments
     from transformer_lab.errors import ConfigError, first_line
-    from transformer_lab.factory import build, check_buildable
-    from transformer_lab.origins import recorded_searchpath, restore_code, root_dir, with_searchpath
-    from transformer_lab.resume import merge_overrides, run_overrides
-    from transformer_lab.trainer_args import trainer_arguments
-    from transformer_lab.validate import validate
+    from transformer_lab.run.build import build, check_buildable
+    from transformer_lab.run.resume import merge_overrides, run_overrides
+    from transformer_lab.store.checkpoint import check_compatible, check_state_fits, checkpoint_of, read_checkpoint
+    from transformer_lab.store.origins import recorded_searchpath, restore_code, root_dir, with_searchpath
 
     path = checkpoint_of(target)
     checkpoint = read_checkpoint(path, mmap=True)  # its settings and shapes; Lightning reads the tensors
@@ -123,7 +123,7 @@ def evaluate(
         "metrics": {name: float(value) for name, value in sorted(metrics.items()) if name != "step"},
     }
     out_path = Path(out) if out else path.parent / "eval.json"
-    from transformer_lab.atomic import atomic_write
+    from transformer_lab.store.atomic import atomic_write
 
     try:
         with atomic_write(out_path, "w", key="out") as f:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from transformer_lab.cli import Command, run
+from transformer_lab.batching.base import encoder
+from transformer_lab.commands.cli import Command, run
+from transformer_lab.commands.inference import load, with_defaults
 from transformer_lab.errors import UserError
-from transformer_lab.inference import encoder, load, with_defaults
 
 DEFAULTS = {
     "ckpt": None,

@@ -18,9 +18,10 @@ from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
-from transformer_lab.cli import Command, run
+from transformer_lab.batching.base import encoder
+from transformer_lab.commands.cli import Command, run
+from transformer_lab.commands.inference import batched, input_lines, load, warn, with_defaults
 from transformer_lab.errors import ConfigError
-from transformer_lab.inference import batched, encoder, input_lines, load, warn, with_defaults
 from transformer_lab.tasks.decoding import Decoded, continue_prompts, decode
 
 DEFAULTS = {

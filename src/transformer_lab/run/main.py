@@ -1,7 +1,7 @@
 """The train command's entry (the root train.py): Hydra composes the config and calls `main`, the task
 function, for a single run and for each job of a multirun alike. Hydra has made the run's directory and
 written nothing in it (conf/hydra/default.yaml: no record, no log file), so `main` checks the run first
-(`prepare.prepare`: the one validation pass), claims the directory (rundir.py), then records the run there
+(`prepare.prepare`: the one validation pass), claims the directory (store/rundir.py), then records the run there
 (.hydra/, train.log) and trains it (train.run). The config is checked with OmegaConf and the settings
 dataclasses before torch and Lightning load."""
 
@@ -19,11 +19,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from transformer_lab.atomic import MANIFEST
 from transformer_lab.errors import UserError, exit_on_user_error
-from transformer_lab.files import read_json
-from transformer_lab.prepare import Prepared, build_run, prepare
-from transformer_lab.rundir import (
+from transformer_lab.run.prepare import Prepared, build_run, prepare
+from transformer_lab.store.atomic import MANIFEST
+from transformer_lab.store.files import read_json
+from transformer_lab.store.rundir import (
     LOCK,
     check_claim,
     claim,
@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 def settled_before_building(prepared: Prepared, run_dir: Path, key: str) -> bool:
     """A resume with nothing to do (its checkpoint at the step limit of a completed run), said so; else what
     the claim of its run directory would refuse is refused now, before the run builds anything."""
-    from transformer_lab.resume import nothing_to_do
+    from transformer_lab.run.resume import nothing_to_do
 
     if not first_process():
         return False
@@ -79,7 +79,7 @@ def remove_if_unused(run_dir: Path | None) -> None:
 def unwind_claim(run_dir: Path) -> None:
     """A run that failed or was stopped before it trained: its directory goes back to what it was when claimed
     (rundir.unwind). Only the process that claimed the directory does it."""
-    from transformer_lab.rundir import unwind
+    from transformer_lab.store.rundir import unwind
 
     if first_process():
         unwind(run_dir)
@@ -135,8 +135,8 @@ def objective_value(cfg: DictConfig, summary: dict) -> float | None:
 
 @contextlib.contextmanager
 def distributed_job():
-    """A multirun's job: its DDP processes and SLURM tasks (launch.py), which leave nothing for the next job."""
-    from transformer_lab.launch import distributed_job, submitit_tasks_as_processes
+    """A multirun's job: its DDP processes and SLURM tasks (run/launch.py), which leave nothing for the next job."""
+    from transformer_lab.run.launch import distributed_job, submitit_tasks_as_processes
 
     with distributed_job():
         submitit_tasks_as_processes()
@@ -191,7 +191,7 @@ def check_and_run(cfg: DictConfig, run_dir: Path, key: str, start_time: float | 
         prepared = prepare(cfg)  # (a mistake is told before torch and Lightning are imported)
         if settled_before_building(prepared, run_dir, key):
             return read_json(run_dir / "summary.json") if key == "hydra.sweep.dir" else None
-        from transformer_lab.train import run  # (its Lightning settings, before anything is built)
+        from transformer_lab.run.fit import run  # (its Lightning settings, before anything is built)
 
         build_run(prepared)  # every check that needs the data, the model or the callbacks
         resumes = Path(prepared.resumed.path) if prepared.resumed else None

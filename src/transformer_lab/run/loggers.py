@@ -3,18 +3,22 @@ credentials (never a prompt). The W&B sweeper imports `has_wandb_credentials` fr
 
 from __future__ import annotations
 
+import csv
 import logging
 import os
 import re
 import sys
+import warnings
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
+from lightning.pytorch.loggers import CSVLogger as LightningCSVLogger
+from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
 from omegaconf import DictConfig, OmegaConf
 
-from transformer_lab.config import is_seed
+from transformer_lab.config.schema import is_seed
 
 log = logging.getLogger(__name__)
 
@@ -97,3 +101,45 @@ def build_loggers(cfg: DictConfig, runs: dict | None = None) -> tuple[dict, dict
         loggers[name] = hydra.utils.instantiate(section)
         settings[name] = OmegaConf.to_container(section, resolve=True)
     return loggers, settings
+
+
+class CSVLogger(LightningCSVLogger):
+    """Lightning's CSV logger, which a resumed run continues: Lightning's deletes the metrics.csv it finds, and
+    the interrupted run's rows with it. This one keeps the rows an earlier process of the run wrote to metrics.csv (the directory is the run's own:
+    store/rundir.py) up to where this one starts logging; rows from after the checkpoint it resumed (steps the
+    interrupted process logged, and this one logs again) are dropped, as metrics.jsonl drops them."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        earlier = Path(self.log_dir) / "metrics.csv"
+        self._earlier: list[dict] = []
+        if earlier.is_file():
+            with open(earlier, newline="") as f:
+                self._earlier = [{k: v for k, v in row.items() if v != ""} for row in csv.DictReader(f)]
+
+    @property
+    def experiment(self):
+        # Lightning warns that it "will delete" earlier log files in the folder; this logger keeps them (above).
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*Previous log files in this directory will be deleted")
+            return super().experiment
+
+    def log_metrics(self, metrics: dict, step: int | None = None) -> None:
+        if self._earlier:
+            kept = [row for row in self._earlier if step is None or float(row.get("step", "nan")) < step]
+            self.experiment.metrics[:0] = kept
+            self._earlier = []
+        super().log_metrics(metrics, step)
+
+
+class WandbLogger(LightningWandbLogger):
+    """Lightning's W&B logger, quiet: W&B's banner, sync hints and end-of-run history stay out of the console
+    (they are in the run's files; run/loggers.py prints the one sync hint), and no "anonymous setting has no
+    effect" warning: Lightning passes `anonymous=None` to wandb.init, which W&B 0.31 warns about since it
+    removed anonymous mode (https://github.com/wandb/wandb/pull/10909). Lightning's arguments for wandb.init
+    are a private attribute: tests/unit/test_upstream.py fails once Lightning stops passing `anonymous`."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("settings", {"silent": True})  # (WandbLogger passes its other arguments to wandb.init)
+        super().__init__(*args, **kwargs)
+        self._wandb_init.pop("anonymous", None)

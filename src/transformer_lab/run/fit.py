@@ -17,7 +17,6 @@ from lightning.pytorch.callbacks import ModelSummary, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from transformer_lab.atomic import note_written
 from transformer_lab.callbacks import (
     GracefulInterrupt,
     History,
@@ -28,15 +27,16 @@ from transformer_lab.callbacks import (
     Throughput,
     TrainingStarted,
 )
-from transformer_lab.checkpoint import AtomicCheckpointIO
-from transformer_lab.config import ATTENTION_KERNELS
+from transformer_lab.config.schema import ATTENTION_KERNELS
+from transformer_lab.config.trainer import trainer_arguments
 from transformer_lab.errors import ConfigError, UserError, first_line
-from transformer_lab.files import read_json
-from transformer_lab.launch import ddp_process_command  # noqa: F401  (importing it patches Lightning's DDP launcher)
-from transformer_lab.loggers import build_loggers
-from transformer_lab.prepare import Prepared, build_run, prepare
-from transformer_lab.resume import logger_versions
-from transformer_lab.trainer_args import trainer_arguments
+from transformer_lab.run.launch import ddp_process_command  # noqa: F401  (importing it patches Lightning's DDP launcher)
+from transformer_lab.run.loggers import build_loggers
+from transformer_lab.run.prepare import Prepared, build_run, prepare
+from transformer_lab.run.resume import logger_versions
+from transformer_lab.store.atomic import note_written
+from transformer_lab.store.checkpoint import AtomicCheckpointIO
+from transformer_lab.store.files import read_json
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
 # Lightning says so on every machine where SLURM is installed, to each run that is not a SLURM task; here
 # hydra/launcher=slurm is the way onto the cluster (README), and a run on the login node is meant.
 warnings.filterwarnings("ignore", message=r"The `srun` command is available on your system but is not used")
-# A run's checkpoints/ folder is its own (rundir.py: a resume, or overwrite=true, alone write there), and
+# A run's checkpoints/ folder is its own (store/rundir.py: a resume, or overwrite=true, alone write there), and
 # best.ckpt and last.ckpt are replaced in place (conf/callbacks/default.yaml): nothing to warn of.
 warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
 # Under bf16-mixed the weights stay float32, which is what the model summary's size assumes after this warning.
@@ -121,7 +121,7 @@ def run(cfg: DictConfig, start_time: float | None = None, prepared: Prepared | N
         callbacks = [c for c in callbacks if not isinstance(c, ModelSummary)]
     throughput = next((c for c in callbacks if isinstance(c, Throughput)), None)
     loggers, logger_settings = build_loggers(cfg, logger_versions(cfg, resumed))
-    for logger in loggers.values():  # what the loggers write, in the run's manifest (atomic.py)
+    for logger in loggers.values():  # what the loggers write, in the run's manifest (store/atomic.py)
         folder = getattr(logger, "log_dir", None) or Path(logger.save_dir or output_dir) / "wandb"
         note_written(folder)
     callbacks.append(LoggerVersions(loggers, logger_settings))

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from transformer_lab.cli import Command, run
+from transformer_lab.commands.cli import Command, run
 from transformer_lab.errors import ConfigError, UserError
 
 log = logging.getLogger(__name__)
@@ -132,7 +132,7 @@ def with_classifier_specials(tokenizer, meta: dict):
     learned here adds them on Transformers' side too, as a pretrained BERT's own post-processor does."""
     from tokenizers import processors
 
-    from transformer_lab.factory import datamodule_from_checkpoint
+    from transformer_lab.run.build import datamodule_from_checkpoint
 
     if tokenizer.post_processor is not None or "data" not in meta["config"]:
         return tokenizer
@@ -199,9 +199,10 @@ def check_out_dir(out: Path, overwrite: bool, checkpoint: Path) -> None:
 
 
 def export(target: str | Path, out_dir: str | Path, overwrite: bool = False) -> Path:
-    from transformer_lab.atomic import DiskRefused, staging_folder
-    from transformer_lab.checkpoint import checkpoint_of, load_model
     from transformer_lab.pretrained.hub import require_pretrained
+    from transformer_lab.run.build import load_model
+    from transformer_lab.store.atomic import DiskRefused, staging_folder
+    from transformer_lab.store.checkpoint import checkpoint_of
 
     out = Path(os.path.abspath(out_dir))  # ("sub/.." is the directory it names)
     path = checkpoint_of(target)
@@ -225,7 +226,7 @@ def export(target: str | Path, out_dir: str | Path, overwrite: bool = False) -> 
     tokenizer_config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": length, **tokens}
 
     created = next((p for p in reversed([out, *out.parents]) if not p.exists()), None)  # (removed on a failure)
-    try:  # the one writer's staging folder (atomic.py): gone on any error, Ctrl-C or SIGTERM, a full disk one line
+    try:  # the one writer's staging folder (store/atomic.py): gone on any error, Ctrl-C or SIGTERM, a full disk one line
         with staging_folder(out, "export") as staging:
             save_file(tensors, str(staging / "model.safetensors"), metadata={"format": "pt"})
             (staging / "config.json").write_text(json.dumps(config, indent=2) + "\n")

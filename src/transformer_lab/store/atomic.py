@@ -1,6 +1,6 @@
 """The one writer: every file a run or a command writes goes through here, under a temporary name in the same
 folder renamed into place, so a crash, a signal or a full disk never leaves a cut file (or a half-filled folder)
-where a whole one was, and the temporary goes on any error, Ctrl-C or SIGTERM (cli.py and train.py make SIGTERM a
+where a whole one was, and the temporary goes on any error, Ctrl-C or SIGTERM (commands/cli.py and train.py make SIGTERM a
 SystemExit until training starts). A temporary name carries its writer's pid and host, so the temporaries of a
 writer that was killed (kill -9 mid-write) are recognised and removed later.
 

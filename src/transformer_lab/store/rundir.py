@@ -2,7 +2,7 @@
 kill -9 cannot leave it stuck), and a directory holding another run's files is refused unless the command
 resumes that run (`ckpt_path=last`) or asks to start afresh there (`overwrite=true`).
 
-What a run writes there is listed in the directory's manifest (atomic.py, the one writer: every file it puts
+What a run writes there is listed in the directory's manifest (store/atomic.py, the one writer: every file it puts
 in a claimed directory, and what the loggers and Hydra's record write). `overwrite=true` removes only that (and,
 for runs written before the manifest, RUN_WRITES: named files, and in its folders the files a run names so),
 and not at once: those are moved into OVERWRITTEN inside the directory when it is claimed, and
@@ -23,7 +23,8 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
-from transformer_lab.atomic import (
+from transformer_lab.errors import UserError
+from transformer_lab.store.atomic import (
     MANIFEST,
     atomic_path,
     note_written,
@@ -32,7 +33,6 @@ from transformer_lab.atomic import (
     start_recording,
     stop_recording,
 )
-from transformer_lab.errors import UserError
 
 LOCK = ".lock"  # holds the writer's pid; an advisory flock on it is the claim
 RUN_FILES = ("summary.json", "metrics.jsonl", "checkpoints")  # what makes a directory a run's
@@ -103,7 +103,7 @@ def earlier_run(run_dir: Path) -> str | None:
     summary, last = run_dir / "summary.json", run_dir / "checkpoints" / "last.ckpt"
     status, step = None, None
     if summary.is_file():
-        from transformer_lab.files import read_json
+        from transformer_lab.store.files import read_json
 
         try:
             record = read_json(summary)

@@ -3,7 +3,7 @@
 Each YAML option in conf/ starts from one of these schemas (its defaults list names it), so a
 wrong type or an unknown key is rejected while Hydra composes, before anything runs. Value checks
 that need more than a type are each section's dataclass's (`__post_init__`: OptimConfig here, a model's in
-models/configs.py, ...); checks across sections, and of conf/train.yaml's own keys, are in `validate.py`.
+models/configs.py, ...); checks across sections, and of conf/train.yaml's own keys, are in `config/checks.py`.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ CONF = Path(__file__).resolve().parents[2] / "conf"  # the repository's config g
 # (its `_target_`) and the dataclass of its settings, which needs no torch (tests/unit/test_config.py checks
 # that each class declares that dataclass as its `config_class`). A user's own option names its class in its
 # YAML alone. (The Transformers families init_from=hf: reads are pretrained/load.py's FAMILIES: their tables
-# need torch.) A model's YAML names its default task; `task=NAME` picks another; factory.form_read is where
+# need torch.) A model's YAML names its default task; `task=NAME` picks another; config.classes.form_read is where
 # a task, its batch transform and a dataset meet.
 MODELS = {
     "gpt": ("transformer_lab.models.gpt.GPT", GPTConfig),
@@ -65,7 +65,7 @@ TASKS = {
     "spans": ("transformer_lab.tasks.span_corruption.SpanCorruptionTask", SpanCorruptionConfig),
     "mlm": ("transformer_lab.tasks.masked_lm.MaskedLMTask", MaskedLMConfig),
 }
-# A class (`_target_`) -> the dataclass of its settings, to check them before any heavy import (validate.py).
+# A class (`_target_`) -> the dataclass of its settings, to check them before any heavy import (config/checks.py).
 SETTINGS = {target: config_class for target, config_class in (*MODELS.values(), *DATA.values(), *TASKS.values())}
 
 
@@ -79,7 +79,7 @@ def suggested(key: str, default) -> str:
     """A model's numeric setting left at its default, `${suggested:KEY,DEFAULT}`: the data's suggestion,
     `data.model_defaults.KEY` (data=modular: a 2 x 128 GPT for 4-token equations), else the default. A value in
     the model's YAML, an experiment or the command line replaces this whole expression, so it always wins; a
-    model without the key never sees the suggestion (factory.build_model gives it to a user's model that leaves
+    model without the key never sees the suggestion (run.build.build_model gives it to a user's model that leaves
     the key out)."""
     return f"${{suggested:{key},{default}}}"
 

@@ -13,11 +13,10 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 
-from transformer_lab.atomic import atomic_write
 from transformer_lab.errors import ConfigError, UserError, first_line
-from transformer_lab.files import existing_file
-from transformer_lab.origins import restore_code
-from transformer_lab.rundir import LOCK, OVERWRITTEN, recover
+from transformer_lab.store.atomic import atomic_write
+from transformer_lab.store.files import existing_file
+from transformer_lab.store.rundir import LOCK, OVERWRITTEN, recover
 
 # Model keys a resumed run may change; every other one decides the architecture.
 CHANGEABLE_KEYS = ("dropout", "compile")
@@ -30,6 +29,26 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options=None) -> None:
         with atomic_write(path) as f:
             torch.save(checkpoint, f)
+
+
+# Classes a checkpoint's config names that have moved since it was written: read as their new paths, so a run
+# trained before the package took its folders (run/, store/, config/, commands/) resumes and loads as it was.
+MOVED_CLASSES = {
+    "transformer_lab.csv_logger.CSVLogger": "transformer_lab.run.loggers.CSVLogger",
+    "transformer_lab.wandb_logger.WandbLogger": "transformer_lab.run.loggers.WandbLogger",
+}
+
+
+def moved_classes(config):
+    """A stored config (nested dicts and lists) with every `_target_` of MOVED_CLASSES at its new path."""
+    if isinstance(config, dict):
+        return {
+            k: MOVED_CLASSES.get(v, v) if k == "_target_" and isinstance(v, str) else moved_classes(v)
+            for k, v in config.items()
+        }
+    if isinstance(config, list):
+        return [moved_classes(v) for v in config]
+    return config
 
 
 def read_checkpoint(path: str | Path, mmap: bool = False) -> dict:
@@ -59,6 +78,7 @@ def read_checkpoint(path: str | Path, mmap: bool = False) -> dict:
             "batches from the data's raw splits (model.layout, and the top-level sample/decode/span/mlm sections, "
             "are task=NAME and task.* now): train it again, or use the transformer-lab it was written with"
         )
+    meta["config"] = moved_classes(meta["config"])
     return checkpoint
 
 
@@ -227,67 +247,6 @@ def checkpoint_of(target: str | Path) -> Path:
 def model_state(checkpoint: dict) -> dict:
     """The model's tensors of a checkpoint, under the model's own names (the task holds it as `model`)."""
     return {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
-
-
-def init_weights(
-    model: torch.nn.Module, source: str, vocabulary: dict | None = None
-) -> tuple[str, list[str], set[str]]:
-    """Loads the tensors of `source` (a checkpoint or a run directory) that fit the model by name and
-    shape. Where `vocabulary` (this run's data module's checkpoint_meta()) is the checkpoint's, the token
-    ids mean the same, so a tensor that differs only in its first dimension (the vocabulary's rows: T5's
-    sentinels, a masked LM's [MASK]) gets the rows both have. Returns a one-line report, what did not fit
-    (the model's tensors left as initialised, then the checkpoint's unused ones) and what was loaded.
-    `hf:NAME_OR_DIR`: a Transformers checkpoint (pretrained/load.py)."""
-    if str(source).startswith("hf:"):
-        from transformer_lab.pretrained.load import load_state
-
-        return load_state(model, source)
-    try:
-        path = checkpoint_of(source)
-        checkpoint = read_checkpoint(path)
-    except UserError as e:
-        raise ConfigError("init_from", str(e)) from None
-    state = model_state(checkpoint)
-    meta = checkpoint.get("transformer_lab") or {}
-    same_vocabulary = bool(vocabulary) and all(meta.get(key) == value for key, value in vocabulary.items())
-    ours = model.state_dict()
-    fits = {k: v for k, v in state.items() if k in ours and ours[k].shape == v.shape}
-    rows = {}  # name -> (rows copied, rows in the checkpoint)
-    for k, v in state.items():
-        if same_vocabulary and k in ours and k not in fits and v.shape[1:] == ours[k].shape[1:]:
-            n = min(len(v), len(ours[k]))
-            fits[k] = torch.cat([v[:n], ours[k][n:]])
-            rows[k] = (n, len(v))
-    left, unused = sorted(set(ours) - set(fits)), sorted(set(state) - set(ours))  # (a shape misfit: left)
-    model.load_state_dict(fits, strict=False)
-    report = f"init_from {path}: loaded {len(fits)} of {len(ours)} tensors"
-    if rows:
-        copied = ", ".join(f"{k} ({n} of {m} rows)" for k, (n, m) in sorted(rows.items()))
-        report += f"; of the same vocabulary, the rows both have ({len(rows)}): {copied}"
-    if left:
-        report += f"; left as initialised ({len(left)}): {', '.join(left)}"
-    if unused:
-        report += f"; not in this model ({len(unused)}): {', '.join(unused)}"
-    return report, left + unused, set(fits)
-
-
-def load_model(target: str | Path, map_location: str = "cpu") -> tuple[torch.nn.Module, dict]:
-    """The one loader of every command that uses a trained model (sample, translate, fill, classify,
-    attention, export): the model of a run directory or checkpoint file (checkpoint_of: the run put right
-    first) in eval mode, and the checkpoint's metadata: {"config", "model_args", "vocab" or "tokenizer"}.
-    Tensors that do not fit the model as its code builds it now are refused in one message (`misfits`)."""
-    from transformer_lab.factory import model_from_checkpoint
-
-    path = checkpoint_of(target)
-    checkpoint = read_checkpoint(path)
-    meta = checkpoint["transformer_lab"]
-    restore_code(meta, str(path))  # (a user's model: the folder its run imported it from)
-    model, state = model_from_checkpoint(meta, str(path)), model_state(checkpoint)
-    message = misfits(str(path), shapes_of(state), shapes_of(model.state_dict()))
-    if message:
-        raise UserError(message)
-    model.load_state_dict(state)
-    return model.to(map_location).eval(), meta
 
 
 def checkpoint_path(cfg: DictConfig) -> Path | None:

@@ -16,9 +16,10 @@ from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
+from transformer_lab.batching.base import encoder
 from transformer_lab.batching.span_corruption import fill_spans
-from transformer_lab.cli import Command, run
-from transformer_lab.inference import batched, encoder, input_lines, load, warn, with_defaults
+from transformer_lab.commands.cli import Command, run
+from transformer_lab.commands.inference import batched, input_lines, load, warn, with_defaults
 from transformer_lab.tasks.decoding import fill_spans_greedy
 
 DEFAULTS = {"ckpt": None, "text": None, "max_len": 100, "spans": False, "batch_size": 64, "device": "cpu"}

@@ -1,11 +1,11 @@
 """What the inference commands (sample, translate, fill, classify) share: their options' checks, and loading a
 checkpoint of the kind the command serves, with the data module that turns its text into ids and back (built
-from the checkpoint alone, no file read). Their command line is cli.py's."""
+from the checkpoint alone, no file read). Their command line is commands/cli.py's."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from transformer_lab.errors import ConfigError, UserError, require
 
@@ -13,8 +13,8 @@ from transformer_lab.errors import ConfigError, UserError, require
 def load(target: str | None, command: str | None, device: str = "cpu"):
     """(model in eval mode, data module with the checkpoint's vocabulary) of a run directory or checkpoint
     file, refused in one message unless `command` is the one for it (None: any model, `attention`'s)."""
-    from transformer_lab.checkpoint import checkpoint_of, load_model
-    from transformer_lab.factory import datamodule_from_checkpoint
+    from transformer_lab.run.build import datamodule_from_checkpoint, load_model
+    from transformer_lab.store.checkpoint import checkpoint_of
 
     if not target:
         raise UserError(
@@ -36,25 +36,6 @@ def load(target: str | None, command: str | None, device: str = "cpu"):
             f"which `{command}` cannot use: {hint}"
         )
     return model, datamodule
-
-
-def encoder(datamodule) -> Callable[[str], list[int]]:
-    """The data module's encode(), or a clear error naming the dataset where a user's has none."""
-    dataset = type(getattr(datamodule, "data", datamodule)).__name__  # (inside its batch transform)
-
-    def encode(text: str) -> list[int]:
-        try:
-            return datamodule.encode(text)
-        except NotImplementedError:
-            raise UserError(
-                f"{dataset} has no encode(): text cannot be turned into this model's input (data/base.py)"
-            ) from None
-        except ValueError:
-            raise
-        except Exception as e:  # noqa: BLE001  (a user's encode() failing its own way: that line's warning)
-            raise ValueError(f"{dataset}.encode() failed on it ({type(e).__name__}: {e})") from None
-
-    return encode
 
 
 def unknown_options(args: dict, defaults: dict) -> None:

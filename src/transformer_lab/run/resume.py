@@ -7,7 +7,7 @@ run's recorded overrides (the checkpoint keeps them; older ones: RUN/.hydra/over
 this command's, and only the keys of CHANGEABLE_ON_RESUME may change (docs/runs.md); any other is refused,
 naming it. The learning-rate schedule keeps its horizon: a run that decayed over its trainer.max_steps still
 does when a resume raises them (optim.decay_steps=N on the resume is the explicit choice of a longer one).
-What may not change of the model, its tensors and the data is checked in checkpoint.py.
+What may not change of the model, its tensors and the data is checked in store/checkpoint.py.
 """
 
 from __future__ import annotations
@@ -20,12 +20,18 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from transformer_lab.checkpoint import check_compatible, checkpoint_path, flat, read_checkpoint
-from transformer_lab.config import SETTINGS
+from transformer_lab.config.command_line import override_key
+from transformer_lab.config.schema import SETTINGS
 from transformer_lab.errors import ConfigError, UserError, first_line
-from transformer_lab.files import read_json
-from transformer_lab.origins import recorded_searchpath, restore_code, root_dir, searchpath_override, with_searchpath
-from transformer_lab.overrides import override_key
+from transformer_lab.store.checkpoint import check_compatible, checkpoint_path, flat, read_checkpoint
+from transformer_lab.store.files import read_json
+from transformer_lab.store.origins import (
+    recorded_searchpath,
+    restore_code,
+    root_dir,
+    searchpath_override,
+    with_searchpath,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +73,7 @@ def merge_overrides(base: list[str], top: list[str]) -> list[str]:
 
 
 def _recompose(overrides: list[str]) -> DictConfig:
-    """The config composed again from a run's overrides (its search path among them, origins.py)."""
+    """The config composed again from a run's overrides (its search path among them, store/origins.py)."""
     from hydra import compose
 
     return compose(config_name=HydraConfig.get().job.config_name, overrides=overrides)
@@ -105,7 +111,7 @@ def resume_config(cfg: DictConfig) -> tuple[DictConfig, Resumed | None, list[str
     except UserError as e:
         raise ConfigError("ckpt_path", str(e)) from None
     meta = checkpoint["transformer_lab"]
-    try:  # the run's own code and config groups, wherever this command runs (origins.py)
+    try:  # the run's own code and config groups, wherever this command runs (store/origins.py)
         restore_code(meta, str(path))
         stored = run_overrides(path, meta)
         if stored is not None:  # (a search path this command gives replaces the run's)

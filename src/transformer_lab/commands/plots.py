@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from transformer_lab.atomic import atomic_path
+from transformer_lab.commands.runs import Run
 from transformer_lab.errors import UserError
-from transformer_lab.runs import Run
+from transformer_lab.store.atomic import atomic_path
 
 
 def cut(cell: str, limit: int = 24) -> str:

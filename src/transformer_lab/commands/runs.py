@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformer_lab.callbacks.history import read_history
-from transformer_lab.config import is_seed  # noqa: F401 (and the resolvers of .hydra/config.yaml: ${suggested:...})
+from transformer_lab.config.schema import is_seed  # noqa: F401 (and the resolvers of .hydra/config.yaml: ${suggested:...})
 from transformer_lab.errors import UserError
-from transformer_lab.files import BadFile, read_json, read_text
-from transformer_lab.rundir import OVERWRITTEN, recover
+from transformer_lab.store.files import BadFile, read_json, read_text
+from transformer_lab.store.history import read_history
+from transformer_lab.store.rundir import OVERWRITTEN, recover
 
 # Settings that only say how a run was started or resumed (the checkpoint it resumed, whether it made room for
 # itself, whether init_from had to fit whole), not what it trained: compare never shows, groups or labels runs

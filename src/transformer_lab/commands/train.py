@@ -14,10 +14,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from transformer_lab.config import CONF
+from transformer_lab.config.command_line import override_key
+from transformer_lab.config.schema import CONF
 from transformer_lab.errors import UserError, first_line, no_such_key
-from transformer_lab.main import Trials
-from transformer_lab.overrides import override_key
+from transformer_lab.run.main import Trials
 
 
 def train(main: Callable[[Trials], None], argv: list[str]) -> None:
@@ -108,7 +108,7 @@ def with_resumed_choices(arguments: list[str]) -> list[str]:
 def searchpath_problem(overrides: list[str]) -> str | None:
     """A hydra.searchpath folder that is not there (Hydra passes over it, and its options go missing)."""
     from transformer_lab.errors import UserError
-    from transformer_lab.origins import recorded_searchpath
+    from transformer_lab.store.origins import recorded_searchpath
 
     try:
         recorded_searchpath(overrides, None)
@@ -127,7 +127,7 @@ def output_dir_problem(argv: list[str]) -> str | None:
     for key, value in dirs or [("hydra.run.dir", "outputs")]:
         existing = Path(value.split("${")[0] or ".").absolute()
         if "${" not in value and existing.is_dir():
-            continue  # (there already: whether this run may write in it is its claim's to say, rundir.py)
+            continue  # (there already: whether this run may write in it is its claim's to say, store/rundir.py)
         while not existing.exists():
             existing = existing.parent
         if not existing.is_dir():
@@ -213,8 +213,8 @@ def unreadable_config(error: BaseException, config_dir: str, overrides: list[str
     with its line: Hydra's error is a traceback of the YAML parser's, or says only which byte it could not decode."""
     import yaml
 
-    from transformer_lab.files import decode_text
-    from transformer_lab.origins import recorded_searchpath
+    from transformer_lab.store.files import decode_text
+    from transformer_lab.store.origins import recorded_searchpath
 
     chain, cause = [], error
     while cause is not None and len(chain) < 20:
@@ -253,7 +253,7 @@ SECTIONS_OF_SETTINGS = ("trainer", "optim")  # sections, not groups: set their k
 def optimizers() -> list[str]:
     import typing
 
-    from transformer_lab.config import OptimConfig
+    from transformer_lab.config.schema import OptimConfig
 
     return list(typing.get_type_hints(OptimConfig)["name"].__members__)
 
@@ -261,7 +261,7 @@ def optimizers() -> list[str]:
 def section_problem(overrides: list[str]) -> str | None:
     """An override that deletes what a run needs (`~optim`, `~seed`) or gives a section of settings one value
     (`optim=muon`, `trainer=null`): told before Hydra composes it (its errors are tracebacks then)."""
-    from transformer_lab.validate import top_level_keys
+    from transformer_lab.config.checks import top_level_keys
 
     own = [k for k in top_level_keys() if k not in NEEDED]
     for override in overrides:
@@ -295,7 +295,7 @@ def raised_in_a_run(error: BaseException) -> bool:
     config), not out of Hydra's composition of the command line."""
     import traceback
 
-    from transformer_lab import main
+    from transformer_lab.run import main
 
     return any(
         frame.name == main.main.__name__ and frame.filename == main.__file__
@@ -306,7 +306,7 @@ def raised_in_a_run(error: BaseException) -> bool:
 def added_setting(key: str, composed: DictConfig) -> str:
     """For a key of a user's own model, data or task section (one without our schema): how to give a setting of
     its class that its YAML leaves out."""
-    from transformer_lab.config import SETTINGS
+    from transformer_lab.config.schema import SETTINGS
 
     section = key.split(".")[0]
     target = OmegaConf.select(composed, f"{section}._target_", default=None)
@@ -320,7 +320,7 @@ def task_having(key: str, composed: DictConfig) -> str:
     where they were before the task group): the tasks whose settings have it."""
     import dataclasses
 
-    from transformer_lab.config import TASKS
+    from transformer_lab.config.schema import TASKS
 
     section, _, name = key.partition(".")
     at_top = section != "task" and not name

@@ -16,7 +16,14 @@ import typing
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.choices import Choice
-from transformer_lab.config import ATTENTION_KERNELS, CONF, SETTINGS, OptimConfig, TrainerConfig, cpu_has_bf16_units
+from transformer_lab.config.schema import (
+    ATTENTION_KERNELS,
+    CONF,
+    SETTINGS,
+    OptimConfig,
+    TrainerConfig,
+    cpu_has_bf16_units,
+)
 from transformer_lab.data.configs import DATA_DECIDED
 from transformer_lab.errors import ConfigError, first_line, no_such_key
 from transformer_lab.errors import require as _require
@@ -161,7 +168,7 @@ def validate(cfg: DictConfig) -> None:
         f"must map model settings to numbers (e.g. {{n_layer: 2}}), got {suggestions!r}",
     )
     # this repository's models, data and tasks check their own settings here; a user's own, once imported
-    # (factory.py)
+    # (run/build.py)
     for section in ("model", "data", "task"):
         if cfg.get(section) is not None and cfg[section].get("_target_") in SETTINGS:
             check_settings(cfg, section, SETTINGS[cfg[section]._target_])

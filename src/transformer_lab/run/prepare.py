@@ -5,7 +5,7 @@
 - `build_run`: the data set up, the model and task built, a resumed checkpoint or init_from's weights checked
   against them, the optimizer's needs, and each callback's own `check(model, datamodule)` where it declares one.
 
-Only then is the run directory claimed (rundir.py); whatever fails after the claim and before the first
+Only then is the run directory claimed (store/rundir.py); whatever fails after the claim and before the first
 training step puts the directory back as it was (main.py). A feature with a check declares it beside itself
 (a settings dataclass's __post_init__, a task's model_needs, a callback's `check`) and gets it run here."""
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from transformer_lab.validate import validate
+from transformer_lab.config.checks import validate
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +43,8 @@ def prepare(config: DictConfig) -> Prepared:
     validated = config.get("ckpt_path") is None
     if validated:
         validate(config)
-    from transformer_lab.factory import check_buildable  # (imports torch and Lightning)
-    from transformer_lab.resume import resume_config
+    from transformer_lab.run.build import check_buildable  # (imports torch and Lightning)
+    from transformer_lab.run.resume import resume_config
 
     cfg, resumed, overrides = resume_config(config)
     if str(cfg.get("init_from") or "").startswith("hf:"):  # a Transformers checkpoint decides the model's settings
@@ -63,9 +63,9 @@ def build_run(prepared: Prepared) -> Prepared:
     import torch
     from hydra.utils import instantiate
 
-    from transformer_lab.checkpoint import check_same_data, check_same_files, check_state_fits, init_weights
     from transformer_lab.errors import require as _require
-    from transformer_lab.factory import build
+    from transformer_lab.run.build import build, init_weights
+    from transformer_lab.store.checkpoint import check_same_data, check_same_files, check_state_fits
     from transformer_lab.tasks.optim import check_optimizer
 
     cfg, resumed = prepared.cfg, prepared.resumed

@@ -1,0 +1,222 @@
+"""Builds a run's data, model and task from its config, from what each side declares; nothing here
+names a model, a dataset or a task.
+
+- A model YAML's `_target_` is a plain nn.Module class declaring its `architecture` ("decoder", "encoder",
+  "encoder-decoder") and `config_class`, the dataclass of its settings: the YAML's keys, plus the sizes
+  the data decides (`DATA_DECIDED`, for those of them the dataclass has). Its YAML names its default task.
+- A task YAML's `_target_` (conf/task/) is a `tasks.base.Task` declaring the `architecture` it trains; the
+  YAML names, per form of raw data, the batch transform it reads (`batches`, batching/) and its metric.
+- A data YAML's `_target_` is a `data.base.DataModule` declaring the forms of raw splits it `provides`
+  (text, pairs, equations). The run's data module is the task's transform for the first of them.
+
+So a model, dataset or objective of your own is one Python file and one YAML (README: "Your own model, dataset
+or task").
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import cache
+
+from omegaconf import DictConfig, OmegaConf
+
+from transformer_lab.batching.base import Batching
+from transformer_lab.errors import ConfigError, first_line, no_such_key
+from transformer_lab.imports import import_class
+from transformer_lab.tasks.metrics import Metric
+
+ARCHITECTURES = ("decoder", "encoder", "encoder-decoder")
+
+
+A_NETWORK = {
+    "decoder": "a decoder-only model",
+    "encoder": "an encoder-only model",
+    "encoder-decoder": "an encoder-decoder",
+}
+
+
+def target_class(section: DictConfig | dict, key: str) -> type:
+    return import_class(section.get("_target_"), f"{key}._target_")
+
+
+def _declares(cls: type, key: str, attributes: tuple[str, ...]) -> type:
+    for attribute in attributes:
+        if not hasattr(cls, attribute):
+            raise ConfigError(f"{key}._target_", f"{cls.__qualname__} declares no `{attribute}` (see config/classes.py)")
+    if getattr(cls, "architecture", ARCHITECTURES[0]) not in ARCHITECTURES:
+        raise ConfigError(
+            f"{key}._target_",
+            f"{cls.__qualname__} declares architecture {cls.architecture!r}; one of {', '.join(ARCHITECTURES)}",
+        )
+    return cls
+
+
+def model_class(cfg: DictConfig) -> type:
+    return _declares(target_class(cfg.model, "model"), "model", ("architecture", "config_class"))
+
+
+def task_class(cfg: DictConfig) -> type:
+    if cfg.get("task") is None:
+        raise ConfigError(
+            "task",
+            f"model={cfg.model.name} names no task: add task=NAME (conf/task/), or to its YAML's defaults "
+            "`- /task@_global_.task: NAME`",
+        )
+    return _declares(target_class(cfg.task, "task"), "task", ("architecture",))
+
+
+def form_read(batches, data_cls: type) -> str | None:
+    """The form of the data's raw splits a task reads: the first the data provides that the task's YAML has
+    batches for (`batches`: form -> transform)."""
+    return next((form for form in getattr(data_cls, "provides", ()) if form in (batches or {})), None)
+
+
+def fits(model_cls: type, task_cls: type, batches, data_cls: type) -> bool:
+    """Whether a task can train this model on this data: the network it trains, a form it has batches for."""
+    return model_cls.architecture == task_cls.architecture and form_read(batches, data_cls) is not None
+
+
+@cache
+def _options(group: str, searchpath: tuple[str, ...]) -> dict[str, tuple[str, str | None, tuple[str, ...]]]:
+    """Each option of a config group (this repository's and the search path's) -> its `_target_`, the task
+    the composed config has with it (a model's default task), and the forms it has batches for (a task)."""
+    from hydra import compose
+    from hydra.core.global_hydra import GlobalHydra
+
+    overrides = [f"hydra.searchpath=[{','.join(searchpath)}]"] if searchpath else []
+    loader = GlobalHydra.instance().config_loader()
+    options = {}
+    for option in loader.get_group_options(group, config_name="train", overrides=overrides):
+        try:
+            composed = compose("train", overrides=[*overrides, f"{group}={option}"])
+            options[option] = (
+                composed[group]["_target_"],
+                (composed.get("task") or {}).get("name"),
+                tuple(composed[group].get("batches") or ()),
+            )
+        except Exception:  # noqa: BLE001  (an option that does not compose cannot be suggested)
+            continue
+    return options
+
+
+@cache
+def _located(path: str) -> type | None:
+    """The class at a dotted path, or None, quietly (hydra's get_class logs each failure: one a combination)."""
+    module, _, name = str(path).rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except Exception:  # noqa: BLE001  (an option whose code cannot be imported here is left out)
+        return None
+
+
+def working_combinations(cfg: DictConfig) -> list[tuple[str, str, str, bool]]:
+    """(model, data, task, whether it is the model's own task) for every combination of the config groups'
+    options whose declarations fit."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    if not GlobalHydra.instance().is_initialized():
+        return []
+    searchpath = tuple(OmegaConf.select(cfg, "hydra.searchpath", default=None) or ())
+    if not searchpath:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.initialized():
+            searchpath = tuple(HydraConfig.get().searchpath or ())
+    found = []
+    models, datas, tasks = (_options(group, searchpath) for group in ("model", "data", "task"))
+    for model, (model_target, default_task, _) in models.items():
+        for data, (data_target, _, _) in datas.items():
+            for task, (task_target, _, batches) in tasks.items():
+                try:
+                    classes = [_located(target) for target in (model_target, task_target, data_target)]
+                    if None not in classes and fits(classes[0], classes[1], batches, classes[2]):
+                        found.append((model, data, task, task == default_task))
+                except Exception:  # noqa: BLE001
+                    continue
+    return found
+
+
+def listed(combinations: list[tuple[str, str, str, bool]]) -> str:
+    """`model=M data=D [task=T]`, ...: task=T where it is not the model's own."""
+    if not combinations:
+        return "(not listed: no Hydra context)"
+    return ", ".join(f"model={m} data={d}" + ("" if own else f" task={t}") for m, d, t, own in combinations)
+
+
+def check_arguments(cls: type, settings: dict, section: str) -> None:
+    """What a class's constructor declares it takes (its signature), against the settings it will be given: a key
+    it does not take, and a value of another type than its annotation says (int, float, bool, str), are one line
+    naming `section.KEY` before the class runs (a user's dataset need not check them itself)."""
+    import inspect
+    import typing
+
+    try:
+        signature = inspect.signature(cls.__init__)
+        hints = typing.get_type_hints(cls.__init__)
+    except (TypeError, ValueError, NameError):  # (a signature Python cannot read: the class checks its own)
+        return
+    parameters = [p for p in signature.parameters.values() if p.name != "self"]
+    if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+        takes = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        for key in settings:
+            if key not in takes:
+                raise no_such_key(f"{section}.{key}", takes)  # (what its constructor takes, or the closest)
+    for key, value in settings.items():
+        kind = hints.get(key)
+        if kind in (int, float, bool, str) and value is not None:
+            fits = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+            if kind is float and isinstance(value, int) and not isinstance(value, bool):
+                fits = True
+            if not fits:
+                raise ConfigError(f"{section}.{key}", f"must be {kind.__name__} ({cls.__qualname__}), got {value!r}")
+
+
+def check_model(cfg: DictConfig, datamodule: Batching) -> None:
+    """The model has every method the task and its metrics call on it (Task.model_needs): one missing is
+    refused before the run, naming the method and the option that does without it."""
+    model_cls, task_cls = model_class(cfg), task_class(cfg)
+    named = (cfg.task.get("metrics") or {}).get(datamodule.form) or []
+    metrics = [import_class(path, "task.metrics", Metric) for path in named]
+    missing = {m: o for m, o in task_cls.model_needs(cfg, metrics).items() if not callable(getattr(model_cls, m, None))}
+    if missing:
+        listed = ", ".join(
+            f"{method}() ({f'{without} does without it' if without else 'needed'})"
+            for method, without in missing.items()
+        )
+        raise ConfigError(
+            "model",
+            f"model={cfg.model.name} ({model_cls.__qualname__}) lacks what task={cfg.task.name} calls on it with "
+            f"data={cfg.data.name}: {listed}",
+        )
+
+
+def check_callbacks(cfg: DictConfig) -> None:
+    """Builds each callback once, before the run exists: a setting its class refuses (callbacks.ema.decay=1.5)
+    becomes a ConfigError naming its section, not a traceback once the run's directory is there."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    for name, settings in (cfg.get("callbacks") or {}).items():
+        if settings is None:
+            continue
+        try:
+            instantiate(settings)
+        except InstantiationException as e:
+            cause = e.__cause__ or e
+            first = first_line(cause)
+            raise ConfigError(
+                f"callbacks.{name}", f"{settings.get('_target_')} refuses its settings: {first}"
+            ) from None
+
+
+def check_length(cfg: DictConfig, datamodule: Batching) -> None:
+    """The data's sequences fit the positions of the checkpoint init_from=hf: loads (its sizes are model_sizes):
+    known before the data is read, so refused before the run starts, naming the data's length key."""
+    positions = (cfg.get("model_sizes") or {}).get("block_size")
+    length = datamodule.sequence_length
+    if positions is not None and length is not None and length > positions:
+        key = datamodule.length_key or "data.block_size"
+        raise ConfigError(
+            key,
+            f"sequences of {length} tokens exceed the {positions} positions of {cfg.init_from}: set {key}={positions} or less",
+        )
