@@ -28,7 +28,7 @@ def counted(name, function):
 
 loader.ConfigLoaderImpl.load_configuration = counted("composed", loader.ConfigLoaderImpl.load_configuration)
 hydra.compose = counted("compose", hydra.compose)
-config.checks.validate = counted("validate", config.checks.validate)
+validate.validate = counted("validate", validate.validate)
 base.DataModule.__init__ = counted("datamodule", base.DataModule.__init__)
 sys.argv = [sys.argv[1], *sys.argv[2:]]
 try:

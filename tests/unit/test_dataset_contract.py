@@ -430,7 +430,7 @@ def test_evaluate_scores_7_of_7_rows_of_a_users_new_file_or_exits_2_before_writi
     )
     train_in_process(cfg)
     built = []
-    build = run.build.build
+    build = factory.build
     monkeypatch.setattr(factory, "build", lambda *a, **k: built.append(build(*a, **k)) or built[-1])
     on_file = evaluate(str(run_dir), "val", [f"data.path={tmp_path / 'new.tsv'}"], str(tmp_path / "a.json"))
     datamodule = built[-1][0]

@@ -236,7 +236,7 @@ def test_a_checkpoint_of_another_kind_is_refused_naming_the_command_for_it(train
 
     run_dir = trained(run)
     with pytest.raises(UserError, match=f"which `{command}` cannot use: python -m transformer_lab {serves} "):
-        module = importlib.import_module(f"transformer_lab.{command}")
+        module = importlib.import_module(f"transformer_lab.commands.{command}")
         function = getattr(module, command)
         list(function({"ckpt": str(run_dir)}) if command == "sample" else function({"ckpt": str(run_dir)}, ["x"]))
 
@@ -280,7 +280,7 @@ def test_evaluate_on_a_users_tsv(trained, tmp_path):
 def test_inference_commands_have_help(module, capsys):
     import importlib
 
-    importlib.import_module(f"transformer_lab.{module}").main(["--help"])
+    importlib.import_module(f"transformer_lab.commands.{module}").main(["--help"])
     out = capsys.readouterr().out
     assert f"python -m transformer_lab {module} outputs/DATE/TIME" in out
     if module != "evaluate":
@@ -353,7 +353,7 @@ def test_a_bad_inference_option_is_one_line_and_exit_2(trained, command, run, op
     import io
 
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"")))  # (no input lines at all)
-    main, run_dir = importlib.import_module(f"transformer_lab.{command}").main, trained(run)
+    main, run_dir = importlib.import_module(f"transformer_lab.commands.{command}").main, trained(run)
     capsys.readouterr()  # (what training printed)
     with pytest.raises(SystemExit) as exit_:
         main([str(run_dir), *options])

@@ -43,7 +43,7 @@ COMMANDS = ("evaluate", "sample", "translate", "fill", "classify", "attention", 
 
 
 def command(name: str) -> Command:
-    return importlib.import_module(f"transformer_lab.{name}").COMMAND
+    return importlib.import_module(f"transformer_lab.commands.{name}").COMMAND
 
 
 def parse(argv: list[str], cmd: Command) -> dict:

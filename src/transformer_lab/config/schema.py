@@ -37,7 +37,7 @@ from transformer_lab.tasks.configs import (
     SpanCorruptionConfig,
 )
 
-CONF = Path(__file__).resolve().parents[2] / "conf"  # the repository's config groups
+CONF = Path(__file__).resolve().parents[3] / "conf"  # the repository's config groups
 
 # The options of the model, data and task groups this repository ships, in one place: the class each builds
 # (its `_target_`) and the dataclass of its settings, which needs no torch (tests/unit/test_config.py checks

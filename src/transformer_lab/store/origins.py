@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.errors import UserError
 
-OWN = Path(__file__).resolve().parent  # this package: never a user's root
+OWN = Path(__file__).resolve().parents[1]  # this package: never a user's root
 LIBRARIES = {Path(p).resolve() for p in (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])}
 SEARCHPATH = "hydra.searchpath"
 
