@@ -1,5 +1,6 @@
 """The modules of src/ import only downward: the graph of their imports of each other (every `import` and
-`from ... import`, at the top or inside a function) has no cycle."""
+`from ... import`, at the top or inside a function) has no cycle, and the package's folders (its rooms by role)
+import only those below them, in the order of FLOORS."""
 
 import ast
 
@@ -52,6 +53,65 @@ def cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_cycle_finder_finds_one():
     assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert cycle({"a": {"b"}, "b": set()}) is None
+
+
+# The package's rooms from the ground up: each imports only from its own floor or the floors below (a room
+# of a floor from the others of it, none either way): the one-line errors and enums; the importer of a
+# config's classes; what a run leaves on disk; models; data; batches; objectives; the configuration and its
+# checks; the attention maps; Transformers checkpoints; callbacks; a run; the commands.
+FLOORS = [
+    {"errors", "choices"},
+    {"imports"},
+    {"store"},
+    {"models"},
+    {"data"},
+    {"batching"},
+    {"tasks"},
+    {"config"},
+    {"analysis"},
+    {"pretrained"},
+    {"callbacks"},
+    {"run"},
+    {"commands"},
+    {"__main__"},
+]
+FLAT = {"__init__", "__main__", "errors", "choices", "imports"}  # the package root's few modules
+
+
+def room(module: str) -> str:
+    return (module.split(".") + ["__init__"])[1]
+
+
+def floor(module: str) -> int:
+    return next(i for i, rooms in enumerate(FLOORS) if room(module) in rooms)
+
+
+def climbs(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of a room above the importer's, or of another room on its own floor."""
+    return sorted(
+        f"{a} -> {b}"
+        for a, targets in graph.items()
+        for b in targets
+        if room(a) not in ("__init__",) and room(a) != room(b) and floor(b) >= floor(a)
+    )
+
+
+def test_the_climb_finder_finds_one():
+    assert climbs({"transformer_lab.store.rundir": {"transformer_lab.run.main"}}) == [
+        "transformer_lab.store.rundir -> transformer_lab.run.main"
+    ]
+    assert climbs({"transformer_lab.run.main": {"transformer_lab.store.rundir"}}) == []
+
+
+def test_the_package_root_holds_a_few_modules_and_every_room_has_its_floor():
+    flat = {path.stem for path in SRC.glob("*.py")}
+    assert flat <= FLAT and len(flat) <= 5, sorted(flat)
+    rooms = {path.name for path in SRC.iterdir() if path.is_dir() and (path / "__init__.py").exists()}
+    assert rooms | flat - {"__init__"} <= set().union(*FLOORS), rooms - set().union(*FLOORS)
+
+
+def test_rooms_import_only_downward():
+    assert climbs(import_graph()) == []
 
 
 def test_src_has_no_import_cycle():

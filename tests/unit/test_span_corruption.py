@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from transformer_lab.batching.span_corruption import corrupt, fill_spans, random_spans_noise_mask
-from transformer_lab.tasks.configs import lengths_after_corruption, raw_and_target_length
+from transformer_lab.batching.span_lengths import lengths_after_corruption, raw_and_target_length
 
 VOCAB, EOS = 1000, 1
 

@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 
 from transformer_lab.batching.base import FromTokenStreams
+from transformer_lab.batching.span_lengths import num_noise_spans, raw_and_target_length
 from transformer_lab.data.base import DataModule
 from transformer_lab.data.batches import LazyBatches, for_this_rank
-from transformer_lab.tasks.configs import num_noise_spans, raw_and_target_length
 
 
 def random_segmentation(num_items: int, num_segments: int, generator: torch.Generator) -> torch.Tensor:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from transformer_lab.batching.span_lengths import num_noise_spans, raw_and_target_length
 from transformer_lab.errors import ConfigError, require
 
 
@@ -85,26 +86,6 @@ class Seq2SeqConfig(TaskConfig):  # tasks/seq2seq.py: teacher-forced target loss
 @dataclass
 class ClassifyConfig(TaskConfig):  # tasks/classify.py: one class per sequence, from the pooled encoder output
     pass
-
-
-def lengths_after_corruption(raw_length: int, noise_density: float, mean_noise_span_length: float) -> tuple[int, int]:
-    """(input length, target length) of a span-corrupted window of raw_length tokens, EOS included."""
-    noise = min(max(round(raw_length * noise_density), 1), raw_length - 1)
-    spans = max(round(noise / mean_noise_span_length), 1)
-    return raw_length - noise + spans + 1, noise + spans + 1
-
-
-def raw_and_target_length(input_length: int, noise_density: float, mean_noise_span_length: float) -> tuple[int, int]:
-    """The longest raw window whose corrupted input has at most input_length tokens, and its target length."""
-    raw = input_length - 1
-    while lengths_after_corruption(raw + 1, noise_density, mean_noise_span_length)[0] <= input_length:
-        raw += 1
-    return raw, lengths_after_corruption(raw, noise_density, mean_noise_span_length)[1]
-
-
-def num_noise_spans(length: int, noise_density: float, mean_noise_span_length: float) -> int:
-    noise = min(max(round(length * noise_density), 1), length - 1)
-    return max(round(noise / mean_noise_span_length), 1)
 
 
 @dataclass
