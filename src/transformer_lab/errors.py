@@ -28,18 +28,6 @@ def require(ok: bool, key: str, message: str) -> None:
         raise ConfigError(key, message)
 
 
-def no_such_key(key: str, known) -> ConfigError:
-    """The one message for a key that is not there, whether mistyped (Hydra refuses it while composing) or
-    added with `+` (refused by the checks): what it may have meant, else what there is."""
-    import difflib
-
-    parent, _, name = key.rpartition(".")
-    prefix = f"{parent}." if parent else ""
-    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.7)
-    hint = f"did you mean {prefix}{close[0]}?" if close else f"{parent or 'the config'} has: {', '.join(known)}"
-    return ConfigError(key, f"no such key; {hint}")
-
-
 class DataUnavailableError(UserError):
     pass
 

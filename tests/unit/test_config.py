@@ -492,7 +492,7 @@ def test_what_a_task_calls_on_a_model_is_checked_before_the_run(tmp_path, monkey
 
 
 def test_hydras_flags_and_their_values_are_no_overrides():
-    from transformer_lab.commands.train import command_overrides, searchpath_problem
+    from transformer_lab.config.command_line import command_overrides, searchpath_problem
 
     assert command_overrides(["--cfg", "job", "model.bogus=1", "-m", "seed=1,2", "-cn", "train"]) == [
         "model.bogus=1",

@@ -56,12 +56,10 @@ def test_the_cycle_finder_finds_one():
 
 
 # The package's rooms from the ground up: each imports only from its own floor or the floors below (a room
-# of a floor from the others of it, none either way): the one-line errors and enums; the importer of a
-# config's classes; what a run leaves on disk; models; data; batches; objectives; the configuration and its
+# of a floor from the others of it, none either way): the one-line errors and enums; what a run leaves on disk; models; data; batches; objectives; the configuration and its
 # checks; the attention maps; Transformers checkpoints; callbacks; a run; the commands.
 FLOORS = [
     {"errors", "choices"},
-    {"imports"},
     {"store"},
     {"models"},
     {"data"},
@@ -75,7 +73,7 @@ FLOORS = [
     {"commands"},
     {"__main__"},
 ]
-FLAT = {"__init__", "__main__", "errors", "choices", "imports"}  # the package root's few modules
+FLAT = {"__init__", "__main__", "errors", "choices"}  # the package root's few modules
 
 
 def room(module: str) -> str:

@@ -12,9 +12,10 @@ from torch import nn
 import transformer_lab.models.gpt as gpt
 from helpers.runs import TINY, compose_cfg
 from transformer_lab.commands.inference import load
+from transformer_lab.config.checkpoint import check_state_fits
 from transformer_lab.errors import ConfigError, UserError
 from transformer_lab.run.build import build, load_model
-from transformer_lab.store.checkpoint import check_state_fits, checkpoint_of
+from transformer_lab.store.checkpoint import checkpoint_of
 from transformer_lab.store.rundir import LOCK, OVERWRITTEN
 
 OVERRIDES = ["model=gpt", "data=modular", "data.p=11", *TINY, "logger=none", "task.sample.enabled=false"]

@@ -12,8 +12,8 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from helpers.runs import compose_cfg  # noqa: E402
+from transformer_lab.config.classes import import_class  # noqa: E402
 from transformer_lab.errors import ConfigError  # noqa: E402
-from transformer_lab.imports import import_class  # noqa: E402
 from transformer_lab.pretrained.load import MODELS, load_state, open_checkpoint  # noqa: E402
 
 V = 99

@@ -318,7 +318,7 @@ def test_an_existing_run_directory_is_not_written_to_find_out_whether_it_can_be(
     folder: an existing run directory is the claim's to judge (command_line.output_dir_problem)."""
     import tempfile
 
-    from transformer_lab.commands.train import output_dir_problem
+    from transformer_lab.config.command_line import output_dir_problem
 
     def no_write(*args, **kwargs):
         raise PermissionError(errno.EPERM, "Operation not permitted")

@@ -103,7 +103,7 @@ class GrokkingProgress(L.Callback):
         frequencies: list[int] | None = None,
         images: bool = False,
     ):
-        from transformer_lab.imports import import_class
+        from transformer_lab.config.classes import import_class
 
         op = None if op is None else str(op)  # (the config's choice)
         if p is None or op != "+" or terms != 2:

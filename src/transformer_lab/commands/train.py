@@ -8,15 +8,24 @@ from __future__ import annotations
 import gc
 import os
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import OmegaConf, open_dict
 
-from transformer_lab.config.command_line import override_key
+from transformer_lab.config.checks import no_such_key
+from transformer_lab.config.command_line import (
+    added_setting,
+    command_overrides,
+    given_key,
+    output_dir_problem,
+    searchpath_problem,
+    section_problem,
+    task_having,
+    unreadable_config,
+)
 from transformer_lab.config.schema import CONF
-from transformer_lab.errors import UserError, first_line, no_such_key
+from transformer_lab.errors import UserError
 from transformer_lab.run.main import Trials
 
 
@@ -64,24 +73,6 @@ def train(main: Callable[[Trials], None], argv: list[str]) -> None:
     gc.freeze()
 
 
-# Hydra's flags that take a value (`--cfg job`): the value is no override
-FLAGS_WITH_VALUE = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
-                    "--config-dir", "-cd", "--experimental-rerun")  # fmt: skip
-
-
-def command_overrides(argv: list[str]) -> list[str]:
-    """The overrides of a train.py command line: its words less Hydra's flags and their values."""
-    overrides, skip = [], False
-    for argument in argv:
-        if skip:
-            skip = False
-        elif argument.startswith("-"):
-            skip = argument in FLAGS_WITH_VALUE
-        else:
-            overrides.append(argument)
-    return overrides
-
-
 def with_resumed_choices(arguments: list[str]) -> list[str]:
     """A resume's command line with its run's data, model and task options added before its own words, where
     it sets a key of one of those sections without choosing the option: Hydra composes the command line before
@@ -105,38 +96,54 @@ def with_resumed_choices(arguments: list[str]) -> list[str]:
     return [*added, *arguments]
 
 
-def searchpath_problem(overrides: list[str]) -> str | None:
-    """A hydra.searchpath folder that is not there (Hydra passes over it, and its options go missing)."""
-    from transformer_lab.errors import UserError
-    from transformer_lab.store.origins import recorded_searchpath
-
-    try:
-        recorded_searchpath(overrides, None)
-    except UserError as e:
-        return str(e)
-    return None
+def user_error_inside(error: BaseException) -> UserError | None:
+    """The UserError that `error` wraps (Hydra and OmegaConf re-raise what a resolver raised), if any."""
+    while error is not None and not isinstance(error, UserError):
+        error = error.__cause__ or error.__context__
+    return error
 
 
-def output_dir_problem(argv: list[str]) -> str | None:
-    """Why the run directory cannot be created, checked before Hydra tries (its failure is a traceback)."""
-    dirs = [
-        (key.lstrip("+~"), value)
-        for key, _, value in (a.partition("=") for a in argv)
-        if key.lstrip("+~") in ("hydra.run.dir", "hydra.sweep.dir")
-    ]
-    for key, value in dirs or [("hydra.run.dir", "outputs")]:
-        existing = Path(value.split("${")[0] or ".").absolute()
-        if "${" not in value and existing.is_dir():
-            continue  # (there already: whether this run may write in it is its claim's to say, store/rundir.py)
-        while not existing.exists():
-            existing = existing.parent
-        if not existing.is_dir():
-            return f"{key}={value}: cannot create the run directory, {existing} is a file"
-        try:  # a trial folder, removed at once: os.access cannot tell for root or for /proc
-            os.rmdir(tempfile.mkdtemp(dir=existing))
-        except OSError as e:
-            return f"{key}={value}: cannot create the run directory in {existing} ({e.strerror})"
-    return None
+def raised_in_a_run(error: BaseException) -> bool:
+    """Whether `error` came out of a run (this module's `main`, which Hydra calls once it has composed the
+    config), not out of Hydra's composition of the command line."""
+    import traceback
+
+    from transformer_lab.run import main
+
+    return any(
+        frame.name == main.main.__name__ and frame.filename == main.__file__
+        for frame in traceback.extract_tb(error.__traceback__)
+    )
+
+
+def print_help(config_dir: str, overrides: list[str]) -> None:
+    """`python train.py [key=value ...] --help`: the groups a command line selects from, their options, and
+    the config those overrides compose. (Hydra's own help lists every group of its config store, the
+    schemas among them, and takes seconds doing so.)"""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    defaults = OmegaConf.load(Path(config_dir) / "train.yaml").defaults
+    groups = [next(iter(d)) for d in defaults if OmegaConf.is_dict(d) and next(iter(d)) != "hydra"]
+    with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
+        cfg = compose("train", overrides=overrides, return_hydra_config=True)
+        choices = cfg.hydra.runtime.choices
+        # groups a chosen option's own defaults list selects (a model's task), listed after the model
+        selected = [g for g in choices if "/" not in g and "@" not in g and g != "hydra" and g not in groups]
+        at = groups.index("model") + 1 if "model" in groups else len(groups)
+        groups[at:at] = selected
+        loader = GlobalHydra.instance().config_loader()
+        options = {group: loader.get_group_options(group, config_name="train", overrides=overrides) for group in groups}
+    print("python train.py [group=option ...] [key=value ...]   (README.md; Hydra's own options: --hydra-help)\n")
+    print("== Groups (group=option; the current choice in brackets) ==")
+    for group in groups:
+        chosen = choices.get(group)
+        listed = [f"[{o}]" if o == chosen else o for o in options[group]]
+        print(f"{group}: {', '.join(listed)}")
+    print("\n== Config (key=value to change; this is it with the overrides given) ==")
+    with open_dict(cfg):
+        del cfg["hydra"]
+    print(OmegaConf.to_yaml(cfg))
 
 
 def composition_problem(error: BaseException, config_dir: str, overrides: list[str]) -> str | None:
@@ -182,187 +189,3 @@ def composition_problem(error: BaseException, config_dir: str, overrides: list[s
         message = str(no_such_key(key, list(known) if OmegaConf.is_dict(known) or isinstance(known, list) else []))
         return message + task_having(key, composed) + added_setting(key, composed)
     return f"{key}: {str(cause).split(chr(10))[0]}"
-
-
-def given_key(key: str, overrides: list[str]) -> tuple[str, list[str]]:
-    """The whole key OmegaConf's error names, and the overrides that set it. A dict-valued override
-    (`optim={muon_lrr: 0.1}`) is merged into its section, and OmegaConf names the key inside it alone."""
-    culprits = [
-        o
-        for o in overrides
-        if override_key(o) == key
-        or override_key(o).startswith(key + ".")  # (task.sample.top_k=5 where task has no sample)
-        or (key.startswith(override_key(o) + ".") and o.partition("=")[2].lstrip().startswith("{"))
-    ]
-    if culprits:
-        return key, culprits
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    for override in overrides:
-        try:
-            value = OverridesParser.create().parse_override(override).value()
-        except Exception:  # noqa: BLE001  (not one Hydra parses: not this one)
-            continue
-        if isinstance(value, dict) and key.split(".")[0] in value:
-            return f"{override_key(override)}.{key}", [override]
-    return key, []
-
-
-def unreadable_config(error: BaseException, config_dir: str, overrides: list[str]) -> str | None:
-    """A YAML file among the config groups (ours and hydra.searchpath's) that is not UTF-8 text or not YAML, named
-    with its line: Hydra's error is a traceback of the YAML parser's, or says only which byte it could not decode."""
-    import yaml
-
-    from transformer_lab.store.files import decode_text
-    from transformer_lab.store.origins import recorded_searchpath
-
-    chain, cause = [], error
-    while cause is not None and len(chain) < 20:
-        chain.append(cause)
-        cause = cause.__cause__ or cause.__context__
-    if not any(isinstance(e, (UnicodeDecodeError, yaml.YAMLError)) for e in chain):
-        return None
-    for e in chain:  # (the parser names the file it read where Hydra handed it one)
-        mark = getattr(e, "problem_mark", None)
-        if mark is not None and Path(str(mark.name)).is_file():
-            return f"{mark.name}:{mark.line + 1}: is not YAML ({getattr(e, 'problem', None) or first_line(e)})"
-    folders = [Path(config_dir)]
-    for override in recorded_searchpath(overrides, None):
-        entries = (e.strip().strip("'\"") for e in override.partition("=")[2].strip("[]").split(","))
-        folders += [Path(e.removeprefix("file://")) for e in entries if e.startswith("file://")]
-    for folder in folders:
-        for path in sorted(folder.rglob("*.yaml")):
-            try:
-                yaml.safe_load(decode_text(path.read_bytes(), path))
-            except UserError as e:
-                return str(e)
-            except yaml.YAMLError as e:
-                mark = getattr(e, "problem_mark", None)
-                where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-                return f"{where}: is not YAML ({getattr(e, 'problem', None) or first_line(e)})"
-            except OSError:
-                continue
-    return None
-
-
-# What a run needs of the config at its top: conf/train.yaml's groups and sections, and its own keys.
-NEEDED = ("model", "data", "task", "hardware", "logger", "callbacks", "paths", "trainer", "optim")
-SECTIONS_OF_SETTINGS = ("trainer", "optim")  # sections, not groups: set their keys, they have no options
-
-
-def optimizers() -> list[str]:
-    import typing
-
-    from transformer_lab.config.schema import OptimConfig
-
-    return list(typing.get_type_hints(OptimConfig)["name"].__members__)
-
-
-def section_problem(overrides: list[str]) -> str | None:
-    """An override that deletes what a run needs (`~optim`, `~seed`) or gives a section of settings one value
-    (`optim=muon`, `trainer=null`): told before Hydra composes it (its errors are tracebacks then)."""
-    from transformer_lab.config.checks import top_level_keys
-
-    own = [k for k in top_level_keys() if k not in NEEDED]
-    for override in overrides:
-        key, sep, value = override.partition("=")
-        name = key.lstrip("+~")
-        if key.startswith("~") and name in (*NEEDED, *own):
-            if (CONF / name / "none.yaml").is_file():
-                instead = f"{name}=none"
-            elif (CONF / name).is_dir():
-                instead = f"choose one ({name}=OPTION)"
-            else:
-                instead = f"set its keys ({name}.KEY=VALUE)" if name in NEEDED else f"give {name}=VALUE"
-            what = "setting" if name in own else "section"
-            return f"{override}: a run needs its {name} {what}; {instead} instead"
-        if sep and name in SECTIONS_OF_SETTINGS and not value.strip().startswith("{"):
-            named = value in optimizers() if name == "optim" else False
-            example = f"{name}.name={value}" if named else f"{name}.KEY=VALUE"
-            return f"{override}: {name} is a section of settings, not an option: set its keys, e.g. {example}"
-    return None
-
-
-def user_error_inside(error: BaseException) -> UserError | None:
-    """The UserError that `error` wraps (Hydra and OmegaConf re-raise what a resolver raised), if any."""
-    while error is not None and not isinstance(error, UserError):
-        error = error.__cause__ or error.__context__
-    return error
-
-
-def raised_in_a_run(error: BaseException) -> bool:
-    """Whether `error` came out of a run (this module's `main`, which Hydra calls once it has composed the
-    config), not out of Hydra's composition of the command line."""
-    import traceback
-
-    from transformer_lab.run import main
-
-    return any(
-        frame.name == main.main.__name__ and frame.filename == main.__file__
-        for frame in traceback.extract_tb(error.__traceback__)
-    )
-
-
-def added_setting(key: str, composed: DictConfig) -> str:
-    """For a key of a user's own model, data or task section (one without our schema): how to give a setting of
-    its class that its YAML leaves out."""
-    from transformer_lab.config.schema import SETTINGS
-
-    section = key.split(".")[0]
-    target = OmegaConf.select(composed, f"{section}._target_", default=None)
-    if section not in ("model", "data", "task") or target is None or target in SETTINGS or key.count(".") != 1:
-        return ""
-    return f" (a setting of {target} that its YAML leaves out is given with +{key}=VALUE, or listed in the YAML)"
-
-
-def task_having(key: str, composed: DictConfig) -> str:
-    """For a task.* key the run's task lacks, or a task's section given at the top (`sample.*`, `decode.*`,
-    where they were before the task group): the tasks whose settings have it."""
-    import dataclasses
-
-    from transformer_lab.config.schema import TASKS
-
-    section, _, name = key.partition(".")
-    at_top = section != "task" and not name
-    name = section if at_top else name
-    having = [
-        t for t, (_, settings) in TASKS.items() if name.split(".")[0] in {f.name for f in dataclasses.fields(settings)}
-    ]
-    if not having or not (at_top or section == "task"):
-        return ""
-    tasks = f"task={' and task='.join(having)}"
-    return (
-        f" (task.{name} is a setting of {tasks})"
-        if at_top
-        else f" (a setting of {tasks}; this run's is task={composed.task.name})"
-    )
-
-
-def print_help(config_dir: str, overrides: list[str]) -> None:
-    """`python train.py [key=value ...] --help`: the groups a command line selects from, their options, and
-    the config those overrides compose. (Hydra's own help lists every group of its config store, the
-    schemas among them, and takes seconds doing so.)"""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    defaults = OmegaConf.load(Path(config_dir) / "train.yaml").defaults
-    groups = [next(iter(d)) for d in defaults if OmegaConf.is_dict(d) and next(iter(d)) != "hydra"]
-    with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
-        cfg = compose("train", overrides=overrides, return_hydra_config=True)
-        choices = cfg.hydra.runtime.choices
-        # groups a chosen option's own defaults list selects (a model's task), listed after the model
-        selected = [g for g in choices if "/" not in g and "@" not in g and g != "hydra" and g not in groups]
-        at = groups.index("model") + 1 if "model" in groups else len(groups)
-        groups[at:at] = selected
-        loader = GlobalHydra.instance().config_loader()
-        options = {group: loader.get_group_options(group, config_name="train", overrides=overrides) for group in groups}
-    print("python train.py [group=option ...] [key=value ...]   (README.md; Hydra's own options: --hydra-help)\n")
-    print("== Groups (group=option; the current choice in brackets) ==")
-    for group in groups:
-        chosen = choices.get(group)
-        listed = [f"[{o}]" if o == chosen else o for o in options[group]]
-        print(f"{group}: {', '.join(listed)}")
-    print("\n== Config (key=value to change; this is it with the overrides given) ==")
-    with open_dict(cfg):
-        del cfg["hydra"]
-    print(OmegaConf.to_yaml(cfg))

@@ -25,7 +25,7 @@ from transformer_lab.config.schema import (
     cpu_has_bf16_units,
 )
 from transformer_lab.data.configs import DATA_DECIDED
-from transformer_lab.errors import ConfigError, first_line, no_such_key
+from transformer_lab.errors import ConfigError, first_line
 from transformer_lab.errors import require as _require
 
 MAX_SEED = 2**32 - 1  # numpy's limit, and so Lightning's seed_everything's
@@ -282,3 +282,15 @@ def validate(cfg: DictConfig) -> None:
         "callbacks.throughput.peak_flops",
         f"must be a positive number of FLOP/s (e.g. 989e12) or null, got {peak!r}",
     )
+
+
+def no_such_key(key: str, known) -> ConfigError:
+    """The one message for a key that is not there, whether mistyped (Hydra refuses it while composing) or
+    added with `+` (refused by the checks): what it may have meant, else what there is."""
+    import difflib
+
+    parent, _, name = key.rpartition(".")
+    prefix = f"{parent}." if parent else ""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.7)
+    hint = f"did you mean {prefix}{close[0]}?" if close else f"{parent or 'the config'} has: {', '.join(known)}"
+    return ConfigError(key, f"no such key; {hint}")

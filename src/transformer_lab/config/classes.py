@@ -21,8 +21,8 @@ from functools import cache
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.batching.base import Batching
-from transformer_lab.errors import ConfigError, first_line, no_such_key
-from transformer_lab.imports import import_class
+from transformer_lab.config.checks import no_such_key
+from transformer_lab.errors import ConfigError, first_line
 from transformer_lab.tasks.metrics import Metric
 
 ARCHITECTURES = ("decoder", "encoder", "encoder-decoder")
@@ -42,7 +42,9 @@ def target_class(section: DictConfig | dict, key: str) -> type:
 def _declares(cls: type, key: str, attributes: tuple[str, ...]) -> type:
     for attribute in attributes:
         if not hasattr(cls, attribute):
-            raise ConfigError(f"{key}._target_", f"{cls.__qualname__} declares no `{attribute}` (see config/classes.py)")
+            raise ConfigError(
+                f"{key}._target_", f"{cls.__qualname__} declares no `{attribute}` (see config/classes.py)"
+            )
     if getattr(cls, "architecture", ARCHITECTURES[0]) not in ARCHITECTURES:
         raise ConfigError(
             f"{key}._target_",
@@ -220,3 +222,17 @@ def check_length(cfg: DictConfig, datamodule: Batching) -> None:
             key,
             f"sequences of {length} tokens exceed the {positions} positions of {cfg.init_from}: set {key}={positions} or less",
         )
+
+
+def import_class(path, key: str, base: type | None = None) -> type:
+    """The class a config names by its dotted path (a subclass of `base`, where given); a ConfigError naming
+    `key` where it cannot be imported or is not one."""
+    module, _, name = str(path).rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except Exception as e:  # noqa: BLE001  (an import can fail in any way: a missing module, its own error)
+        raise ConfigError(key, f"cannot import {path!r}: {e}") from None
+    if not isinstance(cls, type) or (base is not None and not issubclass(cls, base)):
+        what = f"a subclass of {base.__module__}.{base.__qualname__}" if base is not None else "a class"
+        raise ConfigError(key, f"{path!r} is not {what}")
+    return cls

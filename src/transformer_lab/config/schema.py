@@ -232,7 +232,7 @@ class OptimConfig:
 
 def tasks_per_node(devices) -> int:
     """hydra/launcher=slurm's task count: one task per device, so trainer.devices must be a number. Resolved
-    while Hydra builds the launcher: the mistake reaches the command line's error line (command_line.composition_problem)."""
+    while Hydra builds the launcher: the mistake reaches the command line's error line (commands/train.py composition_problem)."""
     if isinstance(devices, int) and not isinstance(devices, bool) and devices >= 1:
         return devices
     raise ConfigError(

@@ -11,6 +11,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.batching.base import Batching
+from transformer_lab.config.checkpoint import misfits, shapes_of
 from transformer_lab.config.checks import NOT_SETTINGS, check_pair, check_settings
 from transformer_lab.config.classes import (
     A_NETWORK,
@@ -20,6 +21,7 @@ from transformer_lab.config.classes import (
     check_model,
     fits,
     form_read,
+    import_class,
     listed,
     model_class,
     target_class,
@@ -30,8 +32,7 @@ from transformer_lab.config.schema import SETTINGS
 from transformer_lab.config.trainer import check_trainer
 from transformer_lab.data.base import DATA_DECIDED
 from transformer_lab.errors import ConfigError, UserError, first_line
-from transformer_lab.imports import import_class
-from transformer_lab.store.checkpoint import checkpoint_of, misfits, model_state, read_checkpoint, shapes_of
+from transformer_lab.store.checkpoint import checkpoint_of, model_state, read_checkpoint
 from transformer_lab.store.origins import code_roots, restore_code
 from transformer_lab.tasks.metrics import Metric
 

@@ -20,10 +20,11 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from transformer_lab.config.checkpoint import check_changeable, check_compatible, check_optimizer_kept, shown
 from transformer_lab.config.command_line import override_key
 from transformer_lab.config.schema import SETTINGS
 from transformer_lab.errors import ConfigError, UserError, first_line
-from transformer_lab.store.checkpoint import check_compatible, checkpoint_path, flat, read_checkpoint
+from transformer_lab.store.checkpoint import checkpoint_path, flat, read_checkpoint
 from transformer_lab.store.files import read_json
 from transformer_lab.store.origins import (
     recorded_searchpath,
@@ -169,26 +170,6 @@ def _composed_again(overrides: list[str], path: Path) -> DictConfig:
         raise ConfigError("ckpt_path", f"{path}: its run's config cannot be composed again: {what}") from None
 
 
-# What a resume may change, as keys or the sections (and prefixes) they lie in: how long and on what it trains,
-# what it logs and watches, where its files are: never what it learns from or how (docs/runs.md). The model's
-# settings are checkpoint.check_compatible's (its CHANGEABLE_KEYS), the optimizer's state's KEPT_IN_THE_OPTIMIZER.
-CHANGEABLE_ON_RESUME = (
-    "ckpt_path",
-    "trainer",
-    "logger",
-    "callbacks",
-    "paths",
-    "attention_kernel",
-    "objective",
-    "optim.decay_steps",  # a longer schedule than the run's, chosen (else it keeps the run's horizon)
-    "data.path",  # the same files elsewhere (their SHA-256 is checked: checkpoint.check_same_data)
-    "data.cache_dir",
-    "data.num_workers",
-    "data.val_batch_size",
-    "task.sample",  # what validation generates to show, not what trains
-    "task.decode",
-)
-_HOW_IT_STARTED = ("init_from", "init_strict", "overwrite", "model_sizes")  # (validate refuses them with ckpt_path)
 _STARTED = ("ckpt_path", "init_from", "init_strict", "overwrite")  # how the run was started, not what it trained
 
 
@@ -197,28 +178,6 @@ def changed_leaves(before: DictConfig, after: DictConfig) -> dict[str, tuple]:
     old = flat(OmegaConf.to_container(before, resolve=True, enum_to_str=True, throw_on_missing=False))
     new = flat(OmegaConf.to_container(after, resolve=True, enum_to_str=True, throw_on_missing=False))
     return {key: (old.get(key), new.get(key)) for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)}
-
-
-def _changeable(key: str) -> bool:
-    return key.startswith("model.") or any(key == c or key.startswith(c + ".") for c in CHANGEABLE_ON_RESUME)
-
-
-def _shown(value) -> str:
-    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def check_changeable(changes: dict[str, tuple], path: str, typed: list[str] = ()) -> None:
-    """The command line's changes of a resume, each among CHANGEABLE_ON_RESUME, or refused naming the key (one the
-    command line gave before one that follows from it: `seed` before data.seed's ${seed})."""
-    for key in sorted(changes, key=lambda k: k not in typed):
-        trained, given = changes[key]
-        if not _changeable(key) and key not in _HOW_IT_STARTED:
-            raise ConfigError(
-                key,
-                f"{path} was trained with {key}={_shown(trained)}, and a resume continues it as it was trained (it may "
-                f"change only {', '.join(CHANGEABLE_ON_RESUME)}: docs/runs.md); resume without {key}={_shown(given)}, "
-                f"or start a new run from its weights with init_from={path}",
-            )
 
 
 def as_trained(cfg: DictConfig, trained: dict, changes: dict[str, tuple]) -> DictConfig:
@@ -242,11 +201,11 @@ def as_trained(cfg: DictConfig, trained: dict, changes: dict[str, tuple]) -> Dic
         parent, _, name = key.rpartition(".")
         with open_dict(cfg):
             del OmegaConf.select(cfg, parent)[name]
-        kept.append(f"no {key} (the files now say {_shown(current[key])})")
+        kept.append(f"no {key} (the files now say {shown(current[key])})")
     for key, value in saved.items():
         if key not in current and key.split(".")[0] in own:
             OmegaConf.update(cfg, key, value, force_add=True)
-            kept.append(f"{key}={_shown(value)} (the files now leave it out)")
+            kept.append(f"{key}={shown(value)} (the files now leave it out)")
             continue
         if key not in current or current[key] == value or key in changes:
             continue
@@ -260,7 +219,7 @@ def as_trained(cfg: DictConfig, trained: dict, changes: dict[str, tuple]) -> Dic
                 continue
         OmegaConf.update(cfg, key, value, force_add=True)
         if not (key == "optim.decay_steps" and current[key] is None):  # (the horizon a resume recorded: below)
-            kept.append(f"{key}={_shown(value)} (the files now say {_shown(current[key])})")
+            kept.append(f"{key}={shown(value)} (the files now say {shown(current[key])})")
     if kept:
         log.info("resume: the run continues as it was trained: %s", ", ".join(kept))
     horizon = (trained.get("trainer") or {}).get("max_steps")
@@ -272,35 +231,6 @@ def as_trained(cfg: DictConfig, trained: dict, changes: dict[str, tuple]) -> Dic
     ):
         OmegaConf.update(cfg, "optim.decay_steps", horizon)  # (null meant the run's trainer.max_steps: kept)
     return cfg
-
-
-# optim.* settings the optimizer's state holds in its parameter groups (learning rates as the schedule's base),
-# which a resume takes up from the checkpoint rather than from the config
-KEPT_IN_THE_OPTIMIZER = (
-    "lr",
-    "weight_decay",
-    "betas",
-    "eps",
-    "pretrained_lr",
-    "muon_lr",
-    "muon_momentum",
-    "muon_shape_scaling",
-)
-
-
-def check_optimizer_kept(resumed: Resumed, cfg: DictConfig) -> None:
-    """A resume that changes one of KEPT_IN_THE_OPTIMIZER would record the new value and step with the old one:
-    refused, naming the key (a schedule's min_lr, warmup_steps and decay_steps are computed anew, and change)."""
-    saved = resumed.config.get("optim") or {}
-    now = OmegaConf.to_container(cfg.optim, resolve=True, enum_to_str=True)
-    for key in KEPT_IN_THE_OPTIMIZER:
-        if key in saved and key in now and saved[key] != now[key]:
-            raise ConfigError(
-                f"optim.{key}",
-                f"{resumed.path}'s optimizer state steps with optim.{key}={saved[key]}, which a resume takes up: "
-                f"resume without optim.{key}={now[key]}, or start a new run from its weights with "
-                f"init_from={resumed.path}",
-            )
 
 
 def nothing_to_do(cfg: DictConfig, resumed: Resumed) -> bool:

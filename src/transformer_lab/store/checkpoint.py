@@ -11,15 +11,12 @@ from typing import Any
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from transformer_lab.errors import ConfigError, UserError, first_line
 from transformer_lab.store.atomic import atomic_write
 from transformer_lab.store.files import existing_file
 from transformer_lab.store.rundir import LOCK, OVERWRITTEN, recover
-
-# Model keys a resumed run may change; every other one decides the architecture.
-CHANGEABLE_KEYS = ("dropout", "compile")
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -91,129 +88,6 @@ def flat(section: dict, prefix: str = "") -> dict:
         else:
             out[f"{prefix}{key}"] = value
     return out
-
-
-def changed_settings(saved_config: dict, cfg: DictConfig, sections: tuple[str, ...] = ("model", "data")) -> dict:
-    """{key: (the checkpoint's run's value, this run's)} for every setting of `sections` that differs."""
-    ours = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    changed = {}
-    for section in sections:
-        saved, now = (
-            flat(saved_config.get(section) or {}, f"{section}."),
-            flat(ours.get(section) or {}, f"{section}."),
-        )
-        changed.update(
-            {
-                key: (saved.get(key), now.get(key))
-                for key in sorted(set(saved) | set(now))
-                if saved.get(key) != now.get(key)
-            }
-        )
-    return changed
-
-
-def _listed(changed: dict) -> str:
-    return ", ".join(f"{key}={new} (the checkpoint's: {old})" for key, (old, new) in changed.items())
-
-
-def check_compatible(saved_config: dict, cfg: DictConfig, path: str) -> None:
-    """A run resumes only a checkpoint of the same architecture on the same data: every model setting
-    that differs is named at once (those a resumed run may change, CHANGEABLE_KEYS, aside)."""
-    if saved_config["data"]["name"] != cfg.data.name:
-        raise ConfigError(
-            "ckpt_path",
-            f"{path} was trained with data={saved_config['data']['name']}, this run has data={cfg.data.name}",
-        )
-    changed = {
-        key: values
-        for key, values in changed_settings(saved_config, cfg, ("model",)).items()
-        if key.removeprefix("model.") not in CHANGEABLE_KEYS
-    }
-    if changed:
-        raise ConfigError(
-            "ckpt_path",
-            f"{path} holds another model than this run's: {_listed(changed)}. Resume "
-            "without changing them (a resumed run starts from its checkpoint's settings)",
-        )
-
-
-def misfits(path: str | Path, saved: dict, ours: dict, changed: dict | None = None, prefix: str = "") -> str | None:
-    """The one message for a checkpoint whose tensors do not fit the model as its code builds it now (a model
-    class of the user's own changed since, or a setting that decides a shape): every tensor missing from the
-    checkpoint, every one unexpected in it, every shape that differs (both shapes), the `changed` settings
-    ({key: (the checkpoint's run's value, now)}), and what works instead. None where everything fits.
-    `saved`, `ours`: {name: shape}; `prefix` (the task's `model.`) is left out of the names shown."""
-    missing = sorted(key.removeprefix(prefix) for key in set(ours) - set(saved))
-    unexpected = sorted(key.removeprefix(prefix) for key in set(saved) - set(ours))
-    shapes = sorted(
-        f"{key.removeprefix(prefix)} {list(saved[key])} in the checkpoint, {list(shape)} in the model"
-        for key, shape in ours.items()
-        if key in saved and tuple(saved[key]) != tuple(shape)
-    )
-    if not (missing or unexpected or shapes):
-        return None
-    parts = [
-        f"{what} ({len(names)}): {', '.join(names)}"
-        for what, names in (
-            ("missing from the checkpoint", missing),
-            ("unexpected in it", unexpected),
-            ("of other shapes", shapes),
-        )
-        if names
-    ]
-    settings = f"; settings that differ from the checkpoint's run: {_listed(changed)}" if changed else ""
-    instead = "Change those settings back" if changed else "Restore the model code it was written with"
-    return (
-        f"{path} holds tensors that do not fit the model as its code builds it now: {'; '.join(parts)}{settings}. "
-        f"{instead}, or start a new run from its weights with init_from={path} (the tensors that fit are loaded, "
-        "the others initialised)"
-    )
-
-
-def shapes_of(state: dict) -> dict:
-    """{name: shape} of a state dict."""
-    return {key: tuple(value.shape) for key, value in state.items()}
-
-
-def check_state_fits(path: str, saved_shapes: dict, saved_config: dict, cfg: DictConfig, task: torch.nn.Module) -> None:
-    """Resuming restores every tensor and the optimizer's state parameter by parameter, evaluating every
-    tensor: the checkpoint must hold exactly this model's tensors, of the same shapes. Checked here, before
-    Lightning loads anything, so a mismatch is one message naming every tensor and setting involved (the
-    message every command loading a checkpoint gives: `misfits`), not a size-mismatch traceback."""
-    message = misfits(path, saved_shapes, shapes_of(task.state_dict()), changed_settings(saved_config, cfg), "model.")
-    if message:
-        raise ConfigError("ckpt_path", message)
-
-
-def check_same_data(path: str, saved_meta: dict, datamodule, files_checked: bool = False) -> None:
-    """A run resumes only on the data its checkpoint was trained on: the same file contents (their SHA-256,
-    wherever the files are now; `files_checked`: before the data was set up, check_same_files) and the same
-    vocabulary, so every token id means what it meant and the splits are the same. (Checkpoints from before
-    data_files was recorded are checked by vocabulary only.)"""
-    if not files_checked:
-        check_same_files(path, saved_meta, datamodule.data.data_files())
-    for key, value in datamodule.data.checkpoint_meta().items():
-        if saved_meta.get(key) != value:
-            raise ConfigError(
-                "ckpt_path",
-                f"{path} holds another vocabulary ({key}) than this run's data gives: its token ids would "
-                "mean other pieces. Resume without changing the data.* settings, or start a new run with init_from",
-            )
-
-
-def check_same_files(path: str, saved_meta: dict, now: dict) -> None:
-    """The data files' SHA-256 now (`now`: data_files()) against what the checkpoint's run read; called before
-    the data is set up where the dataset can name its files then (nothing is encoded from changed files)."""
-    saved = saved_meta.get("data_files")
-    if saved and sorted(saved.values()) != sorted(now.values()):  # (a recorded {}: files not known then)
-        changed = [f"{name} (SHA-256 {digest[:12]}…)" for name, digest in now.items() if digest not in saved.values()]
-        raise ConfigError(
-            "ckpt_path",
-            f"{path} was trained on other data than this run reads: {', '.join(changed)} is not what it read (a "
-            "file changed since, or another file: the checkpoint records its files' SHA-256); resuming would read "
-            "other splits with another vocabulary. "
-            "Restore the data, or start a new run from its weights with init_from",
-        )
 
 
 def recover_enclosing(path: str | Path) -> None:
