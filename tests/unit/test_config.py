@@ -12,10 +12,12 @@ from omegaconf import OmegaConf
 from helpers.runs import ROOT, compose_cfg
 from transformer_lab.callbacks import RichProgressBar
 from transformer_lab.config.checks import validate
-from transformer_lab.errors import ConfigError
-from transformer_lab.run.build import build_model, make_datamodule
 
 # DESIGN.md's model x data matrix; the code computes it from what models and data modules declare.
+from transformer_lab.config.classes import make_datamodule
+from transformer_lab.errors import ConfigError
+from transformer_lab.run.build import build_model
+
 SUPPORTED = {
     "gpt": ("shakespeare", "modular", "translation", "text"),
     "encdec": ("translation", "modular"),
@@ -418,8 +420,8 @@ def test_the_bases_name_every_attribute_read_from_a_dataset_and_from_a_tasks_bat
     ],
 )
 def test_a_task_yamls_batches_and_metrics_are_checked_before_the_run(tmp_path, override, message):
+    from transformer_lab.config.classes import check_buildable
     from transformer_lab.errors import ConfigError
-    from transformer_lab.run.build import check_buildable
 
     with pytest.raises(ConfigError) as refused:
         check_buildable(compose_cfg(["model=gpt", "data=shakespeare", override], tmp_path))
@@ -473,8 +475,8 @@ class Bare(nn.Module):
     ],
 )
 def test_what_a_task_calls_on_a_model_is_checked_before_the_run(tmp_path, monkeypatch, overrides, lacks):
+    from transformer_lab.config.classes import check_buildable
     from transformer_lab.errors import ConfigError
-    from transformer_lab.run.build import check_buildable
 
     (tmp_path / "bare.py").write_text(NO_GENERATE)
     (tmp_path / "conf" / "model").mkdir(parents=True)

@@ -27,8 +27,8 @@ def test_train_commands_in_the_docs_compose_as_written(doc, overrides, error, tm
     from hydra.errors import ConfigCompositionException
 
     from transformer_lab.config.checks import validate
+    from transformer_lab.config.classes import check_buildable
     from transformer_lab.errors import ConfigError
-    from transformer_lab.run.build import check_buildable
 
     args = [o for o in overrides.split() if o not in ("-m", "--help", "--cfg", "job")]
     args = [o.split("=")[0] + "=" + o.split("=")[1].split(",")[0] if "=[" not in o else o for o in args]

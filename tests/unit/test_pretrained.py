@@ -535,9 +535,9 @@ def test_a_character_level_gpt_exports_with_a_tokenizer_transformers_reads(tmp_p
 def test_a_checkpoint_directory_is_checked_whole_before_the_run(tmp_path):
     import shutil
 
+    from transformer_lab.config.classes import check_buildable
     from transformer_lab.errors import UserError
     from transformer_lab.pretrained.load import apply
-    from transformer_lab.run.build import check_buildable
 
     tokenizer = bpe_tokenizer()
     rows = tokenizer.get_vocab_size()

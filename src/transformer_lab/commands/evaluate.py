@@ -47,12 +47,19 @@ def evaluate(
     import transformer_lab.config.schema  # noqa: F401  (registers the config schemas)
     from transformer_lab.config.checkpoint import check_compatible, check_state_fits
     from transformer_lab.config.checks import validate
+    from transformer_lab.config.classes import check_buildable
     from transformer_lab.config.trainer import trainer_arguments
     from transformer_lab.errors import ConfigError, first_line
-    from transformer_lab.run.build import build, check_buildable
-    from transformer_lab.run.resume import merge_overrides, run_overrides
+    from transformer_lab.run.build import build
+    from transformer_lab.run.resume import merge_overrides
     from transformer_lab.store.checkpoint import checkpoint_of, read_checkpoint
-    from transformer_lab.store.origins import recorded_searchpath, restore_code, root_dir, with_searchpath
+    from transformer_lab.store.origins import (
+        recorded_searchpath,
+        restore_code,
+        root_dir,
+        run_overrides,
+        with_searchpath,
+    )
 
     path = checkpoint_of(target)
     checkpoint = read_checkpoint(path, mmap=True)  # its settings and shapes; Lightning reads the tensors

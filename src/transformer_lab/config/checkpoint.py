@@ -200,16 +200,33 @@ KEPT_IN_THE_OPTIMIZER = (
 )
 
 
-def check_optimizer_kept(resumed, cfg: DictConfig) -> None:
+def check_optimizer_kept(path: str, saved_config: dict, cfg: DictConfig) -> None:
     """A resume that changes one of KEPT_IN_THE_OPTIMIZER would record the new value and step with the old one:
     refused, naming the key (a schedule's min_lr, warmup_steps and decay_steps are computed anew, and change)."""
-    saved = resumed.config.get("optim") or {}
+    saved = saved_config.get("optim") or {}
     now = OmegaConf.to_container(cfg.optim, resolve=True, enum_to_str=True)
     for key in KEPT_IN_THE_OPTIMIZER:
         if key in saved and key in now and saved[key] != now[key]:
             raise ConfigError(
                 f"optim.{key}",
-                f"{resumed.path}'s optimizer state steps with optim.{key}={saved[key]}, which a resume takes up: "
+                f"{path}'s optimizer state steps with optim.{key}={saved[key]}, which a resume takes up: "
                 f"resume without optim.{key}={now[key]}, or start a new run from its weights with "
-                f"init_from={resumed.path}",
+                f"init_from={path}",
             )
+
+
+def check_resume(path: str, saved_config: dict, cfg: DictConfig, changes: dict[str, tuple], typed: list[str]) -> None:
+    """A resume's config against the checkpoint at `path`, whose run was trained with `saved_config`: the
+    model's settings and the data's kept (check_compatible), the optimizer's state taken up (its kind and
+    KEPT_IN_THE_OPTIMIZER), and every change of the command line (`changes`; `typed`: the keys it gave) among
+    CHANGEABLE_ON_RESUME."""
+    check_compatible(saved_config, cfg, path)
+    saved_optimizer = (saved_config.get("optim") or {}).get("name")
+    if saved_optimizer is not None and saved_optimizer != cfg.optim.name:
+        raise ConfigError(
+            "optim.name",
+            f"{path} holds {saved_optimizer}'s optimizer state, which {cfg.optim.name} cannot take up: resume with "
+            f"optim.name={saved_optimizer}, or start a new run from its weights with init_from={path}",
+        )
+    check_optimizer_kept(path, saved_config, cfg)
+    check_changeable(changes, path, typed)

@@ -21,7 +21,9 @@ from functools import cache
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.batching.base import Batching
-from transformer_lab.config.checks import no_such_key
+from transformer_lab.config.checks import NOT_SETTINGS, check_pair, check_settings, no_such_key
+from transformer_lab.config.schema import SETTINGS
+from transformer_lab.config.trainer import check_trainer
 from transformer_lab.errors import ConfigError, first_line
 from transformer_lab.tasks.metrics import Metric
 
@@ -236,3 +238,71 @@ def import_class(path, key: str, base: type | None = None) -> type:
         what = f"a subclass of {base.__module__}.{base.__qualname__}" if base is not None else "a class"
         raise ConfigError(key, f"{path!r} is not {what}")
     return cls
+
+
+def make_datamodule(cfg: DictConfig) -> Batching:
+    """The run's data module, built but not yet set up (no file is read): the dataset (data.*) inside the
+    batch transform the task's YAML names for the first form of raw splits it provides. The model's, the
+    task's and the data's declarations are checked against each other; the dataset's and the transform's
+    constructors check their own arguments."""
+    model_cls, task_cls, data_cls = model_class(cfg), task_class(cfg), target_class(cfg.data, "data")
+    batches = cfg.task.get("batches") or {}
+    if not fits(model_cls, task_cls, batches, data_cls):
+        if model_cls.architecture != task_cls.architecture:
+            why = (
+                f"task={cfg.task.name} trains {A_NETWORK[task_cls.architecture]}, "
+                f"model={cfg.model.name} is {A_NETWORK[model_cls.architecture]}"
+            )
+        else:
+            provides = ", ".join(getattr(data_cls, "provides", ())) or "nothing (it declares no `provides`)"
+            reads = ", ".join(batches) or "nothing (its YAML names no `batches`)"
+            why = f"task={cfg.task.name} does not train on data={cfg.data.name} (it reads {reads}; the data gives {provides})"
+        combinations = working_combinations(cfg)
+        these = [f"task={t}" for m, d, t, _ in combinations if (m, d) == (cfg.model.name, cfg.data.name)]
+        hint = f"model={cfg.model.name} data={cfg.data.name} trains with {' or '.join(these)}; " if these else ""
+        raise ConfigError("task", f"{why}; {hint}combinations that work: {listed(combinations)}")
+    settings = {
+        k: v
+        for k, v in OmegaConf.to_container(cfg.data, resolve=True, enum_to_str=True).items()
+        if k not in NOT_SETTINGS
+    }
+    check_arguments(data_cls, settings, "data")
+    data = data_cls(**settings)  # checks its own arguments (a ConfigError naming the key)
+    form = form_read(batches, data_cls)
+    batching_cls = import_class(batches[form], f"task.batches.{form}", Batching)
+    missing = [key for key in batching_cls.task_keys if key not in cfg.task]
+    if missing:
+        raise ConfigError(
+            f"task.batches.{form}",
+            f"{batching_cls.__qualname__} takes task.{', task.'.join(missing)} (its task_keys), which "
+            f"task={cfg.task.name} does not set",
+        )
+    datamodule = batching_cls(
+        data,
+        batch_size=cfg.data.batch_size,
+        val_batch_size=cfg.data.get("val_batch_size"),
+        seed=cfg.data.get("seed", cfg.seed),
+        **{key: cfg.task[key] for key in batching_cls.task_keys},  # the task's settings it declares it takes
+    )
+    check_pair(cfg, datamodule)
+    return datamodule
+
+
+def check_buildable(cfg: DictConfig) -> Batching:
+    """The checks of build() that need the classes but read no file: the model and data declarations fit,
+    the data module's and the model's own checks of their settings, and Lightning's of the trainer's.
+    Returns the data module, not set up."""
+    # a user's own task and model, once imported, by their dataclasses (ours: config.checks.validate)
+    task_cls = task_class(cfg)
+    if hasattr(task_cls, "config_class") and cfg.task.get("_target_") not in SETTINGS:
+        check_settings(cfg, "task", task_cls.config_class)
+    datamodule = make_datamodule(cfg)
+    if cfg.model.get("_target_") not in SETTINGS:
+        check_settings(cfg, "model", model_class(cfg).config_class)
+    for i, path in enumerate((cfg.task.get("metrics") or {}).get(datamodule.form) or []):
+        import_class(path, f"task.metrics.{datamodule.form}[{i}]", Metric)
+    check_model(cfg, datamodule)
+    check_trainer(cfg)
+    check_callbacks(cfg)
+    check_length(cfg, datamodule)
+    return datamodule

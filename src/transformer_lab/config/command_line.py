@@ -13,12 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.config.schema import CONF
 from transformer_lab.errors import UserError, first_line
-
-
-def override_key(override: str) -> str:
-    """The key an override sets, without its `+` (add) or `~` (delete) prefix."""
-    return override.split("=", 1)[0].lstrip("+~")
-
+from transformer_lab.store.origins import override_key
 
 # Hydra's flags that take a value (`--cfg job`): the value is no override
 FLAGS_WITH_VALUE = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",

@@ -43,7 +43,7 @@ def prepare(config: DictConfig) -> Prepared:
     validated = config.get("ckpt_path") is None
     if validated:
         validate(config)
-    from transformer_lab.run.build import check_buildable  # (imports torch and Lightning)
+    from transformer_lab.config.classes import check_buildable  # (imports torch and Lightning)
     from transformer_lab.run.resume import resume_config
 
     cfg, resumed, overrides = resume_config(config)

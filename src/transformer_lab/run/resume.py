@@ -14,52 +14,22 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from transformer_lab.config.checkpoint import check_changeable, check_compatible, check_optimizer_kept, shown
-from transformer_lab.config.command_line import override_key
+from transformer_lab.config.checkpoint import check_resume, shown
 from transformer_lab.config.schema import SETTINGS
 from transformer_lab.errors import ConfigError, UserError, first_line
-from transformer_lab.store.checkpoint import checkpoint_path, flat, read_checkpoint
+from transformer_lab.store.checkpoint import Resumed, checkpoint_path, flat, open_resumed
 from transformer_lab.store.files import read_json
 from transformer_lab.store.origins import (
-    recorded_searchpath,
-    restore_code,
-    root_dir,
+    override_key,
     searchpath_override,
-    with_searchpath,
 )
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Resumed:
-    """What a run resuming a checkpoint keeps of it for the checks after the model is built."""
-
-    path: str
-    config: dict  # the checkpoint's run's resolved config
-    shapes: dict[str, tuple[int, ...]]  # its tensors' shapes
-    step: int  # the training steps it holds
-    meta: dict  # what its run's data module wrote: vocabulary, data files
-    loggers: dict  # its loggers' runs by section: version (W&B's run id, ...) and name
-
-
-def run_overrides(path: Path, meta: dict) -> list[str] | None:
-    """The overrides the checkpoint's run was composed from, less those that only started it (the weights
-    it was initialised from: a checkpoint of the run holds its own; overwrite=true, which made room for it)."""
-    if meta.get("overrides") is not None:
-        overrides = list(meta["overrides"])
-    else:
-        record = path.parent.parent / ".hydra" / "overrides.yaml"
-        if not record.is_file():
-            return None
-        overrides = list(OmegaConf.load(record))
-    return [o for o in overrides if override_key(o) not in ("init_from", "init_strict", "overwrite")]
 
 
 def merge_overrides(base: list[str], top: list[str]) -> list[str]:
@@ -107,26 +77,8 @@ def resume_config(cfg: DictConfig) -> tuple[DictConfig, Resumed | None, list[str
     path = checkpoint_path(cfg)
     if path is None:
         return cfg, None, overrides
-    try:
-        checkpoint = read_checkpoint(path, mmap=True)  # its settings and shapes; Lightning reads the tensors
-    except UserError as e:
-        raise ConfigError("ckpt_path", str(e)) from None
-    meta = checkpoint["transformer_lab"]
-    try:  # the run's own code and config groups, wherever this command runs (store/origins.py)
-        restore_code(meta, str(path))
-        stored = run_overrides(path, meta)
-        if stored is not None:  # (a search path this command gives replaces the run's)
-            stored = with_searchpath(stored, overrides or [])
-            recorded_searchpath(stored, str(path))
-            recorded_searchpath(overrides, None)
-            if Path(cfg.paths.root_dir).absolute() != Path(meta["config"]["paths"]["root_dir"]):
-                stored += root_dir(meta, overrides or [])  # (resumed from elsewhere: its data where it was)
-    except UserError as e:
-        raise ConfigError("ckpt_path", str(e)) from None
-    shapes = {k: tuple(v.shape) for k, v in checkpoint["state_dict"].items()}
-    step, loggers = int(checkpoint.get("global_step") or 0), dict(checkpoint.get("loggers") or {})
-    resumed = Resumed(str(path), meta["config"], shapes, step, meta, loggers)
-    del checkpoint
+    resumed = open_resumed(path, overrides, cfg.paths.root_dir)
+    stored = resumed.overrides
     # Another data or model option cannot resume this checkpoint (nor be composed on its run's overrides).
     chosen = {o.split("=", 1)[0].lstrip("+"): o.split("=", 1)[1] for o in overrides or () if "=" in o}
     for group in ("data", "model", "task"):
@@ -144,16 +96,9 @@ def resume_config(cfg: DictConfig) -> tuple[DictConfig, Resumed | None, list[str
         cfg = _composed_again(overrides, path)  # ... and with this command's on top: the difference is its
         changes = changed_leaves(trained, cfg)
         cfg = as_trained(cfg, resumed.config, changes)
-    check_compatible(resumed.config, cfg, resumed.path)
-    saved_optimizer = (resumed.config.get("optim") or {}).get("name")
-    if saved_optimizer is not None and saved_optimizer != cfg.optim.name:
-        raise ConfigError(
-            "optim.name",
-            f"{path} holds {saved_optimizer}'s optimizer state, which {cfg.optim.name} cannot take up: resume with "
-            f"optim.name={saved_optimizer}, or start a new run from its weights with init_from={path}",
-        )
-    check_optimizer_kept(resumed, cfg)
-    check_changeable(changes, resumed.path, [override_key(o) for o in HydraConfig.get().overrides.task])
+    check_resume(
+        resumed.path, resumed.config, cfg, changes, [override_key(o) for o in HydraConfig.get().overrides.task]
+    )
     return cfg, resumed, overrides
 
 

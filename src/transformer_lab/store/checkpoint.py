@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import pickle
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from omegaconf import DictConfig
 from transformer_lab.errors import ConfigError, UserError, first_line
 from transformer_lab.store.atomic import atomic_write
 from transformer_lab.store.files import existing_file
+from transformer_lab.store.origins import recorded_searchpath, restore_code, root_dir, run_overrides, with_searchpath
 from transformer_lab.store.rundir import LOCK, OVERWRITTEN, recover
 
 
@@ -141,3 +143,40 @@ def checkpoint_path(cfg: DictConfig) -> Path | None:
     if not path.is_file():
         raise ConfigError("ckpt_path", f"no checkpoint file at {path}")
     return path
+
+
+@dataclass
+class Resumed:
+    """What a run resuming a checkpoint keeps of it for the checks after the model is built."""
+
+    path: str
+    config: dict  # the checkpoint's run's resolved config
+    shapes: dict[str, tuple[int, ...]]  # its tensors' shapes
+    step: int  # the training steps it holds
+    meta: dict  # what its run's data module wrote: vocabulary, data files
+    loggers: dict  # its loggers' runs by section: version (W&B's run id, ...) and name
+    overrides: list[str] | None  # what its run was composed from, for this command (None: not recorded)
+
+
+def open_resumed(path: Path, given: list[str] | None, root: str) -> Resumed:
+    """The run a checkpoint belongs to, read once: its config, tensors' shapes, step, loggers and data, its code
+    put back on the import path, and the overrides its run was composed from as this command composes them
+    again (`given`: this command's; a search path it gives replaces the run's, each folder checked; `root`: this
+    command's paths.root_dir, where the run's own is added when it ran elsewhere). A problem is one line naming
+    ckpt_path."""
+    try:
+        checkpoint = read_checkpoint(path, mmap=True)  # its settings and shapes; Lightning reads the tensors
+        meta = checkpoint["transformer_lab"]
+        restore_code(meta, str(path))  # the run's own code and config groups, wherever this command runs
+        stored = run_overrides(path, meta)
+        if stored is not None:  # (a search path this command gives replaces the run's)
+            stored = with_searchpath(stored, given or [])
+            recorded_searchpath(stored, str(path))
+            recorded_searchpath(given, None)
+            if Path(root).absolute() != Path(meta["config"]["paths"]["root_dir"]):
+                stored += root_dir(meta, given or [])  # (resumed from elsewhere: its data where it was)
+    except UserError as e:
+        raise ConfigError("ckpt_path", str(e)) from None
+    shapes = {k: tuple(v.shape) for k, v in checkpoint["state_dict"].items()}
+    step, loggers = int(checkpoint.get("global_step") or 0), dict(checkpoint.get("loggers") or {})
+    return Resumed(str(path), meta["config"], shapes, step, meta, loggers, stored)
