@@ -5,13 +5,16 @@ refusal is one line naming the key (docs/runs.md)."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
+from transformer_lab.config.schema import SETTINGS
 from transformer_lab.errors import ConfigError
-from transformer_lab.store.checkpoint import flat
+
+log = logging.getLogger(__name__)
 
 # Model keys a resumed run may change; every other one decides the architecture.
 CHANGEABLE_KEYS = ("dropout", "compile")
@@ -230,3 +233,90 @@ def check_resume(path: str, saved_config: dict, cfg: DictConfig, changes: dict[s
         )
     check_optimizer_kept(path, saved_config, cfg)
     check_changeable(changes, path, typed)
+
+
+def flat(section: dict, prefix: str = "") -> dict:
+    """{dotted.key: value} of a nested dict's leaves."""
+    out = {}
+    for key, value in section.items():
+        if isinstance(value, dict):
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+_STARTED = ("ckpt_path", "init_from", "init_strict", "overwrite")  # how the run was started, not what it trained
+
+
+def changed_leaves(before: DictConfig, after: DictConfig) -> dict[str, tuple]:
+    """{key: (before's value, after's)} for every resolved value that differs (a key in one only, too)."""
+    old = flat(OmegaConf.to_container(before, resolve=True, enum_to_str=True, throw_on_missing=False))
+    new = flat(OmegaConf.to_container(after, resolve=True, enum_to_str=True, throw_on_missing=False))
+    return {key: (old.get(key), new.get(key)) for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)}
+
+
+def as_trained(cfg: DictConfig, trained: dict, changes: dict[str, tuple]) -> DictConfig:
+    """`cfg` (today's composition of the run's overrides and this command's) with every value the checkpoint's
+    run resolved put back, but those this command changes and where the run's files are (paths, and values that
+    differ only by them: a checkpoint resumed into another directory writes there). What an edited YAML file
+    would change of a trained run is logged, and not changed. The schedule keeps the run's horizon."""
+    was = trained.get("paths") or {}
+    now = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True, throw_on_missing=False)
+    moved = [
+        (str(was[k]), str(now["paths"][k]))
+        for k in ("output_dir", "root_dir")
+        if was.get(k) and (now.get("paths") or {}).get(k) and was[k] != now["paths"][k]
+    ]
+    current, saved = flat(now), flat(trained)
+    # A user's own model, data or task section has no schema: it is the trained one, key for key (a key the
+    # YAML has added since is dropped, one it has lost comes back); ours keep the keys their schema has now.
+    own = [s for s in ("model", "data", "task") if (trained.get(s) or {}).get("_target_") not in (None, *SETTINGS)]
+    kept = []
+    for key in [k for k in current if k.split(".")[0] in own and k not in saved and k not in changes]:
+        parent, _, name = key.rpartition(".")
+        with open_dict(cfg):
+            del OmegaConf.select(cfg, parent)[name]
+        kept.append(f"no {key} (the files now say {shown(current[key])})")
+    for key, value in saved.items():
+        if key not in current and key.split(".")[0] in own:
+            OmegaConf.update(cfg, key, value, force_add=True)
+            kept.append(f"{key}={shown(value)} (the files now leave it out)")
+            continue
+        if key not in current or current[key] == value or key in changes:
+            continue
+        if key.startswith("paths.") or key in _STARTED:
+            continue
+        if isinstance(value, str) and isinstance(current[key], str):
+            relocated = value
+            for old, new in moved:
+                relocated = relocated.replace(old, new)
+            if relocated == current[key]:
+                continue
+        OmegaConf.update(cfg, key, value, force_add=True)
+        if not (key == "optim.decay_steps" and current[key] is None):  # (the horizon a resume recorded: below)
+            kept.append(f"{key}={shown(value)} (the files now say {shown(current[key])})")
+    if kept:
+        log.info("resume: the run continues as it was trained: %s", ", ".join(kept))
+    horizon = (trained.get("trainer") or {}).get("max_steps")
+    if (
+        "optim.decay_steps" not in changes
+        and cfg.optim.get("decay_steps", "absent") is None
+        and isinstance(horizon, int)
+        and horizon > 0
+    ):
+        OmegaConf.update(cfg, "optim.decay_steps", horizon)  # (null meant the run's trainer.max_steps: kept)
+    return cfg
+
+
+def resumed_config(
+    trained: DictConfig, given: DictConfig, saved_config: dict, path: str, typed: list[str]
+) -> DictConfig:
+    """The config a resume runs: `given` (the run's recorded overrides with this command's, composed now) with
+    every value the checkpoint's run resolved (`saved_config`) put back but those this command changes, which
+    are found against `trained` (the run's overrides alone, composed now: so a YAML edited since cancels out)
+    and each checked (check_resume; `typed`: the keys the command line gave)."""
+    changes = changed_leaves(trained, given)
+    cfg = as_trained(given, saved_config, changes)
+    check_resume(path, saved_config, cfg, changes, typed)
+    return cfg

@@ -33,9 +33,8 @@ from transformer_lab.errors import ConfigError, UserError, first_line
 from transformer_lab.run.launch import ddp_process_command  # noqa: F401  (importing it patches Lightning's DDP launcher)
 from transformer_lab.run.loggers import build_loggers
 from transformer_lab.run.prepare import Prepared, build_run, prepare
-from transformer_lab.run.resume import logger_versions
 from transformer_lab.store.atomic import note_written
-from transformer_lab.store.checkpoint import AtomicCheckpointIO
+from transformer_lab.store.checkpoint import AtomicCheckpointIO, logger_versions
 from transformer_lab.store.files import read_json
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,6 @@ import logging
 import logging.handlers
 import re
 import shutil
-import sys
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
@@ -20,12 +19,11 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from transformer_lab.errors import UserError, exit_on_user_error
-from transformer_lab.run.prepare import Prepared, build_run, prepare
+from transformer_lab.run.prepare import build_run, prepare
 from transformer_lab.store.atomic import MANIFEST
 from transformer_lab.store.files import read_json
 from transformer_lab.store.rundir import (
     LOCK,
-    check_claim,
     claim,
     earlier_run,
     first_process,
@@ -35,26 +33,6 @@ from transformer_lab.store.rundir import (
 )
 
 log = logging.getLogger(__name__)
-
-
-def settled_before_building(prepared: Prepared, run_dir: Path, key: str) -> bool:
-    """A resume with nothing to do (its checkpoint at the step limit of a completed run), said so; else what
-    the claim of its run directory would refuse is refused now, before the run builds anything."""
-    from transformer_lab.run.resume import nothing_to_do
-
-    if not first_process():
-        return False
-    cfg, resumed = prepared.cfg, prepared.resumed
-    if resumed is not None and nothing_to_do(cfg, resumed):
-        print(
-            f"{resumed.path} is at step {resumed.step}, the run's trainer.max_steps={cfg.trainer.max_steps}, and "
-            f"its run completed: nothing to do, {run_dir} is left as it is (a higher trainer.max_steps trains it "
-            "further)",
-            file=sys.stderr,
-        )
-        return True
-    check_claim(run_dir, key, Path(resumed.path) if resumed else None, bool(cfg.get("overwrite")))
-    return False
 
 
 def remove_if_unused(run_dir: Path | None) -> None:
@@ -188,8 +166,8 @@ def check_and_run(cfg: DictConfig, run_dir: Path, key: str, start_time: float | 
     logging.getLogger().addHandler(early)
     stop_on_sigterm()  # (until training starts: a SystemExit, and what was claimed goes back)
     try:
-        prepared = prepare(cfg)  # (a mistake is told before torch and Lightning are imported)
-        if settled_before_building(prepared, run_dir, key):
+        prepared = prepare(cfg, run_dir, key)  # (a mistake is told before torch and Lightning are imported)
+        if prepared.settled:
             return read_json(run_dir / "summary.json") if key == "hydra.sweep.dir" else None
         from transformer_lab.run.fit import run  # (its Lightning settings, before anything is built)
 

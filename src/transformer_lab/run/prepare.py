@@ -12,12 +12,16 @@ training step puts the directory back as it was (main.py). A feature with a chec
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
 from transformer_lab.config.checks import validate
+from transformer_lab.store.checkpoint import nothing_to_do
+from transformer_lab.store.rundir import check_claim, first_process
 
 log = logging.getLogger(__name__)
 
@@ -34,12 +38,15 @@ class Prepared:
     model: Any = None  # build_run's: the model, the task and the callbacks' instances
     task: Any = None
     callbacks: list = field(default_factory=list)
+    settled: bool = False  # a resume with nothing to do: said so, and nothing is built
 
 
-def prepare(config: DictConfig) -> Prepared:
+def prepare(config: DictConfig, run_dir: Path | None = None, key: str = "hydra.run.dir") -> Prepared:
     """The one validation pass of a run's config, and its data module's construction: what needs no torch
     first (a new run's mistakes answer before torch is imported), then the config a resume takes from its
-    checkpoint, the model's, task's and data's declarations and settings, and the Trainer's arguments."""
+    checkpoint, the model's, task's and data's declarations and settings, and the Trainer's arguments. Last,
+    what the claim of `run_dir` (default: paths.output_dir) would refuse (`key`: the setting that names it), or a resume with nothing to
+    do (`settled`)."""
     validated = config.get("ckpt_path") is None
     if validated:
         validate(config)
@@ -53,7 +60,9 @@ def prepare(config: DictConfig) -> Prepared:
         cfg, overrides = apply(cfg, overrides)
     if cfg is not config or not validated:
         validate(cfg)
-    return Prepared(cfg, resumed, overrides, cfg is not config, check_buildable(cfg))
+    prepared = Prepared(cfg, resumed, overrides, cfg is not config, check_buildable(cfg))
+    prepared.settled = settled_before_building(prepared, run_dir or Path(cfg.paths.output_dir), key)
+    return prepared
 
 
 def build_run(prepared: Prepared) -> Prepared:
@@ -113,3 +122,22 @@ def checked_callback(name: str, callback, model, datamodule):
                 raise ConfigError(f"callbacks.{name}.{setting}", why) from None
             raise ConfigError(f"callbacks.{name}", first_line(e)) from None
     return callback
+
+
+def settled_before_building(prepared: Prepared, run_dir: Path, key: str) -> bool:
+    """A resume with nothing to do (its checkpoint at the step limit of a completed run), said so; else what
+    the claim of its run directory would refuse is refused now, before the run builds anything."""
+
+    if not first_process():
+        return False
+    cfg, resumed = prepared.cfg, prepared.resumed
+    if resumed is not None and nothing_to_do(cfg, resumed):
+        print(
+            f"{resumed.path} is at step {resumed.step}, the run's trainer.max_steps={cfg.trainer.max_steps}, and "
+            f"its run completed: nothing to do, {run_dir} is left as it is (a higher trainer.max_steps trains it "
+            "further)",
+            file=sys.stderr,
+        )
+        return True
+    check_claim(run_dir, key, Path(resumed.path) if resumed else None, bool(cfg.get("overwrite")))
+    return False

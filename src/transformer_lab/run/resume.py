@@ -17,13 +17,11 @@ import os
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 
-from transformer_lab.config.checkpoint import check_resume, shown
-from transformer_lab.config.schema import SETTINGS
-from transformer_lab.errors import ConfigError, UserError, first_line
-from transformer_lab.store.checkpoint import Resumed, checkpoint_path, flat, open_resumed
-from transformer_lab.store.files import read_json
+from transformer_lab.config.checkpoint import check_resume, resumed_config
+from transformer_lab.errors import ConfigError, first_line
+from transformer_lab.store.checkpoint import Resumed, checkpoint_path, open_resumed
 from transformer_lab.store.origins import (
     override_key,
     searchpath_override,
@@ -88,17 +86,15 @@ def resume_config(cfg: DictConfig) -> tuple[DictConfig, Resumed | None, list[str
                 "ckpt_path",
                 f"{path} was trained with {group}={resumed.config[group]['name']}, this run has {group}={option}",
             )
-    changes: dict = {}
+    typed = [override_key(o) for o in HydraConfig.get().overrides.task] if HydraConfig.initialized() else []
     if stored is not None and overrides is not None:
         where = [o for o in overrides if override_key(o) == "hydra.searchpath"]  # (the groups' folders now)
         overrides = merge_overrides(stored, overrides)
         trained = _composed_again(merge_overrides(stored, where), path)  # the run's overrides with today's YAML ...
-        cfg = _composed_again(overrides, path)  # ... and with this command's on top: the difference is its
-        changes = changed_leaves(trained, cfg)
-        cfg = as_trained(cfg, resumed.config, changes)
-    check_resume(
-        resumed.path, resumed.config, cfg, changes, [override_key(o) for o in HydraConfig.get().overrides.task]
-    )
+        given = _composed_again(overrides, path)  # ... and with this command's on top: the difference is its
+        cfg = resumed_config(trained, given, resumed.config, resumed.path, typed)
+    else:
+        check_resume(resumed.path, resumed.config, cfg, {}, typed)
     return cfg, resumed, overrides
 
 
@@ -113,86 +109,3 @@ def _composed_again(overrides: list[str], path: Path) -> DictConfig:
             group, _, option = e.missing_cfg_file.rpartition("/")
             what = f"{group}={option} is in none of its config groups' folders (hydra.searchpath)"
         raise ConfigError("ckpt_path", f"{path}: its run's config cannot be composed again: {what}") from None
-
-
-_STARTED = ("ckpt_path", "init_from", "init_strict", "overwrite")  # how the run was started, not what it trained
-
-
-def changed_leaves(before: DictConfig, after: DictConfig) -> dict[str, tuple]:
-    """{key: (before's value, after's)} for every resolved value that differs (a key in one only, too)."""
-    old = flat(OmegaConf.to_container(before, resolve=True, enum_to_str=True, throw_on_missing=False))
-    new = flat(OmegaConf.to_container(after, resolve=True, enum_to_str=True, throw_on_missing=False))
-    return {key: (old.get(key), new.get(key)) for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)}
-
-
-def as_trained(cfg: DictConfig, trained: dict, changes: dict[str, tuple]) -> DictConfig:
-    """`cfg` (today's composition of the run's overrides and this command's) with every value the checkpoint's
-    run resolved put back, but those this command changes and where the run's files are (paths, and values that
-    differ only by them: a checkpoint resumed into another directory writes there). What an edited YAML file
-    would change of a trained run is logged, and not changed. The schedule keeps the run's horizon."""
-    was = trained.get("paths") or {}
-    now = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True, throw_on_missing=False)
-    moved = [
-        (str(was[k]), str(now["paths"][k]))
-        for k in ("output_dir", "root_dir")
-        if was.get(k) and (now.get("paths") or {}).get(k) and was[k] != now["paths"][k]
-    ]
-    current, saved = flat(now), flat(trained)
-    # A user's own model, data or task section has no schema: it is the trained one, key for key (a key the
-    # YAML has added since is dropped, one it has lost comes back); ours keep the keys their schema has now.
-    own = [s for s in ("model", "data", "task") if (trained.get(s) or {}).get("_target_") not in (None, *SETTINGS)]
-    kept = []
-    for key in [k for k in current if k.split(".")[0] in own and k not in saved and k not in changes]:
-        parent, _, name = key.rpartition(".")
-        with open_dict(cfg):
-            del OmegaConf.select(cfg, parent)[name]
-        kept.append(f"no {key} (the files now say {shown(current[key])})")
-    for key, value in saved.items():
-        if key not in current and key.split(".")[0] in own:
-            OmegaConf.update(cfg, key, value, force_add=True)
-            kept.append(f"{key}={shown(value)} (the files now leave it out)")
-            continue
-        if key not in current or current[key] == value or key in changes:
-            continue
-        if key.startswith("paths.") or key in _STARTED:
-            continue
-        if isinstance(value, str) and isinstance(current[key], str):
-            relocated = value
-            for old, new in moved:
-                relocated = relocated.replace(old, new)
-            if relocated == current[key]:
-                continue
-        OmegaConf.update(cfg, key, value, force_add=True)
-        if not (key == "optim.decay_steps" and current[key] is None):  # (the horizon a resume recorded: below)
-            kept.append(f"{key}={shown(value)} (the files now say {shown(current[key])})")
-    if kept:
-        log.info("resume: the run continues as it was trained: %s", ", ".join(kept))
-    horizon = (trained.get("trainer") or {}).get("max_steps")
-    if (
-        "optim.decay_steps" not in changes
-        and cfg.optim.get("decay_steps", "absent") is None
-        and isinstance(horizon, int)
-        and horizon > 0
-    ):
-        OmegaConf.update(cfg, "optim.decay_steps", horizon)  # (null meant the run's trainer.max_steps: kept)
-    return cfg
-
-
-def nothing_to_do(cfg: DictConfig, resumed: Resumed) -> bool:
-    """Whether resuming would only rewrite files: the checkpoint has reached this run's step limit, and
-    the run it belongs to completed (else its test is still to run)."""
-    if not 0 < cfg.trainer.max_steps <= resumed.step:
-        return False
-    summary = Path(resumed.path).parent.parent / "summary.json"
-    try:
-        return read_json(summary).get("status") == "completed"
-    except UserError:
-        return False
-
-
-def logger_versions(cfg: DictConfig, resumed: Resumed | None) -> dict:
-    """The loggers' runs a resumed run goes on with: its checkpoint's, when that is this run directory's own
-    (a checkpoint resumed into another directory starts new runs there)."""
-    if resumed is None or not Path(resumed.path).absolute().is_relative_to(Path(cfg.paths.output_dir).absolute()):
-        return {}
-    return resumed.loggers

@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 
 from transformer_lab.errors import ConfigError, UserError, first_line
 from transformer_lab.store.atomic import atomic_write
-from transformer_lab.store.files import existing_file
+from transformer_lab.store.files import existing_file, read_json
 from transformer_lab.store.origins import recorded_searchpath, restore_code, root_dir, run_overrides, with_searchpath
 from transformer_lab.store.rundir import LOCK, OVERWRITTEN, recover
 
@@ -79,17 +79,6 @@ def read_checkpoint(path: str | Path, mmap: bool = False) -> dict:
         )
     meta["config"] = moved_classes(meta["config"])
     return checkpoint
-
-
-def flat(section: dict, prefix: str = "") -> dict:
-    """{dotted.key: value} of a nested dict's leaves."""
-    out = {}
-    for key, value in section.items():
-        if isinstance(value, dict):
-            out.update(flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def recover_enclosing(path: str | Path) -> None:
@@ -180,3 +169,23 @@ def open_resumed(path: Path, given: list[str] | None, root: str) -> Resumed:
     shapes = {k: tuple(v.shape) for k, v in checkpoint["state_dict"].items()}
     step, loggers = int(checkpoint.get("global_step") or 0), dict(checkpoint.get("loggers") or {})
     return Resumed(str(path), meta["config"], shapes, step, meta, loggers, stored)
+
+
+def nothing_to_do(cfg: DictConfig, resumed: Resumed) -> bool:
+    """Whether resuming would only rewrite files: the checkpoint has reached this run's step limit, and
+    the run it belongs to completed (else its test is still to run)."""
+    if not 0 < cfg.trainer.max_steps <= resumed.step:
+        return False
+    summary = Path(resumed.path).parent.parent / "summary.json"
+    try:
+        return read_json(summary).get("status") == "completed"
+    except UserError:
+        return False
+
+
+def logger_versions(cfg: DictConfig, resumed: Resumed | None) -> dict:
+    """The loggers' runs a resumed run goes on with: its checkpoint's, when that is this run directory's own
+    (a checkpoint resumed into another directory starts new runs there)."""
+    if resumed is None or not Path(resumed.path).absolute().is_relative_to(Path(cfg.paths.output_dir).absolute()):
+        return {}
+    return resumed.loggers
