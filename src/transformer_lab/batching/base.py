@@ -1,7 +1,7 @@
 """A task's batches: what a dataset's raw splits (data/base.py) become for one objective. A task's YAML names
-one transform per form it reads (`batches: {text: ..., pairs: ..., equations: ...}`); the factory builds the
+one transform per form it reads (`batches: {text: ..., pairs: ..., equations: ...}`); the build (run/build.py) builds the
 first the dataset provides, around the dataset, and gives it to Lightning as the run's data module. Every
-attribute the task, the factory and the commands read from it is named here; what is the dataset's alone (its
+attribute the task, the build and the commands read from it is named here; what is the dataset's alone (its
 specials, files, checkpoint record, references) they read from `.data`, the dataset (data/base.py).
 """
 
@@ -23,7 +23,7 @@ class Batching(L.LightningDataModule):
     command: str | None = None  # the inference command that serves a model trained on it (commands/inference.py)
     padding_fraction: float | None = None  # share of padding in training batches, once set up (summary.json)
     has_test_split: bool = False  # test batches (of the data's test split), evaluated once after training
-    # The task.* settings its constructor takes as keyword arguments (MaskedLM: mask_prob, ...): the factory
+    # The task.* settings its constructor takes as keyword arguments (MaskedLM: mask_prob, ...): the build
     # passes exactly these, checked by the task's settings dataclass (tasks/configs.py).
     task_keys: tuple[str, ...] = ()
 

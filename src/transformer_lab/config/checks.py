@@ -4,7 +4,7 @@ the key and what is valid.
 Runs before any data is read or any model built, and imports neither torch nor Lightning (but for a GPU
 check). Types, choices and unknown keys were already checked by the schemas in config.py while Hydra
 composed the config; the settings dataclasses of this repository's models and data check their own values
-here (check_settings); a user's own model or data module, once the factory imports it.
+here (check_settings); a user's own model or data module, once the build imports it (config/classes.py).
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ def validate(cfg: DictConfig) -> None:
         if cfg.get(section) is not None and cfg[section].get("_target_") in SETTINGS:
             check_settings(cfg, section, SETTINGS[cfg[section]._target_])
 
-    # the batch sizes the factory reads of every data section (a model's sizes are its dataclass's to check:
+    # the batch sizes the build reads of every data section (a model's sizes are its dataclass's to check:
     # models/configs.py check_sizes)
     _positive(cfg, "data", "batch_size")
     _require(

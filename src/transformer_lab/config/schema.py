@@ -143,7 +143,7 @@ class TrainerConfig:
     detect_anomaly: bool = False  # torch.autograd's anomaly detection: the op that made a nan, named
 
     def __post_init__(self):
-        # values Lightning takes and fails on later (what it refuses at once, trainer_args.check_trainer finds)
+        # values Lightning takes and fails on later (what it refuses at once, config/trainer.check_trainer finds)
         require(
             self.max_steps == -1 or self.max_steps >= 1,
             "max_steps",

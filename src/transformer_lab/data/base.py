@@ -1,5 +1,5 @@
 """What a dataset promises: its raw splits in one or more forms, and the vocabulary. Every attribute the
-batch transforms (batching/), the factory and the commands read from a dataset is named here.
+batch transforms (batching/), the build (run/build.py) and the commands read from a dataset is named here.
 
 A dataset of your own subclasses `DataModule`, declares the forms it `provides` and gives them:
 
@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from transformer_lab.data.configs import DATA_DECIDED  # noqa: F401 (the factory's contract, re-exported)
+from transformer_lab.data.configs import DATA_DECIDED  # noqa: F401 (the build's contract, re-exported)
 from transformer_lab.data.tokens import Specials
 from transformer_lab.errors import UserError, first_line
 from transformer_lab.store.files import sha256_file

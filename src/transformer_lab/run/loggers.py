@@ -134,7 +134,7 @@ class CSVLogger(LightningCSVLogger):
 
 class WandbLogger(LightningWandbLogger):
     """Lightning's W&B logger, quiet: W&B's banner, sync hints and end-of-run history stay out of the console
-    (they are in the run's files; run/loggers.py prints the one sync hint), and no "anonymous setting has no
+    (they are in the run's files; build_loggers above prints the one sync hint), and no "anonymous setting has no
     effect" warning: Lightning passes `anonymous=None` to wandb.init, which W&B 0.31 warns about since it
     removed anonymous mode (https://github.com/wandb/wandb/pull/10909). Lightning's arguments for wandb.init
     are a private attribute: tests/unit/test_upstream.py fails once Lightning stops passing `anonymous`."""

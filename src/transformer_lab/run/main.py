@@ -1,9 +1,9 @@
 """The train command's entry (the root train.py): Hydra composes the config and calls `main`, the task
 function, for a single run and for each job of a multirun alike. Hydra has made the run's directory and
 written nothing in it (conf/hydra/default.yaml: no record, no log file), so `main` checks the run first
-(`prepare.prepare`: the one validation pass), claims the directory (store/rundir.py), then records the run there
-(.hydra/, train.log) and trains it (train.run). The config is checked with OmegaConf and the settings
-dataclasses before torch and Lightning load."""
+(run/prepare.py: the one validation pass, then everything built and checked), claims the directory
+(store/rundir.py), then records the run there (.hydra/, train.log) and trains it (run/fit.py). The config is
+checked with OmegaConf and the settings dataclasses before torch and Lightning load."""
 
 from __future__ import annotations
 

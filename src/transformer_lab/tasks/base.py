@@ -67,8 +67,8 @@ class Task(L.LightningModule):
 
     @classmethod
     def build(cls, cfg, model: torch.nn.Module, datamodule, checkpoint_meta: dict, metrics: list[type]) -> Task:
-        """The task for a run's config, model and data module (the factory's one call), with the metrics its
-        YAML names for the form of data the batches read (`metrics`: their classes, imported by the factory)."""
+        """The task for a run's config, model and data module (run/build.py's one call), with the metrics its
+        YAML names for the form of data the batches read (`metrics`: their classes, imported by the build)."""
         settings = OmegaConf.to_container(cfg.task, resolve=True)
         task = cls(
             model,

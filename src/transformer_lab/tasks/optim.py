@@ -98,7 +98,7 @@ def muon_matrices(model: nn.Module) -> set[str]:
     return hidden
 
 
-# What each optimizer needs of a model, checked once the model is built, before the run trains (train.run)
+# What each optimizer needs of a model, checked once the model is built, before the run directory is claimed (run/prepare.py)
 NEEDS_OF_THE_MODEL = {"muon": muon_matrices}
 
 
