@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from transformer_lab.config.schema import SETTINGS
@@ -102,7 +101,7 @@ def shapes_of(state: dict) -> dict:
     return {key: tuple(value.shape) for key, value in state.items()}
 
 
-def check_state_fits(path: str, saved_shapes: dict, saved_config: dict, cfg: DictConfig, task: torch.nn.Module) -> None:
+def check_state_fits(path: str, saved_shapes: dict, saved_config: dict, cfg: DictConfig, task) -> None:
     """Resuming restores every tensor and the optimizer's state parameter by parameter, evaluating every
     tensor: the checkpoint must hold exactly this model's tensors, of the same shapes. Checked here, before
     Lightning loads anything, so a mismatch is one message naming every tensor and setting involved (the

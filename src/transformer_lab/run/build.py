@@ -119,6 +119,8 @@ def build(
             f"data={cfg.data.name}", f"{type(datamodule.data).__name__}.setup(): {first_line(e)}"
         ) from None
     model, from_data = build_model(cfg, datamodule)
+    task_cls, named = task_class(cfg), (cfg.task.get("metrics") or {}).get(datamodule.form) or []
+    metrics = [import_class(path, "task.metrics", Metric) for path in named]
     meta = {
         "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
         "model_args": from_data,
@@ -128,9 +130,7 @@ def build(
         "data_files": datamodule.data.data_files(),
         "code_roots": code_roots(cfg),  # where a user's classes were imported from (store/origins.py)
     }
-    named = (cfg.task.get("metrics") or {}).get(datamodule.form) or []
-    metrics = [import_class(path, "task.metrics", Metric) for path in named]
-    task = task_class(cfg).build(cfg, model, datamodule, meta, metrics)
+    task = task_cls.build(cfg, model, datamodule, meta, metrics)
     return datamodule, model, task
 
 

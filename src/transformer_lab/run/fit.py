@@ -13,6 +13,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelSummary, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -31,10 +32,9 @@ from transformer_lab.config.schema import ATTENTION_KERNELS
 from transformer_lab.config.trainer import trainer_arguments
 from transformer_lab.errors import ConfigError, UserError, first_line
 from transformer_lab.run.launch import ddp_process_command  # noqa: F401  (importing it patches Lightning's DDP launcher)
-from transformer_lab.run.loggers import build_loggers
+from transformer_lab.run.loggers import build_loggers, logger_versions
 from transformer_lab.run.prepare import Prepared, build_run, prepare
-from transformer_lab.store.atomic import note_written
-from transformer_lab.store.checkpoint import AtomicCheckpointIO, logger_versions
+from transformer_lab.store.atomic import atomic_write, note_written
 from transformer_lab.store.files import read_json
 
 log = logging.getLogger(__name__)
@@ -199,3 +199,12 @@ def run(cfg: DictConfig, start_time: float | None = None, prepared: Prepared | N
 
             wandb.finish(exit_code=0 if status == "completed" else 1)
     return result
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's own save goes through a temporary file that may sit on another filesystem, where the
+    final move is a copy; this one renames within the checkpoint's folder."""
+
+    def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
+        with atomic_write(path) as f:
+            torch.save(checkpoint, f)

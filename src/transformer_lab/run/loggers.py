@@ -143,3 +143,11 @@ class WandbLogger(LightningWandbLogger):
         kwargs.setdefault("settings", {"silent": True})  # (WandbLogger passes its other arguments to wandb.init)
         super().__init__(*args, **kwargs)
         self._wandb_init.pop("anonymous", None)
+
+
+def logger_versions(cfg: DictConfig, resumed) -> dict:
+    """The loggers' runs a resumed run goes on with: its checkpoint's, when that is this run directory's own
+    (a checkpoint resumed into another directory starts new runs there)."""
+    if resumed is None or not Path(resumed.path).absolute().is_relative_to(Path(cfg.paths.output_dir).absolute()):
+        return {}
+    return resumed.loggers

@@ -42,24 +42,23 @@ class Prepared:
 
 
 def prepare(config: DictConfig, run_dir: Path | None = None, key: str = "hydra.run.dir") -> Prepared:
-    """The one validation pass of a run's config, and its data module's construction: what needs no torch
-    first (a new run's mistakes answer before torch is imported), then the config a resume takes from its
-    checkpoint, the model's, task's and data's declarations and settings, and the Trainer's arguments. Last,
-    what the claim of `run_dir` (default: paths.output_dir) would refuse (`key`: the setting that names it), or a resume with nothing to
-    do (`settled`)."""
-    validated = config.get("ckpt_path") is None
-    if validated:
-        validate(config)
-    from transformer_lab.config.classes import check_buildable  # (imports torch and Lightning)
+    """The one validation pass of a run's config (a resume's: the one its checkpoint's run trained, with this
+    command's changes; init_from=hf:'s: the sizes that checkpoint gives the model), and its data module's
+    construction: what needs no torch first (a new run's mistakes answer before torch is imported), then the
+    model's, task's and data's declarations and settings, and the Trainer's arguments. Last, what the claim of
+    `run_dir` (default: paths.output_dir; `key`: the setting that names it) would refuse, or a resume with
+    nothing to do (`settled`)."""
     from transformer_lab.run.resume import resume_config
 
-    cfg, resumed, overrides = resume_config(config)
+    cfg, resumed, overrides = resume_config(config)  # (a new run's is its own: nothing read, torch not imported)
     if str(cfg.get("init_from") or "").startswith("hf:"):  # a Transformers checkpoint decides the model's settings
         from transformer_lab.pretrained.load import apply
 
+        validate(cfg)  # (the command line's mistakes before the checkpoint is read)
         cfg, overrides = apply(cfg, overrides)
-    if cfg is not config or not validated:
-        validate(cfg)
+    validate(cfg)
+    from transformer_lab.config.classes import check_buildable  # (imports torch and Lightning: a mistake is told first)
+
     prepared = Prepared(cfg, resumed, overrides, cfg is not config, check_buildable(cfg))
     prepared.settled = settled_before_building(prepared, run_dir or Path(cfg.paths.output_dir), key)
     return prepared
@@ -90,18 +89,18 @@ def build_run(prepared: Prepared) -> Prepared:
         if files:  # (none named before setup: checked once it is set up)
             check_same_files(resumed.path, resumed.meta, files)
     datamodule, model, task = build(cfg, prepared.overrides, datamodule=prepared.datamodule)
-    if resumed:
-        check_same_data(resumed.path, resumed.meta, datamodule, files_checked=bool(files))
-        check_state_fits(resumed.path, resumed.shapes, resumed.config, cfg, task)
-    if cfg.get("init_from"):
-        report, misfits, task.pretrained = init_weights(model, cfg.init_from, datamodule.data.checkpoint_meta())
-        _require(not (misfits and cfg.init_strict), "init_strict", f"not every tensor fits: {report}")
-        log.info(report)
     check_optimizer(str(cfg.optim.name), model)
     callbacks = []
     for name, settings in (cfg.callbacks or {}).items():
         if settings is not None:  # (null: dropped)
             callbacks.append(checked_callback(name, instantiate(settings), model, datamodule))
+    if cfg.get("init_from"):  # (a new run's: a resume's weights are its checkpoint's, checked next)
+        report, misfits, task.pretrained = init_weights(model, cfg.init_from, datamodule.data.checkpoint_meta())
+        _require(not (misfits and cfg.init_strict), "init_strict", f"not every tensor fits: {report}")
+        log.info(report)
+    if resumed:
+        check_same_data(resumed.path, resumed.meta, datamodule, files_checked=bool(files))
+        check_state_fits(resumed.path, resumed.shapes, resumed.config, cfg, task)
     prepared.datamodule, prepared.model, prepared.task, prepared.callbacks = datamodule, model, task, callbacks
     return prepared
 

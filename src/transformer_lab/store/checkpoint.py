@@ -8,27 +8,13 @@ import pickle
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import torch
-from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from omegaconf import DictConfig
 
 from transformer_lab.errors import ConfigError, UserError, first_line
-from transformer_lab.store.atomic import atomic_write
 from transformer_lab.store.files import existing_file, read_json
 from transformer_lab.store.origins import recorded_searchpath, restore_code, root_dir, run_overrides, with_searchpath
 from transformer_lab.store.rundir import LOCK, OVERWRITTEN, recover
-
-
-class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's own save goes through a temporary file that may sit on another filesystem, where the
-    final move is a copy; this one renames within the checkpoint's folder."""
-
-    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options=None) -> None:
-        with atomic_write(path) as f:
-            torch.save(checkpoint, f)
-
 
 # Classes a checkpoint's config names that have moved since it was written: read as their new paths, so a run
 # trained before the package took its folders (run/, store/, config/, commands/) resumes and loads as it was.
@@ -60,6 +46,8 @@ def read_checkpoint(path: str | Path, mmap: bool = False) -> dict:
         raise UserError(
             f"{path} is not a checkpoint (a .ckpt that train.py wrote): give a run directory or its checkpoints/*.ckpt"
         )
+    import torch  # (here: a run's checks before it trains do not import torch)
+
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as e:
@@ -181,11 +169,3 @@ def nothing_to_do(cfg: DictConfig, resumed: Resumed) -> bool:
         return read_json(summary).get("status") == "completed"
     except UserError:
         return False
-
-
-def logger_versions(cfg: DictConfig, resumed: Resumed | None) -> dict:
-    """The loggers' runs a resumed run goes on with: its checkpoint's, when that is this run directory's own
-    (a checkpoint resumed into another directory starts new runs there)."""
-    if resumed is None or not Path(resumed.path).absolute().is_relative_to(Path(cfg.paths.output_dir).absolute()):
-        return {}
-    return resumed.loggers
