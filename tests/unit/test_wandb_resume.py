@@ -35,14 +35,21 @@ def launched(monkeypatch, argv, launch):
     monkeypatch.setattr(loggers.sys, "argv", ["train.py", *argv])
 
 
-@pytest.fixture(autouse=True)
-def offline(monkeypatch):
-    monkeypatch.setenv("WANDB_MODE", "offline")  # (no key, never a prompt)
-    monkeypatch.setenv("WANDB_SILENT", "true")
+@pytest.fixture(scope="module")
+def wandb_service():
+    """W&B's service process, which the runs of this module start: one for them all, ended after the last."""
     yield
     import wandb
 
-    wandb.teardown()  # (W&B's service process, which the runs of this module started)
+    wandb.teardown()
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch, wandb_service):
+    monkeypatch.setenv("WANDB_MODE", "offline")  # (no key, never a prompt)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    # (not the list of installed packages W&B records with each run: about half a second each, and never read here)
+    monkeypatch.setenv("WANDB_X_SAVE_REQUIREMENTS", "false")
 
 
 def first_process(monkeypatch, cfg, argv, launch) -> tuple[dict, dict]:
