@@ -1,25 +1,17 @@
-"""What both tiers share at run time: one thread per process and the long-lived train.py of each worker.
+"""What both tiers share at run time: one thread per process, and each test's signal handling as a terminal's.
 Everything else the tests share is the package helpers/ (tests/ is on the path: pyproject's pythonpath)."""
 
 import os
 
-import pytest
-
-import transformer_lab.config.schema  # noqa: F401  (registers the schemas, for every test that composes a config)
-from helpers.runs import TrainProcess
-
-# One thread per process: the suite runs a worker per core, each starting train.py processes, and the
-# tests' tiny models gain nothing from more threads (two each made the suite ~17% slower on 2 cores).
+# One thread per process: the suite runs a worker per core, each running train.py's code, and the tests' tiny
+# models gain nothing from more threads (two each made the suite ~17% slower on 2 cores). Set before torch is
+# imported, which reads it as it starts.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import pytest  # noqa: E402
 
-@pytest.fixture(scope="session")
-def train_process():
-    """One TrainProcess per test worker, for the short trainings of tests that need nothing of a fresh
-    interpreter (no signal, environment or working directory of their own): the imports are paid once."""
-    process = TrainProcess()
-    yield process
-    process.close()
+import helpers.runs  # noqa: E402, F401  (before any test imports Lightning: the warning filters set on import)
+import transformer_lab.config.schema  # noqa: E402, F401  (registers the schemas, for every test that composes a config)
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,5 @@
-"""The e2e tier: tests that start train.py or a command in a subprocess (seconds each). Every test under
+"""The e2e tier: tests that run train.py or a command (seconds each): in the test's process, through their own
+code paths (helpers/runs.py), or in a process of their own where the process is the point. Every test under
 tests/e2e is marked e2e here, so `-m e2e` and `-m "not e2e"` still pick the tiers out of a whole run."""
 
 from pathlib import Path

@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers.runs import TINY, needs_shakespeare
+from helpers.runs import TINY, needs_shakespeare, run_train
 from helpers.translation import write_pairs
 from transformer_lab.commands.attention import attention
 from transformer_lab.errors import UserError
@@ -17,8 +17,8 @@ from transformer_lab.errors import UserError
 SHORT = [*TINY, "trainer.max_steps=3", "trainer.val_check_interval=3", "logger=csv", "callbacks.throughput=null"]
 
 
-def train(train_process, run, *overrides):
-    result = train_process.run(*SHORT, *overrides, f"hydra.run.dir={run}")
+def train(run, *overrides):
+    result = run_train(*SHORT, *overrides, f"hydra.run.dir={run}")
     assert result.returncode == 0, result.stderr[-3000:]
     return run
 
@@ -35,8 +35,8 @@ def drawn(run, **options):
     return [line.rsplit("/", 1)[1] for line in lines[:-1]], maps, tokens
 
 
-def test_gpt_on_equations_and_bert_classifier(tmp_path, train_process):
-    gpt = train(train_process, tmp_path / "gpt", "data=modular", "data.p=11")
+def test_gpt_on_equations_and_bert_classifier(tmp_path):
+    gpt = train(tmp_path / "gpt", "data=modular", "data.p=11")
     pngs, maps, tokens = drawn(gpt, text="3 + 5 =")
     assert pngs == ["blocks.attn.png"] and tokens["source"] == ["3", "+", "5", "="]
     assert set(maps) == {"blocks.0.attn"} and maps["blocks.0.attn"].shape == (2, 4, 4)  # heads, queries, keys
@@ -44,17 +44,17 @@ def test_gpt_on_equations_and_bert_classifier(tmp_path, train_process):
     again = list(attention({"ckpt": str(gpt), "text": "1 + 2 ="}))
     assert again[0] == str(gpt / "attention" / "2" / "blocks.attn.png")  # a new folder, nothing overwritten
 
-    bert = train(train_process, tmp_path / "bert", "data=modular", "data.p=11", "model=bert")
+    bert = train(tmp_path / "bert", "data=modular", "data.p=11", "model=bert")
     pngs, maps, tokens = drawn(bert, text="3 + 5 =", out=tmp_path / "mine")
     assert pngs == ["encoder.self_attn.png"] and tokens["source"] == ["<bos>", "3", "+", "5", "="]
     assert maps["encoder.0.self_attn"].shape == (2, 5, 5) and (maps["encoder.0.self_attn"].triu(1) > 0).any()
 
 
 @pytest.mark.parametrize("model", ["encdec", "t5"])
-def test_encoder_decoders_draw_the_source_target_alignment(tmp_path, train_process, model):
+def test_encoder_decoders_draw_the_source_target_alignment(tmp_path, model):
     pairs = write_pairs(tmp_path / "pairs.tsv", n=200)
     extra = ["model.d_ff=64"] if model == "t5" else []
-    run = train(train_process, tmp_path / "run", f"model={model}", "data=translation", f"data.path={pairs}",
+    run = train(tmp_path / "run", f"model={model}", "data=translation", f"data.path={pairs}",
                 "data.vocab_size=120", f"paths.data_dir={tmp_path / 'data'}", *extra)  # fmt: skip
     pngs, maps, tokens = drawn(run, text=pairs.read_text().split("\t")[0], max_extra_len=6)
     assert pngs == ["encoder.self_attn.png", "decoder.self_attn.png", "decoder.cross_attn.png"]
@@ -74,8 +74,8 @@ def test_encoder_decoders_draw_the_source_target_alignment(tmp_path, train_proce
     assert len(given["target"]) == 1 + len(given["target"][1:]) and given["target"][0] in ("<bos>", "<pad>")
 
 
-def test_refusals_are_one_line(tmp_path, train_process):
-    run = train(train_process, tmp_path / "gpt", "data=modular", "data.p=11")
+def test_refusals_are_one_line(tmp_path):
+    run = train(tmp_path / "gpt", "data=modular", "data.p=11")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("mine")
     cases = [
@@ -91,15 +91,15 @@ def test_refusals_are_one_line(tmp_path, train_process):
 
 
 @needs_shakespeare
-def test_characters_are_labelled_as_themselves_and_a_text_too_long_is_one_line(tmp_path, train_process):
-    run = train(train_process, tmp_path / "lm", "data=shakespeare", "data.block_size=16")
+def test_characters_are_labelled_as_themselves_and_a_text_too_long_is_one_line(tmp_path):
+    run = train(tmp_path / "lm", "data=shakespeare", "data.block_size=16")
     assert drawn(run, text="a b\n!")[2]["source"] == ["a", "␣", "b", "\\n", "!"]  # (ids 0-3 are characters here)
     with pytest.raises(UserError) as info:  # (the command line's one `error:` line: the GRU's test, test_extension)
         list(attention({"ckpt": str(run), "text": "x" * 40}))
     assert str(info.value) == "text: 40 tokens, more than the model reads (16, model.block_size): shorten it"
     assert [p.name for p in (run / "attention").iterdir()] == ["1"]  # (the first call's)
 
-    mlm = train(train_process, tmp_path / "mlm", "data=shakespeare", "data.block_size=16", "model=bert", "task=mlm")
+    mlm = train(tmp_path / "mlm", "data=shakespeare", "data.block_size=16", "model=bert", "task=mlm")
     tokens, maps = (
         drawn(mlm, text="Ro[MASK]eo")[2]["source"],
         load_file(mlm / "attention" / "1" / "attention.safetensors"),
@@ -107,11 +107,11 @@ def test_characters_are_labelled_as_themselves_and_a_text_too_long_is_one_line(t
     assert tokens == ["[CLS]", "R", "o", "[MASK]", "e", "o"] and maps["encoder.0.self_attn"].shape == (2, 6, 6)
 
 
-def test_what_cannot_be_drawn_is_refused_and_nothing_is_half_written(tmp_path, train_process, monkeypatch):
+def test_what_cannot_be_drawn_is_refused_and_nothing_is_half_written(tmp_path, monkeypatch):
     import transformer_lab.commands.attention as command
     from transformer_lab.commands.attention import put_in_place
 
-    run = train(train_process, tmp_path / "gpt", "data=modular", "data.p=11")
+    run = train(tmp_path / "gpt", "data=modular", "data.p=11")
     for options, message in [
         ({"text": "3 + 5 =", "target": "8"}, "target: only an encoder-decoder has one; GPT reads the text alone"),
         (
@@ -142,10 +142,10 @@ def test_what_cannot_be_drawn_is_refused_and_nothing_is_half_written(tmp_path, t
     assert put_in_place(tmp_path / "ours", tmp_path / "attention" / "1", given=False) == tmp_path / "attention" / "2"
 
 
-def test_callbacks_log_attention_maps_and_the_fourier_spectrum_as_wandb_images(tmp_path, train_process):
+def test_callbacks_log_attention_maps_and_the_fourier_spectrum_as_wandb_images(tmp_path):
     from transformer_lab.commands.compare import compared
 
-    run = train(train_process, tmp_path / "run", "data=modular", "data.p=11", "trainer.max_steps=4",
+    run = train(tmp_path / "run", "data=modular", "data.p=11", "trainer.max_steps=4",
                 "trainer.val_check_interval=2", "callbacks=[default,attention,progress]",
                 "callbacks.attention.text='3 + 5 ='", "callbacks.progress.images=true", "logger=wandb")  # fmt: skip
     (offline,) = (run / "wandb").glob("offline-run-*")
@@ -159,8 +159,8 @@ def test_callbacks_log_attention_maps_and_the_fourier_spectrum_as_wandb_images(t
     assert lines[-1] == f"plot: {run / 'compare.png'}" and (run / "compare.png").stat().st_size > 1000
 
 
-def test_without_wandb_the_images_are_pngs_in_the_run(tmp_path, train_process):
-    run = train(train_process, tmp_path / "run", "data=modular", "data.p=11", "trainer.max_steps=4",
+def test_without_wandb_the_images_are_pngs_in_the_run(tmp_path):
+    run = train(tmp_path / "run", "data=modular", "data.p=11", "trainer.max_steps=4",
                 "trainer.val_check_interval=2", "callbacks=[default,attention,progress]",
                 "callbacks.attention.text='3 + 5 ='", "callbacks.attention.every_n_steps=4",
                 "callbacks.progress.images=true")  # fmt: skip

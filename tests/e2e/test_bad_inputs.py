@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from helpers.runs import ROOT, TINY, TrainProcess, run_train
+from helpers.runs import ROOT, TINY, run_train
 
 MODULAR = ["data=modular", "data.p=11", *TINY]
 PAIRS = ["model=encdec", "data=translation", *TINY]
@@ -475,14 +475,6 @@ def workspace(tmp_path_factory):
     return ws
 
 
-@pytest.fixture(scope="module")
-def train_process():
-    """train.py for every case, in one process (offline: a download is refused at once)."""
-    process = TrainProcess(env=OFFLINE)
-    yield process
-    process.close()
-
-
 def snapshot(folder):
     return {
         p.relative_to(folder): hashlib.sha256(p.read_bytes()).hexdigest()
@@ -492,7 +484,7 @@ def snapshot(folder):
 
 
 @pytest.mark.parametrize("overrides,fragment", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_input_gives_one_clear_message(overrides, fragment, workspace, train_process, tmp_path):
+def test_bad_input_gives_one_clear_message(overrides, fragment, workspace, tmp_path):
     if "hardware=gpu" in overrides and torch.cuda.is_available():
         pytest.skip("a GPU is present")
     needs_text = not any(o.startswith(("data=modular", "data=translation")) for o in overrides)
@@ -510,7 +502,7 @@ def test_bad_input_gives_one_clear_message(overrides, fragment, workspace, train
     overrides = [o.replace("{ws}", str(workspace)) for o in overrides]
     if not any(o.startswith("hydra.run.dir=") for o in overrides):
         overrides.append(f"hydra.run.dir={run_dir}")
-    result = train_process.run(*overrides, "logger=none")
+    result = run_train(*overrides, "logger=none", env=OFFLINE)  # (offline: a download is refused at once)
 
     output = result.stdout + result.stderr
     assert result.returncode != 0
@@ -535,12 +527,12 @@ FAILING_BEFORE_TRAINING = [
 
 
 @pytest.mark.parametrize("case", FAILING_BEFORE_TRAINING)
-def test_a_run_that_fails_before_training_leaves_nothing_on_disk(case, workspace, train_process, tmp_path):
+def test_a_run_that_fails_before_training_leaves_nothing_on_disk(case, workspace, tmp_path):
     overrides = next(c[1] for c in CASES if c[0] == case)
     overrides = [o.replace("{ws}", str(workspace)) for o in overrides]
     if not any(o.startswith("paths.data_dir") for o in overrides):
         overrides.append(f"paths.data_dir={tmp_path / 'data'}")  # (an empty one: a download is refused)
-    result = train_process.run(*overrides, f"hydra.run.dir={tmp_path / 'run'}", "logger=none")
+    result = run_train(*overrides, f"hydra.run.dir={tmp_path / 'run'}", "logger=none", env=OFFLINE)
     assert result.returncode == 2 and "error: " in result.stderr, result.stderr[-2000:]
     assert list(tmp_path.iterdir()) == [], list(tmp_path.rglob("*"))  # no run directory, no data folder
 

@@ -4,20 +4,19 @@ Here: its --smoke run and its errors, as a command; tests/unit/test_bench_gpu.py
 
 import json
 import math
-import sys
 
 import pytest
 import torch
 
-from helpers import forked
 from helpers.bench_gpu import SCRIPT, bench
-from helpers.runs import ROOT, needs_shakespeare
+from helpers.runs import ROOT, needs_shakespeare, run_script
 
 MULTI30K = ROOT / "data" / "multi30k"
 
 
-def run_script(*args, timeout=300):
-    return forked.run([sys.executable, str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+def run_gpu_script(*args):
+    """`python benchmarks/gpu.py ARGS` (in this process: the trainings it starts are processes of their own)."""
+    return run_script(SCRIPT, *args)
 
 
 @needs_shakespeare
@@ -38,7 +37,7 @@ def test_smoke_runs_the_matrix_on_the_cpu(tmp_path):
     assert "trainer.devices=2" in ddp and "hardware=[ddp,bf16]" in ddp
     skipped = ("gpu", "gpu_fp16", "gpu_bf16_compile", "ddp_bf16")
     only = [name for name in entries if name.rsplit("/", 1)[1] not in skipped]
-    proc = run_script("--smoke", "--out", str(tmp_path), "--only", *only)
+    proc = run_gpu_script("--smoke", "--out", str(tmp_path), "--only", *only)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     runs = {r["name"]: r for r in json.loads((tmp_path / "gpu.json").read_text())["runs"]}
     assert list(runs) == only
@@ -54,12 +53,12 @@ def test_smoke_runs_the_matrix_on_the_cpu(tmp_path):
 
 
 def test_mistakes_are_one_line(tmp_path):
-    proc = run_script("--smoke", "--only", "shakespeare_char/tpu", "--out", str(tmp_path))
+    proc = run_gpu_script("--smoke", "--only", "shakespeare_char/tpu", "--out", str(tmp_path))
     assert (
         proc.returncode == 2
         and "--only: unknown shakespeare_char/tpu; the matrix is: shakespeare_char/gpu" in proc.stderr
     )
     if not torch.cuda.is_available():
-        proc = run_script("--out", str(tmp_path))
+        proc = run_gpu_script("--out", str(tmp_path))
         assert proc.returncode == 2 and "no CUDA GPU is visible; --smoke runs the matrix on the CPU" in proc.stderr
     assert "Traceback" not in proc.stderr

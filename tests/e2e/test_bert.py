@@ -7,12 +7,12 @@ import json
 import pytest
 
 from helpers.modular import recomputed_val_accuracy
-from helpers.runs import TINY, logged
+from helpers.runs import TINY, logged, run_train
 
 
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
-def test_bert_learns_modular_answers(pooling, tmp_path, train_process):
-    result = train_process.run(
+def test_bert_learns_modular_answers(pooling, tmp_path):
+    result = run_train(
         "model=bert",
         "data=modular",
         "data.p=11",

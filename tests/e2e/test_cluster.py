@@ -6,7 +6,7 @@ Here: train.py through both launchers; tests/unit/test_cluster.py has the rest."
 import json
 import re
 
-from helpers.runs import TINY, run_train
+from helpers.runs import TINY, run_train, train_in_a_process
 
 
 def test_slurm_launcher_without_a_device_count_is_one_clear_error(tmp_path):
@@ -26,7 +26,7 @@ def test_slurm_launcher_without_a_device_count_is_one_clear_error(tmp_path):
 
 def test_slurm_local_multirun_runs_each_job_once_with_all_its_processes(tmp_path):
     sweep = tmp_path / "sweep"
-    result = run_train(
+    result = train_in_a_process(  # (the launcher's processes, started from a process of its own)
         "-m",
         "hydra/launcher=slurm_local",
         "hardware=ddp",

@@ -1,17 +1,14 @@
 """The compare command: a table of differing overrides and results that matches summary.json, and plots.
 
-Here: a real sweep, and the command in a subprocess; tests/unit/test_compare.py has the rest."""
+Here: a real sweep, and the command as its command line runs it; tests/unit/test_compare.py has the rest."""
 
 import json
-import os
-import sys
 
 import matplotlib.colors
 import matplotlib.image
 import pytest
 
-from helpers import forked
-from helpers.runs import ROOT, TINY, run_train
+from helpers.runs import TINY, run_command, run_train
 
 
 @pytest.fixture(scope="module")
@@ -34,13 +31,7 @@ def sweep(tmp_path_factory):
 
 
 def compare(*args):
-    return forked.run(
-        [sys.executable, "-m", "transformer_lab", "compare", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "COLUMNS": "200"},  # wide enough for runs as rows
-    )
+    return run_command("compare", *args, env={"COLUMNS": "200"})  # wide enough for runs as rows
 
 
 def test_table_shows_what_differs_and_the_summaries(sweep, tmp_path):

@@ -5,8 +5,7 @@ import json
 
 import pytest
 
-from helpers import forked
-from helpers.runs import ROOT, TINY, needs_shakespeare, run_train
+from helpers.runs import ROOT, TINY, needs_shakespeare, run_command, run_train
 
 
 @needs_shakespeare
@@ -47,21 +46,8 @@ def test_every_objective_trains_on_one_corpus_cache(objective, tmp_path_factory)
     assert shown[objective[0]] in result.stdout + result.stderr  # what each shows at validation
     if objective == ["model=gpt"]:  # the checkpoint carries the tokenizer: sampling needs no cache
         import shutil
-        import sys
 
         shutil.rmtree(cache)
-        sample = forked.run(
-            [
-                sys.executable,
-                "-m",
-                "transformer_lab.commands.sample",
-                str(run_dir),
-                "prompt=ROMEO:",
-                "max_new_tokens=20",
-            ],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-        )
+        sample = run_command("sample", run_dir, "prompt=ROMEO:", "max_new_tokens=20")
         assert sample.returncode == 0, sample.stderr[-2000:]
         assert sample.stdout.startswith("ROMEO:") and len(sample.stdout) > len("ROMEO:") + 5

@@ -10,7 +10,6 @@ import sys
 
 import pytest
 
-from helpers import forked
 from helpers.corpus import free_port
 
 # One process of the run: rank 0 encodes slowly (it waits until rank 1 is in prepare() too, then a second
@@ -77,13 +76,13 @@ def test_rank_one_waits_for_rank_zero_and_reads_its_cache(tmp_path, launcher):
     env = {**env, "OMP_NUM_THREADS": "1"}
     if launcher == "torchrun":
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *args]
-        result = forked.run(command, env=env, capture_output=True, text=True, timeout=120)
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, result.stderr[-3000:]
         output = result.stdout + result.stderr
     else:
         port = str(free_port())
         processes = [
-            forked.Popen(
+            subprocess.Popen(
                 [sys.executable, *args],
                 env={
                     **env,

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from helpers.runs import ROOT, TINY, TrainProcess, needs_shakespeare, run_train
+from helpers.runs import ROOT, TINY, needs_shakespeare, run_train, train_in_a_process
 from helpers.translation import write_pairs
 
 SETUP = [
@@ -39,19 +39,14 @@ def largest_difference(a, b):
     return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
 
 
-@pytest.fixture(scope="module")
-def train_process():
-    """train.py for the single-process runs, in one process (the imports paid once)."""
-    process = TrainProcess()
-    yield process
-    process.close()
-
-
-def single_and_ddp(train_process, tmp_path, setup, ddp_logger="none", env=None):
-    """The same run in one process and in two; their run directories."""
-    single = train_process.run(*setup, "logger=none", f"hydra.run.dir={tmp_path / 'single'}")
+def single_and_ddp(tmp_path, setup, ddp_logger="none", env=None):
+    """The same run in one process (this one) and in two (started from a process of their own); their run
+    directories."""
+    single = run_train(*setup, "logger=none", f"hydra.run.dir={tmp_path / 'single'}")
     assert single.returncode == 0, single.stderr[-3000:]
-    ddp = run_train(*setup, *DDP, f"logger={ddp_logger}", f"hydra.run.dir={tmp_path / 'ddp'}", cwd=tmp_path, env=env)
+    ddp = train_in_a_process(
+        *setup, *DDP, f"logger={ddp_logger}", f"hydra.run.dir={tmp_path / 'ddp'}", cwd=tmp_path, env=env
+    )
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     return tmp_path / "single", tmp_path / "ddp"
 
@@ -64,7 +59,7 @@ WEIGHTS_ATOL = 2e-5
 
 
 @needs_shakespeare
-def test_two_processes_train_the_single_process_weights_on_uneven_shards(train_process, tmp_path):
+def test_two_processes_train_the_single_process_weights_on_uneven_shards(tmp_path):
     # A batch of 15 windows: the processes hold 8 and 7 rows of every batch.
     setup = [
         "model=gpt",
@@ -81,7 +76,7 @@ def test_two_processes_train_the_single_process_weights_on_uneven_shards(train_p
         "optim.lr=1e-2",
         "task.sample.enabled=false",
     ]
-    single, ddp = single_and_ddp(train_process, tmp_path, setup, "wandb", {"WANDB_MODE": "offline"})
+    single, ddp = single_and_ddp(tmp_path, setup, "wandb", {"WANDB_MODE": "offline"})
     assert largest_difference(weights(single), weights(ddp)) < WEIGHTS_ATOL
     a, b = (json.loads((run / "summary.json").read_text()) for run in (single, ddp))
     assert b["val/loss"] == pytest.approx(a["val/loss"], abs=1e-5)
@@ -95,7 +90,7 @@ def test_two_processes_train_the_single_process_weights_on_uneven_shards(train_p
 
 
 @needs_shakespeare
-def test_on_a_corpus_rank_zero_encodes_and_two_processes_train_the_single_process_weights(train_process, tmp_path):
+def test_on_a_corpus_rank_zero_encodes_and_two_processes_train_the_single_process_weights(tmp_path):
     setup = [
         "model=gpt",
         "data=text",
@@ -110,10 +105,12 @@ def test_on_a_corpus_rank_zero_encodes_and_two_processes_train_the_single_proces
         "optim.lr=1e-2",
         "task.sample.enabled=false",
     ]
-    single = train_process.run(*setup, f"data.cache_dir={tmp_path / 'cache1'}", f"hydra.run.dir={tmp_path / 'single'}")
+    single = run_train(*setup, f"data.cache_dir={tmp_path / 'cache1'}", f"hydra.run.dir={tmp_path / 'single'}")
     assert single.returncode == 0, single.stderr[-3000:]
     ddp_dir = tmp_path / "ddp"
-    ddp = run_train(*setup, *DDP, f"data.cache_dir={tmp_path / 'cache2'}", f"hydra.run.dir={ddp_dir}", cwd=tmp_path)
+    ddp = train_in_a_process(
+        *setup, *DDP, f"data.cache_dir={tmp_path / 'cache2'}", f"hydra.run.dir={ddp_dir}", cwd=tmp_path
+    )
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     assert largest_difference(weights(tmp_path / "single"), weights(ddp_dir)) < WEIGHTS_ATOL
     assert "data: encoded 1 file(s)" in (ddp_dir / "train.log").read_text()  # by rank 0, once
@@ -121,7 +118,7 @@ def test_on_a_corpus_rank_zero_encodes_and_two_processes_train_the_single_proces
     assert len(list((tmp_path / "cache2" / "shards").iterdir())) == 3  # train, val, the record
 
 
-def test_two_processes_train_the_single_process_weights_on_padded_pairs(train_process, tmp_path):
+def test_two_processes_train_the_single_process_weights_on_padded_pairs(tmp_path):
     # Sentence pairs of 3 to 7 words, 21 to a batch: the two shards hold unequal numbers of target tokens.
     pairs = write_pairs(tmp_path / "pairs.tsv", n=300)
     setup = [
@@ -139,7 +136,7 @@ def test_two_processes_train_the_single_process_weights_on_padded_pairs(train_pr
         "optim.lr=1e-2",
         "task.decode.val_beam_size=2",
     ]
-    single, ddp = single_and_ddp(train_process, tmp_path, setup)
+    single, ddp = single_and_ddp(tmp_path, setup)
     assert largest_difference(weights(single), weights(ddp)) < WEIGHTS_ATOL
     a, b = (json.loads((run / "summary.json").read_text()) for run in (single, ddp))
     assert b["val/loss"] == pytest.approx(a["val/loss"], abs=1e-5)
@@ -149,7 +146,7 @@ def test_two_processes_train_the_single_process_weights_on_padded_pairs(train_pr
 
 def test_a_ddp_multirun_runs_each_job_once(tmp_path):
     sweep = tmp_path / "sweep"
-    result = run_train(
+    result = train_in_a_process(
         "-m", *SETUP, *DDP, "optim.lr=0.01,0.003", "logger=none", f"hydra.sweep.dir={sweep}", cwd=tmp_path
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -166,7 +163,7 @@ def test_a_ddp_multirun_runs_each_job_once(tmp_path):
 
 def test_a_ddp_optuna_sweep_runs_each_trial_once(tmp_path):
     sweep = tmp_path / "sweep"
-    result = run_train(
+    result = train_in_a_process(
         "-m",
         *SETUP,
         *DDP,
@@ -189,12 +186,12 @@ def test_a_ddp_optuna_sweep_runs_each_trial_once(tmp_path):
         assert (sweep / job / "ddp_process_1.log").exists()
 
 
-def test_two_processes_train_the_single_process_weights_with_muon(train_process, tmp_path):
+def test_two_processes_train_the_single_process_weights_with_muon(tmp_path):
     # Muon's step orthogonalises each matrix's momentum in bfloat16 (torch's Newton-Schulz), which rounds the two
     # summation orders' 1e-7 apart gradients to steps up to a bf16 unit apart: measured 7.9e-3 after 12 steps at
     # muon_lr 0.02 (AdamW's: 1e-6). So weights agree to 2e-2 here, and the validation loss to 2e-3.
     setup = [*SETUP, "optim.name=muon", "trainer.max_steps=12", "trainer.val_check_interval=6"]
-    single, ddp = single_and_ddp(train_process, tmp_path, setup)
+    single, ddp = single_and_ddp(tmp_path, setup)
     assert largest_difference(weights(single), weights(ddp)) < 0.02
     a, b = (json.loads((run / "summary.json").read_text()) for run in (single, ddp))
     assert b["val/loss"] == pytest.approx(a["val/loss"], abs=2e-3) and b["global_step"] == 12

@@ -5,13 +5,11 @@ Here: the benchmark scripts' options, read from their --help; tests/unit/test_do
 
 import functools
 import re
-import sys
 
 import pytest
 
-from helpers import forked
 from helpers.docs import DOCS
-from helpers.runs import ROOT
+from helpers.runs import run_script
 
 COMMAND = re.compile(r"python (benchmarks/\w+\.py)([^`#\n]*)")
 
@@ -27,7 +25,7 @@ def shown_commands() -> list[tuple[str, str, str]]:
 
 @functools.cache
 def usage(script: str) -> str:
-    result = forked.run([sys.executable, script, "--help"], cwd=ROOT, capture_output=True, text=True)
+    result = run_script(script, "--help")
     assert result.returncode == 0, result.stderr
     return result.stdout
 

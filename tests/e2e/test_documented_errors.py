@@ -5,6 +5,7 @@ is asserted by some test.)"""
 import pytest
 
 from helpers.docs import train_commands
+from helpers.runs import run_train
 
 SHOWN_FAILING = [(doc, overrides, error) for doc, overrides, error in train_commands() if error]
 
@@ -14,8 +15,8 @@ def test_the_docs_show_failing_commands():
 
 
 @pytest.mark.parametrize(("doc", "overrides", "error"), SHOWN_FAILING)
-def test_a_documented_error_is_what_the_command_prints(doc, overrides, error, train_process, tmp_path):
-    result = train_process.run(*overrides.split(), f"hydra.run.dir={tmp_path / 'run'}", f"paths.data_dir={tmp_path}")
+def test_a_documented_error_is_what_the_command_prints(doc, overrides, error, tmp_path):
+    result = run_train(*overrides.split(), f"hydra.run.dir={tmp_path / 'run'}", f"paths.data_dir={tmp_path}")
     printed = result.stderr.strip().splitlines()[-1]
     assert result.returncode == 2, result.stderr[-2000:]
     assert printed.startswith("error: " + error.removesuffix("...").rstrip(". ")), f"{doc}: {printed}"

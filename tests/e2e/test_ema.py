@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from helpers.runs import TINY
+from helpers.runs import TINY, run_train
 from helpers.translation import write_pairs
 
 RUN = [
@@ -28,12 +28,12 @@ def state(path):
     return torch.load(path, weights_only=True)
 
 
-def test_ema_validates_the_average_and_resumes_exactly(tmp_path, train_process):
+def test_ema_validates_the_average_and_resumes_exactly(tmp_path):
     whole, split = tmp_path / "whole", tmp_path / "split"
-    assert train_process.run(*RUN, "trainer.max_steps=40", f"hydra.run.dir={whole}").returncode == 0
-    first = train_process.run(*RUN, "trainer.max_steps=20", f"hydra.run.dir={split}")
+    assert run_train(*RUN, "trainer.max_steps=40", f"hydra.run.dir={whole}").returncode == 0
+    first = run_train(*RUN, "trainer.max_steps=20", f"hydra.run.dir={split}")
     assert first.returncode == 0, first.stderr[-3000:]
-    resumed = train_process.run(*RUN, "trainer.max_steps=40", "ckpt_path=last", f"hydra.run.dir={split}")
+    resumed = run_train(*RUN, "trainer.max_steps=40", "ckpt_path=last", f"hydra.run.dir={split}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 
     a, b = state(whole / "checkpoints" / "last.ckpt"), state(split / "checkpoints" / "last.ckpt")
@@ -52,14 +52,14 @@ def test_ema_validates_the_average_and_resumes_exactly(tmp_path, train_process):
     assert metrics["metrics"]["val/loss"] == pytest.approx(ours["val/loss_best"], abs=1e-6)
 
 
-def test_ema_leaves_training_alone_and_evaluate_reads_either_weights(tmp_path, train_process):
+def test_ema_leaves_training_alone_and_evaluate_reads_either_weights(tmp_path):
     from transformer_lab.commands.evaluate import evaluate
     from transformer_lab.errors import UserError
 
     ema, plain = tmp_path / "ema", tmp_path / "plain"
-    assert train_process.run(*RUN, "trainer.max_steps=40", f"hydra.run.dir={ema}").returncode == 0
+    assert run_train(*RUN, "trainer.max_steps=40", f"hydra.run.dir={ema}").returncode == 0
     without = [o for o in RUN if not o.startswith("callbacks")] + ["callbacks.last_checkpoint.every_n_train_steps=10"]
-    assert train_process.run(*without, "trainer.max_steps=40", f"hydra.run.dir={plain}").returncode == 0
+    assert run_train(*without, "trainer.max_steps=40", f"hydra.run.dir={plain}").returncode == 0
     last = ema / "checkpoints" / "last.ckpt"
     check = ["trainer.limit_val_batches=2"]
     trained = evaluate(str(last), "val", check, out=str(tmp_path / "t.json"), weights="trained")["metrics"]["val/loss"]
@@ -71,14 +71,14 @@ def test_ema_leaves_training_alone_and_evaluate_reads_either_weights(tmp_path, t
         evaluate(str(plain / "checkpoints" / "last.ckpt"), "val", check, weights="trained")
 
 
-def test_the_test_after_training_scores_the_average(tmp_path, train_process):
+def test_the_test_after_training_scores_the_average(tmp_path):
     """train.py tests best.ckpt after fit: its saved weights, the average, not the trained weights the
     checkpoint keeps beside them for resuming (which Lightning's callback would load back)."""
     from transformer_lab.commands.evaluate import evaluate
 
     pairs, run = write_pairs(tmp_path / "pairs.tsv", n=300), tmp_path / "run"
     translation = ["model=encdec", "data=translation", f"data.path={pairs}", "data.vocab_size=100"]
-    result = train_process.run(
+    result = run_train(
         *translation,
         f"paths.data_dir={tmp_path / 'data'}",
         *TINY,

@@ -6,14 +6,12 @@ Here: their runs through train.py; tests/unit/test_extension.py has the rest."""
 import json
 import math
 import os
-import sys
 import textwrap
 
 import pytest
 
-from helpers import forked
 from helpers.docs import documented_files
-from helpers.runs import ROOT, TrainProcess, needs_shakespeare, run_train
+from helpers.runs import ROOT, needs_shakespeare, run_command, run_train
 
 MODEL = '''
 """A GRU language model: no attention; from transformer_lab only what checks its settings."""
@@ -223,14 +221,6 @@ def user_files(tmp_path_factory):
     return tmp, [f"hydra.searchpath=[file://{tmp / 'conf'}]"], env
 
 
-@pytest.fixture(scope="module")
-def user_process(user_files):
-    """train.py runs that end before training (refusals), in one process with the user's code importable."""
-    process = TrainProcess(env=user_files[2])
-    yield process
-    process.close()
-
-
 def read_summary(run):
     return json.loads((run / "summary.json").read_text())
 
@@ -272,25 +262,13 @@ def test_own_model_trains_resumes_and_samples(user_files, tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert read_summary(run)["global_step"] == 60
 
-    sample = forked.run(
-        [
-            sys.executable,
-            "-m",
-            "transformer_lab.commands.sample",
-            f"ckpt={run / 'checkpoints' / 'last.ckpt'}",
-            "prompt=ROMEO:",
-            "max_new_tokens=20",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, **env},
+    sample = run_command(
+        "sample", f"ckpt={run / 'checkpoints' / 'last.ckpt'}", "prompt=ROMEO:", "max_new_tokens=20", env=env
     )
     assert sample.returncode == 0, sample.stderr[-3000:]
     assert sample.stdout.startswith("ROMEO:") and len(sample.stdout.rstrip("\n")) == len("ROMEO:") + 20
 
-    drawn = forked.run([sys.executable, "-m", "transformer_lab", "attention", str(run), "text=ROMEO:"],
-                       capture_output=True, text=True, cwd=ROOT, env={**os.environ, **env})  # fmt: skip
+    drawn = run_command("attention", run, "text=ROMEO:", env=env)
     assert drawn.returncode == 2 and drawn.stderr == (
         "error: TinyGRU has no attention layer of this repository's (models/layers.py Attention): nothing to draw\n"
     )
@@ -320,9 +298,9 @@ def test_own_dataset_trains_gpt_and_t5(user_files, tmp_path, model):
     assert summary["val/loss_best"] < math.log(vocab) - 0.8  # from chance: it learns
 
 
-def test_a_pair_that_cannot_work_lists_those_that_can(user_files, user_process, tmp_path):
+def test_a_pair_that_cannot_work_lists_those_that_can(user_files, tmp_path):
     user, searchpath, env = user_files
-    result = user_process.run("model=bert", "data=textfile", *searchpath, f"hydra.run.dir={tmp_path}")
+    result = run_train("model=bert", "data=textfile", *searchpath, f"hydra.run.dir={tmp_path}", env=env)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     message = result.stderr.strip().splitlines()[-1]
     assert message.startswith(
@@ -355,10 +333,10 @@ def test_a_pair_that_cannot_work_lists_those_that_can(user_files, user_process, 
         ),
     ],
 )
-def test_own_model_checks_its_settings_before_anything_runs(user_files, user_process, tmp_path, override, message):
+def test_own_model_checks_its_settings_before_anything_runs(user_files, tmp_path, override, message):
     user, searchpath, env = user_files
-    result = user_process.run(
-        "model=mine", "data=shakespeare", override, *searchpath, f"hydra.run.dir={tmp_path / 'run'}"
+    result = run_train(
+        "model=mine", "data=shakespeare", override, *searchpath, f"hydra.run.dir={tmp_path / 'run'}", env=env
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == message
@@ -413,7 +391,7 @@ def test_gpt_trained_on_shakespeare_continues_on_a_users_text_file(user_files, t
     assert strict.stderr.strip().splitlines()[-1].startswith("error: init_strict: ")
 
 
-def test_own_task_trains_a_model_and_checks_its_settings(user_files, user_process, tmp_path):
+def test_own_task_trains_a_model_and_checks_its_settings(user_files, tmp_path):
     user, searchpath, env = user_files
     run = tmp_path / "run"
     size = ["model.n_layer=1", "model.n_head=2", "model.n_embd=32"]
@@ -436,11 +414,13 @@ def test_own_task_trains_a_model_and_checks_its_settings(user_files, user_proces
     assert summary["train/loss"] < 0.75 * first_loss  # the focal loss falls: it learns
     assert "gamma: 2.0" in (run / ".hydra" / "config.yaml").read_text()
 
-    refused = user_process.run("data=textfile", "task=focal", "task.gamma=-1", *searchpath, f"hydra.run.dir={tmp_path}")
+    refused = run_train(
+        "data=textfile", "task=focal", "task.gamma=-1", *searchpath, f"hydra.run.dir={tmp_path}", env=env
+    )
     assert (
         refused.returncode == 2 and refused.stderr.strip().splitlines()[-1] == "error: task.gamma: must be >= 0, got -1"
     )
-    refused = user_process.run("model=bert", "data=textfile", "task=focal", *searchpath, f"hydra.run.dir={tmp_path}")
+    refused = run_train("model=bert", "data=textfile", "task=focal", *searchpath, f"hydra.run.dir={tmp_path}", env=env)
     assert "error: task: task=focal trains a decoder-only model, model=bert is an encoder-only model" in refused.stderr
 
 
@@ -457,15 +437,15 @@ def documented(tmp_path_factory):
     return user
 
 
-def in_folder(user, *arguments, cwd, env=None, timeout=300):
-    return forked.run(
-        [sys.executable, *map(str, arguments)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "WANDB_SILENT": "true", **(env or {})},
-    )
+def in_folder(user, *arguments, cwd, env=None):
+    """`python train.py ...` or `python -m transformer_lab ...` in the folder `cwd`, without this process's
+    PYTHONPATH."""
+    env = {"PYTHONPATH": None, **(env or {})}
+    if arguments[0] == "-m":
+        assert arguments[1] == "transformer_lab"
+        return run_command(*arguments[2:], cwd=cwd, env=env)
+    assert arguments[0] == ROOT / "train.py"
+    return run_train(*arguments[1:], cwd=cwd, env=env)
 
 
 TINY_MODEL = ["model.n_layer=1", "model.n_head=2", "model.n_embd=32"]
@@ -632,10 +612,16 @@ def test_own_model_declares_its_output_layers_for_muon(user_files, tmp_path, out
     assert not run.exists()
 
 
-def test_own_datasets_unknown_key_is_one_line_before_anything_runs(user_files, user_process, tmp_path):
+def test_own_datasets_unknown_key_is_one_line_before_anything_runs(user_files, tmp_path):
     user, searchpath, env = user_files
-    result = user_process.run(
-        "model=gpt", "data=textfile", "+data.foo=1", *searchpath, "logger=none", f"hydra.run.dir={tmp_path / 'run'}"
+    result = run_train(
+        "model=gpt",
+        "data=textfile",
+        "+data.foo=1",
+        *searchpath,
+        "logger=none",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        env=env,
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert result.stderr.strip().splitlines()[-1] == (

@@ -6,11 +6,11 @@ import json
 
 import torch
 
-from helpers.runs import TINY
+from helpers.runs import TINY, run_train
 
 
-def test_grokfast_from_the_command_line(tmp_path, train_process):
-    result = train_process.run(
+def test_grokfast_from_the_command_line(tmp_path):
+    result = run_train(
         "data=modular",
         "data.p=11",
         "data.train_fraction=0.9",

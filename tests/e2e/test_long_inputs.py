@@ -3,12 +3,10 @@
 Here: translate and training, as commands; tests/unit/test_long_inputs.py has the rest."""
 
 import json
-import sys
 
 import pytest
 
-from helpers import forked
-from helpers.runs import ROOT, TINY
+from helpers.runs import ROOT, TINY, run_command, run_train
 from helpers.translation import write_pairs
 from transformer_lab.commands import translate as translate_cli
 
@@ -16,12 +14,12 @@ MULTI30K = ROOT / "data" / "multi30k"
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory, train_process):
+def checkpoint(tmp_path_factory):
     """A tiny encoder-decoder trained on toy pairs with data.max_length=12 (10 source tokens)."""
     tmp = tmp_path_factory.mktemp("short")
     pairs = write_pairs(tmp / "pairs.tsv", n=300)
     run = tmp / "run"
-    result = train_process.run(
+    result = run_train(
         "model=encdec",
         "data=translation",
         f"data.path={pairs}",
@@ -40,20 +38,7 @@ def checkpoint(tmp_path_factory, train_process):
 
 def test_every_input_line_gets_an_output_line(checkpoint):
     lines = ["red dog runs", "", "the big cat " * 167, "你好 ☃", "   ", "blue bird sleeps"]  # 500 words on line 3
-    proc = forked.run(
-        [
-            sys.executable,
-            "-m",
-            "transformer_lab.commands.translate",
-            f"ckpt={checkpoint}",
-            "beam_size=2",
-            "batch_size=4",
-        ],
-        input="\n".join(lines) + "\n",
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    proc = run_command("translate", f"ckpt={checkpoint}", "beam_size=2", "batch_size=4", input="\n".join(lines) + "\n")
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout.split("\n")
     assert out[-1] == "" and len(out[:-1]) == len(lines)
@@ -94,11 +79,11 @@ def test_outputs_come_batch_by_batch_and_a_failing_line_loses_only_itself(checkp
 
 
 @pytest.mark.skipif(not MULTI30K.exists(), reason=f"{MULTI30K} missing: run `make data`")
-def test_training_with_a_short_max_length_completes_with_test_bleu(tmp_path, train_process):
+def test_training_with_a_short_max_length_completes_with_test_bleu(tmp_path):
     # Multi30k's test sentences run to 40+ tokens: data.max_length=12 cuts most of them, and decoding
     # (source length + decode.max_extra_len) would pass the model's 12 positions at every sentence.
     run = tmp_path / "run"
-    result = train_process.run(
+    result = run_train(
         "model=encdec",
         "data=translation",
         "data.max_length=12",

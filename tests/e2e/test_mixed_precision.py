@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from helpers.runs import TINY, TrainProcess
+from helpers.runs import TINY, run_train
 from helpers.translation import write_pairs
 
 STEPS = [
@@ -37,19 +37,18 @@ BAND = 0.02
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """(fp32 summary, bf16 summary, bf16 run directory) of each model, trained in one long-lived process."""
+    """(fp32 summary, bf16 summary, bf16 run directory) of each model, trained once."""
     tmp = tmp_path_factory.mktemp("mixed_precision")
     pairs = write_pairs(tmp / "pairs.tsv", n=300)
-    process, done = TrainProcess(), {}
-    yield lambda name: done.get(name) or done.setdefault(name, train_both(process, tmp, pairs, name))
-    process.close()
+    done = {}
+    return lambda name: done.get(name) or done.setdefault(name, train_both(tmp, pairs, name))
 
 
-def train_both(process, tmp, pairs, name):
+def train_both(tmp, pairs, name):
     results = []
     for precision in ("fp32", "bf16"):
         run = tmp / f"{name}-{precision}"
-        result = process.run(
+        result = run_train(
             *TINY,
             *STEPS,
             *RUNS[name],

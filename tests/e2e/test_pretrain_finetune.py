@@ -5,13 +5,11 @@ Here: both pipelines through train.py; tests/unit/test_pretrain_finetune.py has 
 
 import json
 import math
-import sys
 from collections import Counter
 
 import pytest
 
-from helpers import forked
-from helpers.runs import ROOT, SHAKESPEARE, TINY, needs_shakespeare
+from helpers.runs import SHAKESPEARE, TINY, needs_shakespeare, run_command, run_train
 from helpers.translation import bleu_matches_the_written_translations, write_pairs
 
 SMALL_T5 = [
@@ -31,13 +29,13 @@ SMALL_T5 = [
 
 
 @pytest.fixture(scope="module")
-def span_pretrained(tmp_path_factory, train_process):
+def span_pretrained(tmp_path_factory):
     """T5 pretrained by span corruption on both sides of the toy pairs (the module's one pretraining)."""
     tmp = tmp_path_factory.mktemp("t5")
     pairs = write_pairs(tmp / "pairs.tsv", n=600)
     common = [f"data.path={pairs}", f"paths.data_dir={tmp / 'data'}", *SMALL_T5]
     run = tmp / "pretrained"
-    result = train_process.run(
+    result = run_train(
         "model=t5",
         "data=translation",
         *common,
@@ -50,10 +48,10 @@ def span_pretrained(tmp_path_factory, train_process):
     return run, pairs, common
 
 
-def test_t5_fine_tuned_for_translation_from_span_corruption(span_pretrained, tmp_path, train_process):
+def test_t5_fine_tuned_for_translation_from_span_corruption(span_pretrained, tmp_path):
     pretrained, pairs, common = span_pretrained
     run = tmp_path / "finetuned"
-    result = train_process.run(
+    result = run_train(
         "model=t5",
         "data=translation",
         "task=seq2seq",
@@ -76,21 +74,15 @@ def test_t5_fine_tuned_for_translation_from_span_corruption(span_pretrained, tmp
     test_set = bleu_matches_the_written_translations(run, pairs, min_test_bleu=5)
 
     # translate serves the T5 translation checkpoint, and gives the outputs the run scored
-    out = forked.run(
-        [sys.executable, "-m", "transformer_lab.commands.translate", str(run), "beam_size=2"],
-        input="\n".join(r["source"] for r in test_set) + "\n",
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    out = run_command("translate", run, "beam_size=2", input="\n".join(r["source"] for r in test_set) + "\n")
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [r["output"] for r in test_set]
 
 
 @needs_shakespeare
-def test_bert_masked_lm_then_a_classifier_from_it(tmp_path, train_process):
+def test_bert_masked_lm_then_a_classifier_from_it(tmp_path):
     mlm = tmp_path / "mlm"
-    result = train_process.run(
+    result = run_train(
         "model=bert",
         "data=shakespeare",
         "task=mlm",
@@ -125,7 +117,7 @@ def test_bert_masked_lm_then_a_classifier_from_it(tmp_path, train_process):
     assert "masked-token predictions at step 80" in result.stdout + result.stderr
 
     classifier = tmp_path / "classifier"
-    result = train_process.run(
+    result = run_train(
         "model=bert",
         "data=modular",
         f"init_from={mlm}",

@@ -10,8 +10,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from helpers import forked  # noqa: E402
-from helpers.runs import ROOT, SHAKESPEARE, needs_shakespeare, run_train  # noqa: E402
+from helpers.runs import ROOT, SHAKESPEARE, needs_shakespeare, run_command, run_train  # noqa: E402
 
 
 def gpt2_stand_in(folder):
@@ -35,7 +34,6 @@ def gpt2_stand_in(folder):
 
 @needs_shakespeare
 def test_fine_tune_a_transformers_gpt2_on_text_sample_and_export_it(tmp_path):
-    import sys
 
     hub = tmp_path / "gpt2"
     tokenizer = gpt2_stand_in(hub)
@@ -58,8 +56,7 @@ def test_fine_tune_a_transformers_gpt2_on_text_sample_and_export_it(tmp_path):
     cfg = (run_dir / ".hydra" / "config.yaml").read_text()
     assert "mlp: gelu-tanh" in cfg and "n_layer: 2" in cfg and f"tokenizer: {hub}" in cfg
 
-    sample = forked.run([sys.executable, "-m", "transformer_lab.commands.sample", str(run_dir), "prompt=ROMEO:",
-                             "max_new_tokens=10"], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    sample = run_command("sample", run_dir, "prompt=ROMEO:", "max_new_tokens=10")
     assert sample.returncode == 0 and sample.stdout.startswith("ROMEO:"), sample.stderr[-2000:]
 
     from transformer_lab.commands.export import export
@@ -104,7 +101,6 @@ def t5_stand_in(folder, texts):
 
 
 def test_fine_tune_a_transformers_t5_on_translation_pairs_translate_and_export_it(tmp_path):
-    import sys
 
     read = multi30k_lines(3000)
     pairs = list(zip(read("train.de.gz"), read("train.en.gz")))
@@ -136,8 +132,7 @@ def test_fine_tune_a_transformers_t5_on_translation_pairs_translate_and_export_i
     src, tgt = datamodule.sequences(*[side[0] for side in datamodule.data.pairs("train")])
     assert src[-1] == 1 and src[-2] != 1 and tgt[0] == 0 and tgt[-1] == 1
 
-    translated = forked.run([sys.executable, "-m", "transformer_lab.commands.translate", str(run_dir), "text=Ein Mann.",
-                                 "max_extra_len=5"], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    translated = run_command("translate", run_dir, "text=Ein Mann.", "max_extra_len=5")
     assert translated.returncode == 0, translated.stderr[-2000:]
 
     from transformer_lab.commands.export import export
@@ -168,7 +163,6 @@ def bert_stand_in(folder, texts):
 
 
 def test_fine_tune_a_transformers_bert_into_a_classifier_classify_and_export_it(tmp_path):
-    import sys
 
     read = multi30k_lines(1500)
     rows = [(text, "de") for text in read("train.de.gz")] + [(text, "en") for text in read("train.en.gz")]
@@ -187,26 +181,22 @@ def test_fine_tune_a_transformers_bert_into_a_classifier_classify_and_export_it(
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["val/acc"] > 0.7, summary  # German or English (chance: 0.5): the pretrained body, a new head
 
-    classified = forked.run([sys.executable, "-m", "transformer_lab.commands.classify", str(run_dir),
-                                 "text=Ein Mann fährt Fahrrad."], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    classified = run_command("classify", run_dir, "text=Ein Mann fährt Fahrrad.")
     assert classified.returncode == 0, classified.stderr[-2000:]
     assert classified.stdout.split("\t")[1] in ("de", "en")
     # lines of the labelled file itself: the text is classified, the label is not read as part of it
     lines = "Ein Mann fährt Fahrrad.\tde\nA man rides a bike.\ten\n"
-    piped = forked.run([sys.executable, "-m", "transformer_lab.commands.classify", str(run_dir)], input=lines,
-                           capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    piped = run_command("classify", run_dir, input=lines)
     assert piped.returncode == 0, piped.stderr[-2000:]
     assert [line.split("\t")[0] for line in piped.stdout.splitlines()] == [
         "Ein Mann fährt Fahrrad.",
         "A man rides a bike.",
     ]
-    evaluated = forked.run([sys.executable, "-m", "transformer_lab.commands.evaluate", str(run_dir)], capture_output=True,
-                               text=True, cwd=ROOT)  # fmt: skip
+    evaluated = run_command("evaluate", run_dir)
     assert evaluated.returncode == 0 and "val/acc" in evaluated.stdout, evaluated.stderr[-2000:]
     unseen = tmp_path / "unseen.tsv"
     unseen.write_text("Un homme fait du vélo.\tfr\nA man rides a bike.\ten\n")
-    refused = forked.run([sys.executable, "-m", "transformer_lab.commands.evaluate", str(run_dir), f"data.path={unseen}"],
-                             capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    refused = run_command("evaluate", run_dir, f"data.path={unseen}")
     assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-2000:]
     assert refused.stderr.strip().splitlines()[-1] == (
         f"error: data.path: {unseen}: label 'fr' (1 text(s)): not one the model was trained on (its labels: de, en); "

@@ -4,17 +4,23 @@ Here: the runs; tests/unit/test_resume.py has the rest."""
 
 import csv
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from helpers import forked
-from helpers.runs import ROOT, TINY, needs_shakespeare, run_train
+from helpers.runs import (
+    ROOT,
+    TINY,
+    environment,
+    needs_shakespeare,
+    run_command,
+    run_train,
+    train_command,
+    train_in_a_process,
+)
 from helpers.translation import write_pairs
 
 DATA = {
@@ -75,10 +81,11 @@ NOT_COMPARED = {
 }
 
 
-def train(run_dir, *overrides):
-    return run_train(
-        *overrides, f"+callbacks.batch_log.path={run_dir / 'batches.tsv'}", f"hydra.run.dir={run_dir}", env=HELPERS
-    )
+def train(run_dir, *overrides, own_process=False):
+    """train.py with the batch log, in this process; own_process=True: in a process of its own (one a test kills
+    or signals)."""
+    arguments = (*overrides, f"+callbacks.batch_log.path={run_dir / 'batches.tsv'}", f"hydra.run.dir={run_dir}")
+    return (train_in_a_process if own_process else run_train)(*arguments, env=HELPERS)
 
 
 def batches(run_dir):
@@ -136,7 +143,12 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(data, uninterrupted, tm
     args, whole = uninterrupted(data)
 
     killed = train(
-        crashed, *args, *COMMON, "+callbacks.kill._target_=helpers.callbacks.KillAt", "+callbacks.kill.step=25"
+        crashed,
+        *args,
+        *COMMON,
+        "+callbacks.kill._target_=helpers.callbacks.KillAt",
+        "+callbacks.kill.step=25",
+        own_process=True,
     )
     assert killed.returncode == -9  # SIGKILL: no chance to clean up
     assert not (crashed / "summary.json").exists()
@@ -177,6 +189,7 @@ def test_interrupt_saves_a_checkpoint_and_resumes(signum, uninterrupted, tmp_pat
         "+callbacks.kill._target_=helpers.callbacks.KillAt",
         "+callbacks.kill.step=27",
         f"+callbacks.kill.signum={signum}",
+        own_process=True,
     )
     assert result.returncode == (130 if signum == "SIGINT" else 143), result.stderr[-3000:]
     interrupted = summary(stopped)
@@ -310,20 +323,20 @@ def snapshot(folder):
     }
 
 
-def test_a_run_directory_belongs_to_one_run(tmp_path, train_process):
+def test_a_run_directory_belongs_to_one_run(tmp_path):
     """A second writer is refused while the first runs, and a kill -9 leaves no lock behind; a finished
     run is not overwritten, a resume with nothing to do changes nothing, overwrite=true starts afresh."""
     run = tmp_path / "run"
     short = [*DATA["modular"], *TINY, "logger=none", "callbacks.last_checkpoint.every_n_train_steps=5"]
-    first = forked.Popen(
-        [sys.executable, str(ROOT / "train.py"), *short, "trainer.max_steps=30", f"hydra.run.dir={run}"]
+    first = subprocess.Popen(  # (a second process, writing the run)
+        train_command(*short, "trainer.max_steps=30", f"hydra.run.dir={run}")
         + [
             "+callbacks.sleep._target_=helpers.callbacks.SleepAt",
             "+callbacks.sleep.step=6",
             "+callbacks.sleep.seconds=120",
         ],
         cwd=ROOT,
-        env={**os.environ, **HELPERS},
+        env=environment(HELPERS),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -332,23 +345,23 @@ def test_a_run_directory_belongs_to_one_run(tmp_path, train_process):
         while not (run / "checkpoints" / "last.ckpt").exists() and time.time() < deadline:
             time.sleep(0.5)
         time.sleep(1)  # (step 6, asleep)
-        second = train_process.run(*short, "trainer.max_steps=30", f"hydra.run.dir={run}")
+        second = run_train(*short, "trainer.max_steps=30", f"hydra.run.dir={run}")
         assert second.returncode == 2 and "Traceback" not in second.stderr, second.stderr[-2000:]
         assert f"error: hydra.run.dir={run}: another process (pid {first.pid}) is writing" in second.stderr
     finally:
         first.kill()  # SIGKILL: no chance to clean up
         first.wait()
-    resumed = train_process.run("ckpt_path=last", "+callbacks.sleep.step=1000", f"hydra.run.dir={run}")
+    resumed = run_train("ckpt_path=last", "+callbacks.sleep.step=1000", f"hydra.run.dir={run}")
     # (the lock died with its process)
     assert resumed.returncode == 0 and summary(run)["global_step"] == 30, resumed.stderr[-2000:]
 
     finished = snapshot(run)
-    again = train_process.run(*short, "trainer.max_steps=30", f"hydra.run.dir={run}")
+    again = run_train(*short, "trainer.max_steps=30", f"hydra.run.dir={run}")
     assert again.returncode == 2 and f"hydra.run.dir={run} holds a completed run (step 30)" in again.stderr
-    no_op = train_process.run("ckpt_path=last", f"hydra.run.dir={run}")
+    no_op = run_train("ckpt_path=last", f"hydra.run.dir={run}")
     assert no_op.returncode == 0 and "nothing to do" in no_op.stderr, no_op.stderr[-2000:]
     assert snapshot(run) == finished  # summary.json, metrics.jsonl, checkpoints, .hydra, train.log: all as they were
-    crashed = train_process.run(
+    crashed = run_train(
         "ckpt_path=last", "trainer.max_steps=40", "+callbacks.fail._target_=helpers.callbacks.FailAtTrainStart",
         f"hydra.run.dir={run}",
     )  # fmt: skip
@@ -360,26 +373,26 @@ def test_a_run_directory_belongs_to_one_run(tmp_path, train_process):
     # completed run is left as it was, and so is a file of the user's beside it
     (run / "corpus.txt").write_bytes("caf\u00e9 au lait\n".encode("latin-1") * 50)
     finished = snapshot(run)
-    refused = train_process.run(
+    refused = run_train(
         *TINY, "logger=none", "data=text", "data.tokenizer=char", f"data.path={run / 'corpus.txt'}",
         f"data.cache_dir={tmp_path / 'cache'}", "overwrite=true", f"hydra.run.dir={run}",
     )  # fmt: skip
     assert refused.returncode == 2 and "corpus.txt: is not UTF-8 text" in refused.stderr, refused.stderr[-2000:]
     assert snapshot(run) == finished
 
-    afresh = train_process.run(*short, "trainer.max_steps=10", "overwrite=true", f"hydra.run.dir={run}")
+    afresh = run_train(*short, "trainer.max_steps=10", "overwrite=true", f"hydra.run.dir={run}")
     assert afresh.returncode == 0 and summary(run)["global_step"] == 10, afresh.stderr[-2000:]
     assert (run / "corpus.txt").read_bytes() == finished[Path("corpus.txt")]  # the user's file stays
     assert not (run / ".overwritten").exists()
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]  # no -v1
     assert len(list((run / ".hydra").glob("*/config.yaml"))) == 0  # one run's record
     # the run overwrite=true started resumes with nothing repeated (overwrite is no setting of the run's)
-    further = train_process.run("ckpt_path=last", "trainer.max_steps=15", f"hydra.run.dir={run}")
+    further = run_train("ckpt_path=last", "trainer.max_steps=15", f"hydra.run.dir={run}")
     assert further.returncode == 0 and summary(run)["global_step"] == 15, further.stderr[-2000:]
 
 
 @pytest.mark.parametrize("data", ["pairs", "text"])
-def test_a_resume_on_changed_data_is_refused_by_name(data, tmp_path, train_process):
+def test_a_resume_on_changed_data_is_refused_by_name(data, tmp_path):
 
     if data == "pairs":
         path = write_pairs(tmp_path / "pairs.tsv", n=200)
@@ -389,17 +402,15 @@ def test_a_resume_on_changed_data_is_refused_by_name(data, tmp_path, train_proce
         path.write_text("Shall I compare thee to a summer's day?\nThou art more lovely and more temperate.\n" * 40)
         args = ["data=shakespeare", f"data.path={path}", "data.block_size=16", "data.batch_size=4"]
     run = tmp_path / "run"
-    assert train_process.run(*args, *TINY, "logger=none", "trainer.max_steps=4", f"hydra.run.dir={run}").returncode == 0
+    assert run_train(*args, *TINY, "logger=none", "trainer.max_steps=4", f"hydra.run.dir={run}").returncode == 0
     path.write_text("".join(path.read_text().splitlines(keepends=True)[3:]))  # edited: other splits (and tokens)
-    result = train_process.run("ckpt_path=last", "trainer.max_steps=8", f"hydra.run.dir={run}")
+    result = run_train("ckpt_path=last", "trainer.max_steps=8", f"hydra.run.dir={run}")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert f"was trained on other data than this run reads: {path} (SHA-256" in result.stderr
     assert "is not what it read (a file changed since, or another file" in result.stderr
     assert summary(run)["global_step"] == 4
     # evaluate keeps the checkpoint's vocabulary and takes the changed file as another file, saying so
-    evaluated = forked.run(
-        [sys.executable, "-m", "transformer_lab.commands.evaluate", str(run)], capture_output=True, text=True, cwd=ROOT
-    )
+    evaluated = run_command("evaluate", run)
     assert evaluated.returncode == 0 and f"data.path: {path} has changed since the checkpoint's run" in evaluated.stderr
 
 
@@ -413,6 +424,7 @@ def test_ctrl_c_while_testing_exits_130_and_resuming_tests_keeping_the_figures(u
         "data.val_batch_size=4",
         "+callbacks.stop._target_=helpers.callbacks.SignalIn",
         "+callbacks.stop.stage=test",
+        own_process=True,
     )  # (several test batches: Lightning stops after the batch the signal came in)
     assert stopped.returncode == 130, stopped.stderr[-3000:]
     assert "testing stopped" in stopped.stderr + stopped.stdout
@@ -436,6 +448,7 @@ def test_sigterm_before_the_first_step_says_there_is_nothing_to_resume(tmp_path)
         "+callbacks.stop._target_=helpers.callbacks.SignalIn",
         "+callbacks.stop.stage=sanity",
         "+callbacks.stop.signum=SIGTERM",
+        own_process=True,
     )
     output = result.stdout + result.stderr
     assert result.returncode == 143 and "Traceback" not in result.stderr, output[-3000:]
@@ -443,19 +456,19 @@ def test_sigterm_before_the_first_step_says_there_is_nothing_to_resume(tmp_path)
     assert not (tmp_path / "run" / "checkpoints" / "last.ckpt").exists()
 
 
-def test_a_run_directory_moved_or_copied_resumes_as_it_would_in_place(tmp_path, train_process):
+def test_a_run_directory_moved_or_copied_resumes_as_it_would_in_place(tmp_path):
     import shutil
 
     import torch
 
     short = [*DATA["modular"], *TINY, "logger=none", "callbacks.last_checkpoint.every_n_train_steps=5"]
-    first = train_process.run(*short, "trainer.max_steps=10", f"hydra.run.dir={tmp_path / 'a'}")
+    first = run_train(*short, "trainer.max_steps=10", f"hydra.run.dir={tmp_path / 'a'}")
     assert first.returncode == 0, first.stderr[-2000:]
     shutil.move(tmp_path / "a", tmp_path / "moved")
     shutil.copytree(tmp_path / "moved", tmp_path / "copy")
     for run, steps in ((tmp_path / "moved", (20, 30)), (tmp_path / "copy", (15,))):
         for step in steps:
-            resumed = train_process.run("ckpt_path=last", f"trainer.max_steps={step}", f"hydra.run.dir={run}")
+            resumed = run_train("ckpt_path=last", f"trainer.max_steps={step}", f"hydra.run.dir={run}")
             assert resumed.returncode == 0, resumed.stderr[-2000:]
             assert "exists and is not empty" not in resumed.stderr
             assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]  # no -v1
@@ -464,18 +477,18 @@ def test_a_run_directory_moved_or_copied_resumes_as_it_would_in_place(tmp_path, 
 
 
 @pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT", "SIGKILL"])
-def test_an_overwrite_stopped_before_it_trains_leaves_the_earlier_run_as_it_was(signum, tmp_path, train_process):
+def test_an_overwrite_stopped_before_it_trains_leaves_the_earlier_run_as_it_was(signum, tmp_path):
     import signal
 
     run = tmp_path / "run"
     short = [*DATA["modular"], *TINY, "logger=none"]
-    first = train_process.run(*short, "trainer.max_steps=10", f"hydra.run.dir={run}")
+    first = run_train(*short, "trainer.max_steps=10", f"hydra.run.dir={run}")
     assert first.returncode == 0, first.stderr[-2000:]
     finished = snapshot(run)
-    process = forked.Popen(
-        [sys.executable, str(ROOT / "train.py"), *short, "trainer.max_steps=20", "overwrite=true",
-         f"hydra.run.dir={run}", "+callbacks.sleep._target_=helpers.callbacks.SleepAtSetup", "+callbacks.sleep.seconds=60"],
-        cwd=ROOT, env={**os.environ, **HELPERS}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    process = subprocess.Popen(  # (the one the signal stops)
+        train_command(*short, "trainer.max_steps=20", "overwrite=true", f"hydra.run.dir={run}",
+                      "+callbacks.sleep._target_=helpers.callbacks.SleepAtSetup", "+callbacks.sleep.seconds=60"),
+        cwd=ROOT, env=environment(HELPERS), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     deadline = time.time() + 120
     while not (run / ".overwritten").is_dir() and time.time() < deadline:
@@ -489,8 +502,7 @@ def test_an_overwrite_stopped_before_it_trains_leaves_the_earlier_run_as_it_was(
         assert snapshot(run) == finished
         return
     assert (run / ".overwritten").is_dir()  # killed outright: the next command that reads the run puts it back
-    evaluated = forked.run([sys.executable, "-m", "transformer_lab.commands.evaluate", str(run)], capture_output=True,
-                               text=True, cwd=ROOT)  # fmt: skip
+    evaluated = run_command("evaluate", run)
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
     assert not (run / ".overwritten").exists()
     assert {k: v for k, v in snapshot(run).items() if k.parts[0] != ".hydra" and k.name != "eval.json"} == {
@@ -498,37 +510,37 @@ def test_an_overwrite_stopped_before_it_trains_leaves_the_earlier_run_as_it_was(
     }  # (the killed run's own .hydra record aside)
 
 
-def test_a_resume_that_fails_before_its_first_step_adds_nothing_to_the_run(tmp_path, train_process):
+def test_a_resume_that_fails_before_its_first_step_adds_nothing_to_the_run(tmp_path):
     run = tmp_path / "run"
     text = tmp_path / "poem.txt"
     text.write_text("To be, or not to be, that is the question.\n\n" * 40)
     corpus = ["data=text", "data.tokenizer=char", f"data.path={text}", f"data.cache_dir={tmp_path / 'cache'}",
               "data.block_size=16", "data.val_fraction=0.3"]  # fmt: skip
-    first = train_process.run(*corpus, *TINY, "logger=none", "trainer.max_steps=5", f"hydra.run.dir={run}")
+    first = run_train(*corpus, *TINY, "logger=none", "trainer.max_steps=5", f"hydra.run.dir={run}")
     assert first.returncode == 0, first.stderr[-2000:]
     finished = snapshot(run)
     for broken in (f"data.path={tmp_path / 'missing.txt'}", "data.block_size=400"):
-        refused = train_process.run("ckpt_path=last", "trainer.max_steps=10", broken, f"hydra.run.dir={run}")
+        refused = run_train("ckpt_path=last", "trainer.max_steps=10", broken, f"hydra.run.dir={run}")
         assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-2000:]
         assert snapshot(run) == finished  # not a .hydra record, not a train.log line
 
 
-def test_a_refused_run_leaves_the_lock_file_and_a_nothing_to_do_resume_leaves_no_directory(train_process, tmp_path):
+def test_a_refused_run_leaves_the_lock_file_and_a_nothing_to_do_resume_leaves_no_directory(tmp_path):
     """A run refused at another run's directory leaves its lock file as it was (the pid of the process that
     wrote the run, not of the refused one); a resume with nothing to do makes no directory."""
     run = tmp_path / "run"
     tiny = [*TINY, "data=modular", "data.p=11", "logger=none", "trainer.max_steps=4", "trainer.val_check_interval=2"]
-    assert train_process.run(*tiny, f"hydra.run.dir={run}").returncode == 0
+    assert run_train(*tiny, f"hydra.run.dir={run}").returncode == 0
     lock = (run / ".lock").read_bytes()
-    refused = train_process.run(*tiny, f"hydra.run.dir={run}")
+    refused = run_train(*tiny, f"hydra.run.dir={run}")
     assert refused.returncode == 2 and "holds a completed run" in refused.stderr
     assert (run / ".lock").read_bytes() == lock
-    done = train_process.run(*tiny, f"ckpt_path={run}/checkpoints/last.ckpt", f"hydra.run.dir={tmp_path / 'new'}")
+    done = run_train(*tiny, f"ckpt_path={run}/checkpoints/last.ckpt", f"hydra.run.dir={tmp_path / 'new'}")
     assert done.returncode == 0 and "nothing to do" in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
-def test_a_new_run_replaces_what_an_attempt_that_never_trained_left(train_process, tmp_path):
+def test_a_new_run_replaces_what_an_attempt_that_never_trained_left(tmp_path):
     """A directory holding only the record and log of a run refused before training (a failed trial of an
     earlier sweep) is a new run's: its .hydra/ says what ran, its train.log holds no stale error."""
     run = tmp_path / "run"
@@ -536,7 +548,7 @@ def test_a_new_run_replaces_what_an_attempt_that_never_trained_left(train_proces
     (run / ".hydra").mkdir(parents=True)
     (run / ".hydra" / "config.yaml").write_text("optim: {lr: -1}\n")
     (run / "train.log").write_text("error: optim.lr: must be positive\n")
-    assert train_process.run(*tiny, "seed=5", f"hydra.run.dir={run}").returncode == 0
+    assert run_train(*tiny, "seed=5", f"hydra.run.dir={run}").returncode == 0
     assert sorted(p.name for p in (run / ".hydra").iterdir()) == ["config.yaml", "hydra.yaml", "overrides.yaml"]
     assert "seed: 5" in (run / ".hydra" / "config.yaml").read_text()
     assert "error:" not in (run / "train.log").read_text()
@@ -568,13 +580,11 @@ def test_a_run_started_with_init_from_and_pretrained_lr_resumes_and_is_evaluated
     resumed = run_train("ckpt_path=last", "trainer.max_steps=20", f"hydra.run.dir={run}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert summary(run)["global_step"] == 20
-    evaluated = forked.run(
-        [sys.executable, "-m", "transformer_lab", "evaluate", str(run)], capture_output=True, text=True
-    )
+    evaluated = run_command("evaluate", run)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
 
 
-def test_a_resume_continues_what_was_trained_not_the_yaml_files_as_they_are_now(tmp_path, train_process):
+def test_a_resume_continues_what_was_trained_not_the_yaml_files_as_they_are_now(tmp_path):
     """An edited preset (a user's experiment YAML) does not change a resumed run; the command line changes only
     what CHANGEABLE_ON_RESUME declares (a Muon setting is refused, naming it); and the schedule keeps its horizon
     when trainer.max_steps is raised (a 20-step run's learning rate does not jump back up at step 21)."""
@@ -597,19 +607,17 @@ def test_a_resume_continues_what_was_trained_not_the_yaml_files_as_they_are_now(
         "trainer.limit_val_batches=1",
         "trainer.log_every_n_steps=1",
     ]
-    first = train_process.run(*given, "trainer.max_steps=20", f"hydra.run.dir={run}")
+    first = run_train(*given, "trainer.max_steps=20", f"hydra.run.dir={run}")
     assert first.returncode == 0, first.stderr[-2000:]
     preset.write_text(preset.read_text().replace("dropout: 0.0", "dropout: 0.3").replace("lr: 0.003", "lr: 0.01"))
 
-    refused = train_process.run(
-        "ckpt_path=last", "trainer.max_steps=30", "optim.muon_weight_decay=0.5", f"hydra.run.dir={run}"
-    )
+    refused = run_train("ckpt_path=last", "trainer.max_steps=30", "optim.muon_weight_decay=0.5", f"hydra.run.dir={run}")
     assert refused.returncode == 2 and refused.stderr.startswith(
         f"error: optim.muon_weight_decay: {run}/checkpoints/last.ckpt was trained with optim.muon_weight_decay=null, "
         "and a resume continues it as it was trained (it may change only ckpt_path, trainer, "
     ), refused.stderr[-2000:]
 
-    resumed = train_process.run("ckpt_path=last", "trainer.max_steps=30", f"hydra.run.dir={run}")
+    resumed = run_train("ckpt_path=last", "trainer.max_steps=30", f"hydra.run.dir={run}")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     (record,) = (run / ".hydra").glob("*/config.yaml")
     config = record.read_text()
@@ -621,13 +629,13 @@ def test_a_resume_continues_what_was_trained_not_the_yaml_files_as_they_are_now(
 
 
 @needs_shakespeare
-def test_a_resume_may_move_the_corpus_cache_of_its_own_data_group(tmp_path, train_process):
+def test_a_resume_may_move_the_corpus_cache_of_its_own_data_group(tmp_path):
     run = tmp_path / "run"
     corpus = ["data=text", f"data.path={ROOT / 'data/shakespeare/input.txt'}", "data.tokenizer=char"]
     short = [*corpus, *TINY, "logger=none", "data.block_size=16", "trainer.val_check_interval=5"]
-    first = train_process.run(*short, f"data.cache_dir={tmp_path / 'a'}", "trainer.max_steps=5", f"hydra.run.dir={run}")
+    first = run_train(*short, f"data.cache_dir={tmp_path / 'a'}", "trainer.max_steps=5", f"hydra.run.dir={run}")
     assert first.returncode == 0, first.stderr[-2000:]
-    moved = train_process.run(
+    moved = run_train(
         "ckpt_path=last", "trainer.max_steps=8", f"data.cache_dir={tmp_path / 'b'}", f"hydra.run.dir={run}"
     )
     assert moved.returncode == 0, moved.stderr[-2000:]
@@ -635,7 +643,7 @@ def test_a_resume_may_move_the_corpus_cache_of_its_own_data_group(tmp_path, trai
 
 
 @pytest.mark.parametrize("where", ["new", "user-file"])
-def test_a_new_run_failing_after_its_claim_and_before_its_first_step_leaves_nothing(tmp_path, train_process, where):
+def test_a_new_run_failing_after_its_claim_and_before_its_first_step_leaves_nothing(tmp_path, where):
     """A user's callback that fails in its setup (no check declared): the run directory is as it was before the
     run (removed where Hydra made it), so the corrected command runs there without overwrite=true."""
     run = tmp_path / "outputs" / "run"
@@ -649,13 +657,13 @@ def test_a_new_run_failing_after_its_claim_and_before_its_first_step_leaves_noth
         assert not run.exists()
     else:
         assert sorted(p.name for p in run.iterdir()) == [".lock", "notes.txt"]
-    corrected = train_process.run(*short)
+    corrected = run_train(*short)
     assert corrected.returncode == 0, corrected.stderr[-2000:]
     assert json.loads((run / "summary.json").read_text())["status"] == "completed"
     assert {"csv", "tensorboard", "summary.json", ".hydra", "train.log"} <= set((run / ".manifest").read_text().split())
 
 
-def test_overwrite_sets_aside_what_a_callback_wrote_and_nothing_of_the_users(tmp_path, train_process):
+def test_overwrite_sets_aside_what_a_callback_wrote_and_nothing_of_the_users(tmp_path):
     """The attention callback's per-step maps (no name pattern lists them) are in the run's manifest: overwrite=true
     sets them aside with the rest, and the new run's folder holds only its own steps; a user's file stays."""
     run = tmp_path / "run"
@@ -666,11 +674,11 @@ def test_overwrite_sets_aside_what_a_callback_wrote_and_nothing_of_the_users(tmp
         "callbacks=[default,attention]",
         'callbacks.attention.text="3 + 4 ="',
     ]
-    first = train_process.run(*maps, "trainer.max_steps=20", "trainer.val_check_interval=10", f"hydra.run.dir={run}")
+    first = run_train(*maps, "trainer.max_steps=20", "trainer.val_check_interval=10", f"hydra.run.dir={run}")
     assert first.returncode == 0, first.stderr[-2000:]
     assert sorted(p.name for p in (run / "attention").iterdir()) == ["step_10", "step_20"]
     (run / "attention" / "my_notes.txt").write_text("the user's, beside the maps")
-    again = train_process.run(
+    again = run_train(
         *maps, "trainer.max_steps=5", "trainer.val_check_interval=5", "overwrite=true", f"hydra.run.dir={run}"
     )
     assert again.returncode == 0, again.stderr[-2000:]
@@ -679,16 +687,16 @@ def test_overwrite_sets_aside_what_a_callback_wrote_and_nothing_of_the_users(tmp
     assert "attention/step_5/blocks.attn.png" in (run / ".manifest").read_text().split()
 
 
-def test_a_resume_on_a_changed_corpus_is_refused_before_it_is_encoded(tmp_path, train_process):
+def test_a_resume_on_a_changed_corpus_is_refused_before_it_is_encoded(tmp_path):
     corpus = tmp_path / "poem.txt"
     corpus.write_text("the quick brown fox jumps over the lazy dog\n\n" * 60)
     run, cache = tmp_path / "run", tmp_path / "cache"
     text = ["data=text", f"data.path={corpus}", "data.tokenizer=char", f"data.cache_dir={cache}", "data.block_size=16"]
     text.append("data.val_fraction=0.2")
-    first = train_process.run(*text, *TINY, "logger=none", "trainer.max_steps=4", f"hydra.run.dir={run}")
+    first = run_train(*text, *TINY, "logger=none", "trainer.max_steps=4", f"hydra.run.dir={run}")
     assert first.returncode == 0, first.stderr[-2000:]
     encoded = sorted(p.relative_to(cache) for p in cache.rglob("*"))
     corpus.write_text(corpus.read_text() + "a line added since\n")
-    refused = train_process.run("ckpt_path=last", "trainer.max_steps=8", f"hydra.run.dir={run}")
+    refused = run_train("ckpt_path=last", "trainer.max_steps=8", f"hydra.run.dir={run}")
     assert refused.returncode == 2 and "was trained on other data than this run reads" in refused.stderr
     assert "encoded" not in refused.stderr and sorted(p.relative_to(cache) for p in cache.rglob("*")) == encoded

@@ -6,14 +6,12 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 
 import pytest
 import yaml
 
-from helpers import forked
-from helpers.runs import ROOT, TINY, run_train
+from helpers.runs import ROOT, TINY, run_train, train_command, train_in_a_process
 
 SCRIPT = ROOT / "tests" / "helpers" / "cluster" / "slurm.sh"
 MODULAR = ["data=modular", "data.p=11", *TINY, "trainer.max_steps=12", "trainer.val_check_interval=6", "logger=csv"]
@@ -70,7 +68,7 @@ def test_srun_spreads_tasks_over_the_nodes(slurm):
 
 def test_ddp_across_two_nodes_through_sbatch_and_srun(slurm, tmp_path):
     sweep = tmp_path / "sweep"
-    result = run_train(
+    result = train_in_a_process(
         "-m",
         *ON_SLURM,
         "hardware=ddp",
@@ -115,7 +113,7 @@ def overlap(a: dict, b: dict) -> bool:
 def test_optuna_trials_run_as_parallel_slurm_jobs(slurm, tmp_path):
     sweep = tmp_path / "sweep"
     before = {j["JobId"] for j in scontrol_jobs(slurm)}
-    result = run_train(
+    result = train_in_a_process(
         "-m",
         "sweep=grokking",
         *ON_SLURM,
@@ -154,9 +152,9 @@ class Job:
 
     def __init__(self, slurm, tmp_path, *overrides):
         self.slurm, self.run = slurm, tmp_path / "sweep" / "0"
-        command = [sys.executable, str(ROOT / "train.py"), "-m", *ON_SLURM, "hardware=cpu", "trainer.devices=1"]
+        command = train_command("-m", *ON_SLURM, "hardware=cpu", "trainer.devices=1")
         command += [*SHORT_RUN, *overrides, f"hydra.sweep.dir={tmp_path / 'sweep'}"]
-        self.launcher = forked.Popen(
+        self.launcher = subprocess.Popen(
             command, cwd=tmp_path, env=slurm, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
 

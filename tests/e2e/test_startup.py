@@ -8,7 +8,6 @@ import sys
 
 import pytest
 
-from helpers import forked
 from helpers.runs import ROOT
 
 HEAVY = re.compile(r"\|\s+(torch|lightning)$", re.M)  # `python -X importtime`'s line for a top-level import
@@ -56,7 +55,7 @@ def test_a_short_run_prints_a_screenful_and_a_long_one_names_the_preset_that_fit
         "trainer.val_check_interval=10",
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    result = forked.run(
+    result = subprocess.run(  # (a process of its own: what it prints from its start to its exit)
         [sys.executable, str(ROOT / "train.py"), "trainer.max_steps=12", *tiny, f"hydra.run.dir={tmp_path}"]
         + ["hardware=cpu", "callbacks.long_run.hours=1e-9"],
         cwd=ROOT,

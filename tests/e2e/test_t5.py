@@ -4,12 +4,12 @@ Here: span corruption through train.py; tests/unit/test_t5.py has the rest."""
 
 import json
 
-from helpers.runs import TINY, needs_shakespeare
+from helpers.runs import TINY, needs_shakespeare, run_train
 
 
 @needs_shakespeare
-def test_t5_span_corruption_on_shakespeare_learns(tmp_path, train_process):
-    result = train_process.run(
+def test_t5_span_corruption_on_shakespeare_learns(tmp_path):
+    result = run_train(
         "model=t5",
         "data=shakespeare",
         *TINY,
@@ -40,8 +40,8 @@ def test_t5_span_corruption_on_shakespeare_learns(tmp_path, train_process):
     assert "span fills at step 40" in output and "<X0>" in output
 
 
-def test_t5_span_corruption_on_translation_text(tmp_path, train_process):
-    result = train_process.run(
+def test_t5_span_corruption_on_translation_text(tmp_path):
+    result = run_train(
         "model=t5",
         "data=translation",
         "data.vocab_size=500",

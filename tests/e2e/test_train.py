@@ -4,15 +4,13 @@ import csv
 import json
 import math
 import subprocess
-import sys
 
 import pytest
 import torch
 from omegaconf import OmegaConf
 
-from helpers import forked
 from helpers.modular import recomputed_val_accuracy
-from helpers.runs import ROOT, TINY, logged, needs_shakespeare, run_train
+from helpers.runs import TINY, logged, needs_shakespeare, run_command, run_train
 from helpers.wandb_records import records
 from transformer_lab.run.build import load_model
 
@@ -37,9 +35,9 @@ def val_losses(run_dir):
 
 
 @pytest.fixture(scope="module")
-def shakespeare_run(tmp_path_factory, train_process):
+def shakespeare_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("shakespeare")
-    result = train_process.run(
+    result = run_train(
         "data=shakespeare",
         "model=gpt",
         *TINY,
@@ -91,12 +89,12 @@ def test_flops_per_token_and_mfu_in_the_summary(shakespeare_run):
 
 
 @needs_shakespeare
-def test_resume_from_the_run_directory_alone(shakespeare_run, tmp_path, train_process):
+def test_resume_from_the_run_directory_alone(shakespeare_run, tmp_path):
     # Only ckpt_path, the directory and a longer run: the width, context and the rest come from the run.
     run_dir, _ = shakespeare_run
     resumed = tmp_path / "resumed"
     subprocess.run(["cp", "-r", str(run_dir), str(resumed)], check=True)
-    result = train_process.run(
+    result = run_train(
         "ckpt_path=last", f"hydra.run.dir={resumed}", "trainer.max_steps=80", "task.sample.enabled=false"
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -113,7 +111,7 @@ def test_resume_from_the_run_directory_alone(shakespeare_run, tmp_path, train_pr
     )
     # and from a checkpoint file, into a new directory
     elsewhere = tmp_path / "elsewhere"
-    result = train_process.run(
+    result = run_train(
         f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}",
         f"hydra.run.dir={elsewhere}",
         "trainer.max_steps=70",
@@ -129,19 +127,7 @@ def test_evaluate_a_run_directory(shakespeare_run, tmp_path):
     run_dir, _ = shakespeare_run
     summary = json.loads((run_dir / "summary.json").read_text())
     out = tmp_path / "eval.json"
-    result = forked.run(
-        [
-            sys.executable,
-            "-m",
-            "transformer_lab.commands.evaluate",
-            str(run_dir),
-            "trainer.limit_val_batches=4",
-            f"out={out}",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    result = run_command("evaluate", run_dir, "trainer.limit_val_batches=4", f"out={out}")
     assert result.returncode == 0, result.stderr[-3000:]
     evaluation = json.loads(out.read_text())
     # best.ckpt, on the 4 batches the run validated on: the run's best val/loss again
@@ -172,11 +158,9 @@ def test_evaluate_a_run_directory(shakespeare_run, tmp_path):
     ],
     ids=["shape", "architecture"],
 )
-def test_resume_refuses_changes_it_cannot_load_in_one_message(
-    shakespeare_run, tmp_path, overrides, fragments, train_process
-):
+def test_resume_refuses_changes_it_cannot_load_in_one_message(shakespeare_run, tmp_path, overrides, fragments):
     run_dir, _ = shakespeare_run
-    result = train_process.run(
+    result = run_train(
         f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}",
         f"hydra.run.dir={tmp_path / 'run'}",
         "trainer.max_steps=70",
@@ -192,20 +176,18 @@ def test_resume_refuses_changes_it_cannot_load_in_one_message(
 def test_sample_from_checkpoint(shakespeare_run):
     run_dir, _ = shakespeare_run
     cmd = [
-        sys.executable,
-        "-m",
-        "transformer_lab.commands.sample",
+        "sample",
         f"ckpt={run_dir / 'checkpoints' / 'best.ckpt'}",
         "prompt=ROMEO:",
         "max_new_tokens=25",
         "num_samples=2",
         "seed=1",
     ]
-    first = forked.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    first = run_command(*cmd)
     assert first.returncode == 0, first.stderr
     samples = first.stdout.split("-" * 40 + "\n")
     assert len(samples) == 2 and all(s.startswith("ROMEO:") and len(s.rstrip("\n")) >= 31 for s in samples)
-    assert forked.run(cmd, capture_output=True, text=True, cwd=ROOT).stdout == first.stdout  # seeded
+    assert run_command(*cmd).stdout == first.stdout  # seeded
 
 
 SPEEDRUN = ["optim.name=muon", "optim.muon_lr=0.05", "model.qk_norm=true", "model.mlp=relu2",
@@ -213,8 +195,8 @@ SPEEDRUN = ["optim.name=muon", "optim.muon_lr=0.05", "model.qk_norm=true", "mode
 
 
 @pytest.mark.parametrize("recipe", [[], SPEEDRUN], ids=["adamw", "muon-speedrun-options"])
-def test_modular_answer_accuracy_rises(tmp_path, train_process, recipe):
-    result = train_process.run(
+def test_modular_answer_accuracy_rises(tmp_path, recipe):
+    result = run_train(
         "data=modular",
         "data.p=11",
         "data.train_fraction=0.9",
@@ -267,8 +249,8 @@ def test_wandb_without_credentials_runs_offline_beside_another_logger(tmp_path):
     assert [h["item"]["val/loss"] for h in history if "val/loss" in h["item"]] == logged(run, "val/loss")
 
 
-def test_encdec_learns_modular_answers(tmp_path, train_process):
-    result = train_process.run(
+def test_encdec_learns_modular_answers(tmp_path):
+    result = run_train(
         "model=encdec",
         "data=modular",
         "data.p=11",
@@ -297,9 +279,9 @@ def test_encdec_learns_modular_answers(tmp_path, train_process):
 
 
 @pytest.mark.parametrize("steps", [5, 10])  # before the first log (every 10 steps), and at it
-def test_a_run_shorter_than_every_interval_still_records_its_last_step(tmp_path, steps, train_process):
+def test_a_run_shorter_than_every_interval_still_records_its_last_step(tmp_path, steps):
     # The first validation would have been at step 250.
-    result = train_process.run(
+    result = run_train(
         "data=modular", "data.p=11", *TINY, f"trainer.max_steps={steps}", "logger=csv", f"hydra.run.dir={tmp_path}"
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -313,9 +295,9 @@ def test_a_run_shorter_than_every_interval_still_records_its_last_step(tmp_path,
 
 
 @needs_shakespeare
-def test_debug_overfit_drives_the_loss_near_zero_and_fast_writes_no_files(tmp_path, train_process):
+def test_debug_overfit_drives_the_loss_near_zero_and_fast_writes_no_files(tmp_path):
     overfit = tmp_path / "overfit"
-    result = train_process.run(
+    result = run_train(
         "debug=overfit",
         *TINY,
         "data.block_size=32",
@@ -328,7 +310,7 @@ def test_debug_overfit_drives_the_loss_near_zero_and_fast_writes_no_files(tmp_pa
     losses = logged_jsonl(overfit, "train/loss")
     assert losses[0] > 2.5 and losses[-1] < 0.1, losses  # one batch learnt by heart (ln 65 = 4.2 untrained)
     fast = tmp_path / "fast"
-    result = train_process.run("debug=fast", *TINY, f"hydra.run.dir={fast}")
+    result = run_train("debug=fast", *TINY, f"hydra.run.dir={fast}")
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((fast / "summary.json").read_text())
     assert summary["global_step"] == 3 and "val/loss" in summary
@@ -342,14 +324,14 @@ def logged_jsonl(run_dir, name):
     return [line[name] for line in lines if name in line]
 
 
-def test_attention_kernel_is_the_kernel_every_attention_runs_on(tmp_path, train_process):
+def test_attention_kernel_is_the_kernel_every_attention_runs_on(tmp_path):
     # On the CPU torch picks flash: auto and flash give the same digits, math (bf16 scores, not float32) others; a
     # kernel the CPU has not (efficient: CUDA's) is refused before the run, in one line.
     losses = {}
     for kernel in ("auto", "flash", "math", "efficient"):
         run = tmp_path / kernel
         overrides = ["data=modular", "data.p=11", *TINY, "hardware=[cpu,bf16]", "trainer.max_steps=10", "logger=none"]
-        result = train_process.run(*overrides, f"attention_kernel={kernel}", f"hydra.run.dir={run}")
+        result = run_train(*overrides, f"attention_kernel={kernel}", f"hydra.run.dir={run}")
         if kernel == "efficient":
             assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
                 "error: attention_kernel: efficient is a CUDA kernel and this run is on the CPU, which has math and "

@@ -1,18 +1,16 @@
 import json
-import sys
 
 import pytest
 
-from helpers import forked
-from helpers.runs import ROOT, TINY
+from helpers.runs import TINY, run_command, run_train
 from helpers.translation import bleu_matches_the_written_translations, scored_test_set, write_pairs
 from transformer_lab.data.translation import TranslationDataModule
 
 
-def test_translation_pairs_train_end_to_end(tmp_path, train_process):
+def test_translation_pairs_train_end_to_end(tmp_path):
     pairs = write_pairs(tmp_path / "pairs.tsv", n=600)
     run = tmp_path / "run"
-    result = train_process.run(
+    result = run_train(
         "model=encdec",
         "data=translation",
         f"data.path={pairs}",
@@ -38,13 +36,7 @@ def test_translation_pairs_train_end_to_end(tmp_path, train_process):
     test_set = bleu_matches_the_written_translations(run, pairs, min_test_bleu=5)  # measured 9.9
 
     # The translate command gives the outputs the run scored: the best checkpoint, beam 2, the test sources.
-    out = forked.run(
-        [sys.executable, "-m", "transformer_lab.commands.translate", str(run), "beam_size=2"],
-        input="\n".join(r["source"] for r in test_set) + "\n",
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    out = run_command("translate", run, "beam_size=2", input="\n".join(r["source"] for r in test_set) + "\n")
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [r["output"] for r in test_set]
 
@@ -58,10 +50,10 @@ def test_translation_pairs_train_end_to_end(tmp_path, train_process):
     assert beam2["test/bleu"] == pytest.approx(summary["test/bleu"], abs=1e-6) and "test/bleu" in greedy
 
 
-def test_gpt_translates_as_a_prefix_lm(tmp_path, train_process):
+def test_gpt_translates_as_a_prefix_lm(tmp_path):
     pairs = write_pairs(tmp_path / "pairs.tsv", n=600)
     run = tmp_path / "run"
-    result = train_process.run(
+    result = run_train(
         "model=gpt",
         "data=translation",
         f"data.path={pairs}",
@@ -87,7 +79,7 @@ def test_gpt_translates_as_a_prefix_lm(tmp_path, train_process):
     bleu_matches_the_written_translations(run, pairs, min_test_bleu=1)  # measured 3.0
 
 
-def test_separate_vocabularies(tmp_path, train_process):
+def test_separate_vocabularies(tmp_path):
     pairs = write_pairs(tmp_path / "pairs.tsv", n=300)
     dm = TranslationDataModule(data_dir=str(tmp_path / "data"), path=str(pairs), vocab_size=100, shared_vocab=False)
     dm.setup()
@@ -98,7 +90,7 @@ def test_separate_vocabularies(tmp_path, train_process):
 
     assert has_capitals(dm.tokenizer) and not has_capitals(dm.source_tokenizer)  # targets are in capitals
     run = tmp_path / "run"
-    result = train_process.run(
+    result = run_train(
         "model=encdec",
         "data=translation",
         f"data.path={pairs}",
@@ -115,12 +107,6 @@ def test_separate_vocabularies(tmp_path, train_process):
     # The translate command reads sources with the source vocabulary: its outputs (beam 4, as decode.beam_size)
     # are those the run scored on the test set with the best checkpoint.
     test_set = scored_test_set(run)
-    out = forked.run(
-        [sys.executable, "-m", "transformer_lab.commands.translate", str(run), "beam_size=4"],
-        input="\n".join(r["source"] for r in test_set) + "\n",
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    out = run_command("translate", run, "beam_size=4", input="\n".join(r["source"] for r in test_set) + "\n")
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [r["output"] for r in test_set]

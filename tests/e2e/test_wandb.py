@@ -4,7 +4,7 @@ Here: the runs; tests/unit/test_wandb.py has the rest."""
 
 import json
 
-from helpers.runs import ROOT, TINY, run_train
+from helpers.runs import ROOT, TINY, run_train, train_in_a_process
 from helpers.wandb_records import inspect, records
 
 OFFLINE = {"WANDB_MODE": "offline"}
@@ -83,7 +83,7 @@ def test_a_resumed_run_continues_its_wandb_run_at_the_right_step(tmp_path):
         "+callbacks.kill.step=27",
         "+callbacks.kill.signum=SIGTERM",
     ]
-    assert run_train(*args, *stop, env=helpers).returncode == 143
+    assert train_in_a_process(*args, *stop, env=helpers).returncode == 143  # (the signal: a process of its own)
     resumed = run_train("ckpt_path=last", "+callbacks.kill.step=1000", f"hydra.run.dir={run}", env=helpers)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 

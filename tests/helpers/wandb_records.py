@@ -1,15 +1,20 @@
-"""Offline W&B runs read back from their files (`wandb leet inspect`)."""
+"""Offline W&B runs read back from their files, with W&B's own reader (`wandb leet inspect`'s: the wandb-core
+program that command runs, started here without the Python process in front of it)."""
 
 import json
-import sys
-
-from helpers import forked
+import subprocess
+from pathlib import Path
 
 
 def inspect(offline_run) -> dict[str, list[dict]]:
     """The records of one offline W&B run folder, by type (run, config, history, ...)."""
-    out = forked.run(
-        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline_run)],
+    from wandb.util import get_core_path
+
+    offline_run = Path(offline_run).resolve()
+    (run_file,) = offline_run.glob("run-*.wandb")
+    out = subprocess.run(
+        [get_core_path(), "leet", "inspect", "--no-observability", "--json", "--run-file", str(run_file)]
+        + [str(offline_run.parent)],
         capture_output=True,
         text=True,
         timeout=120,
