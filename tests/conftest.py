@@ -10,8 +10,15 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 
-import helpers.runs  # noqa: E402, F401  (before any test imports Lightning: the warning filters set on import)
 import transformer_lab.config.schema  # noqa: E402, F401  (registers the schemas, for every test that composes a config)
+
+
+def pytest_configure(config):
+    """In each process that runs tests (not xdist's controller, which runs none), helpers.runs before any test
+    module is collected: it learns the warning filters Lightning and the package set as they are imported, which a
+    run in the test's process should have (and pytest takes away again after collection)."""
+    if not config.getoption("numprocesses", None) or hasattr(config, "workerinput"):
+        import helpers.runs  # noqa: F401
 
 
 @pytest.fixture(autouse=True)

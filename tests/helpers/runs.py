@@ -260,12 +260,12 @@ class _Saved:
         logging.disable(self.logging_disabled)
         for name, logger in _loggers():
             if name in self.loggers:
-                level, handlers, logger.propagate, logger.disabled = self.loggers[name]
+                logger.level, handlers, logger.propagate, logger.disabled = self.loggers[name]
                 for handler in logger.handlers:
                     if handler not in handlers:
                         handler.close()
                 logger.handlers[:] = handlers
-                logger.setLevel(level)
+        logging.root.setLevel(logging.root.level)  # (the loggers' cached levels cleared, once for all)
         _point_console_handlers(*self.streams[1:], {})  # (and those a run made: this process's again)
 
 
