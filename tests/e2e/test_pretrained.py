@@ -240,11 +240,11 @@ def test_a_classifier_with_a_learned_tokenizer_exports_with_its_cls_and_sep(tmp_
     text = "a good play number 7"
     ours = datamodule_from_checkpoint(meta).encode(text)  # [CLS] ... [SEP], as trained
     assert tokenizer(text)["input_ids"] == ours
-    from transformer_lab.commands.classify import classify
+    import transformer_lab
 
     warnings = []
-    (answer,) = classify({"ckpt": str(run_dir)}, ["a good play " * 100], warn=warnings.append)
-    assert answer[1] and warnings == ["line 1 reaches the model's length (128 tokens): what lies beyond was cut"]
+    (answer,) = transformer_lab.load(run_dir).classify(["a good play " * 100], warn=warnings.append)
+    assert answer and warnings == ["line 1 reaches the model's length (128 tokens): what lies beyond was cut"]
     with torch.no_grad():
         torch.testing.assert_close(exported(**tokenizer(text, return_tensors="pt")).logits,
                                    model(torch.tensor([ours])), atol=1e-5, rtol=1e-5)  # fmt: skip

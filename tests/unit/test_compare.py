@@ -120,9 +120,9 @@ def test_group_by_gives_mean_and_sample_std_and_the_number_of_runs(seeded, capsy
 def test_a_plot_draws_a_configuration_once_with_its_band_and_labels_only_what_varies(seeded, tmp_path):
     from transformer_lab.commands.compare import label_keys, seed_groups
     from transformer_lab.commands.plots import curve, mean_std
-    from transformer_lab.commands.runs import Run, resolved_settings
+    from transformer_lab.api.runs import RunDir, resolved_settings
 
-    runs = [Run(p, json.loads((p / "summary.json").read_text()), resolved_settings(p)) for p in seeded]
+    runs = [RunDir(p, json.loads((p / "summary.json").read_text()), resolved_settings(p)) for p in seeded]
     # seed and data.seed (which follows it) differ, and optim.lr; only optim.lr tells the groups apart
     assert label_keys(runs) == ["optim.lr"]
     assert label_keys(runs, ["seed"]) == ["seed"]
@@ -185,7 +185,7 @@ def test_a_resumed_runs_settings_are_its_newest_records(tmp_path):
 
     from omegaconf import OmegaConf
 
-    from transformer_lab.commands.runs import resolved_settings
+    from transformer_lab.api.runs import resolved_settings
 
     run = fake_run(tmp_path / "run", ["data=modular", "trainer.max_steps=400"], 1.0)
     assert resolved_settings(run)["trainer.max_steps"] == "400"
@@ -331,7 +331,7 @@ def test_how_a_run_was_started_or_resumed_is_never_a_setting_a_group_or_a_label(
     """ckpt_path (a resume's), overwrite and init_strict say how a run started, not what it trained: not in its
     settings, so the table, the groups and a plot's labels never show them; asked for, one line says why."""
     from transformer_lab.commands.compare import main, plot_groups
-    from transformer_lab.commands.runs import Run, resolved_settings
+    from transformer_lab.api.runs import RunDir, resolved_settings
 
     monkeypatch.setenv("COLUMNS", "250")
     s2 = resumed(lengths["1e-3", 2], 400)
@@ -344,7 +344,7 @@ def test_how_a_run_was_started_or_resumed_is_never_a_setting_a_group_or_a_label(
     assert not [k for k in settings if k.startswith("hydra.")] and "init_from" in settings  # (what it started from)
 
     paths = [*lengths.values(), again]
-    runs = [Run(p, json.loads((p / "summary.json").read_text()), resolved_settings(p)) for p in paths]
+    runs = [RunDir(p, json.loads((p / "summary.json").read_text()), resolved_settings(p)) for p in paths]
     labels = [(name, len(members)) for name, members in plot_groups(runs, [], [])]
     assert labels == [  # the resumed run a line of its own, by what it trained
         ("optim.lr=0.001 trainer.max_steps=300", 2),

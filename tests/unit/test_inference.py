@@ -11,6 +11,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import open_dict
 
+import transformer_lab
 from helpers.runs import SHAKESPEARE, TINY, compose_cfg, needs_shakespeare
 from helpers.translation import write_pairs
 from transformer_lab.errors import DataUnavailableError, UserError
@@ -189,7 +190,6 @@ def test_sample_takes_the_run_directory(trained, capsys):
 
 @needs_shakespeare
 def test_fill_reads_gaps_as_the_training_examples_show_them(trained):
-    from transformer_lab.commands.fill import fill
     from transformer_lab.tasks.decoding import fill_spans_greedy
 
     run_dir = trained("t5_text")
@@ -197,16 +197,17 @@ def test_fill_reads_gaps_as_the_training_examples_show_them(trained):
     inputs = next(iter(datamodule.val_dataloader()))[0][:4]
     shown = [datamodule.decode(x) for x in inputs.tolist()]  # what the run's examples print, <X0> ... marks
     assert [datamodule.encode(text) for text in shown] == inputs.tolist()
-    spans = fill({"ckpt": str(run_dir), "spans": True, "max_len": 20}, shown)
+    run = transformer_lab.load(run_dir)
+    spans = run.fill(shown, spans=True, max_len=20)
     expected = fill_spans_greedy(model, inputs, 20, datamodule.pad_id, datamodule.eos_id)
     assert list(spans) == [
         datamodule.decode(ids[: ids.index(datamodule.eos_id)] if datamodule.eos_id in ids else ids) for ids in expected
     ]
     # the text with its gaps filled keeps what was around them
-    (filled,) = fill({"ckpt": str(run_dir)}, ["To be, or not <X0> be: that is the <X1>"])
+    filled = run.fill("To be, or not <X0> be: that is the <X1>")
     assert filled.startswith("To be, or not ") and " be: that is the " in filled and "<X" not in filled
     warnings = []
-    assert list(fill({"ckpt": str(run_dir)}, ["<X100> is out of range", "no gap"], warn=warnings.append))[0] == ""
+    assert run.fill(["<X100> is out of range", "no gap"], warn=warnings.append)[0] == ""
     assert warnings == [
         "line 1: <X100>: this model has the sentinels <X0> to <X99>; its output line is empty",
         "line 2 has no gap (<X0>, <X1>, ...) to fill",
@@ -214,24 +215,22 @@ def test_fill_reads_gaps_as_the_training_examples_show_them(trained):
 
 
 def test_classify_gives_the_models_answer_for_each_equation(trained):
-    from transformer_lab.commands.classify import classify
-
     run_dir = trained("bert_equations")
     model, datamodule = set_up(run_dir)
     x = datamodule.x[datamodule.val]
     lines = [datamodule.decode(row) for row in x.tolist()]  # "3 + 5 =", as the run's examples print them
     assert [datamodule.encode(line) for line in lines] == x.tolist()
-    results = list(classify({"ckpt": str(run_dir), "top": 2}, lines))
+    run = transformer_lab.load(run_dir)
+    results = run.classify(lines, top=2)
     with torch.no_grad():
         probabilities = model(x).softmax(-1)
-    for (_, ranked), p in zip(results, probabilities):
+    for ranked, p in zip(results, probabilities):
         (first, p1), (_, p2) = ranked
-        assert first == p.argmax().item() and p1 == pytest.approx(p.max().item(), abs=1e-6) and p1 >= p2
+        assert first == str(p.argmax().item()) and p1 == pytest.approx(p.max().item(), abs=1e-6) and p1 >= p2
     warnings = []
     lines = ["3 * 5 =", "12 + 1", "  ", "3 + 5 =\t8\textra"]
-    answers = list(classify({"ckpt": str(run_dir)}, lines, warn=warnings.append))
-    assert [text for text, _ in answers] == ["3 * 5 =", "12 + 1", "  ", "3 + 5 ="]
-    assert [ranked for _, ranked in answers[:3]] == [[], [], []] and len(answers[3][1]) == 1
+    answers = run.classify(lines, warn=warnings.append)
+    assert answers[:3] == [[], [], []] and len(answers[3]) == 1
     assert warnings == [
         "line 1: expected an equation of the form `a + b =` (data.op=+, data.terms=2)",
         "line 2: 12: not a number in 0..10 (data.p=11)",
@@ -241,7 +240,6 @@ def test_classify_gives_the_models_answer_for_each_equation(trained):
 
 
 def test_translate_with_a_decoder_only_model_prompts_as_training_did(trained):
-    from transformer_lab.commands.translate import translate
     from transformer_lab.data.tokens import EOS
 
     run_dir = trained("gpt_pairs")
@@ -250,13 +248,14 @@ def test_translate_with_a_decoder_only_model_prompts_as_training_did(trained):
     x, _, rows = next(iter(datamodule.val_dataloader()))
     prompt = x[0, : datamodule.prompt_lengths("val")[rows[0]]].tolist()  # `<bos> source <sep>` as validated
     assert datamodule.encode(datamodule.data.text["val"][rows[0]][0]) == prompt
-    greedy = list(translate({"ckpt": str(run_dir), "beam_size": 1}, sources))
+    run = transformer_lab.load(run_dir)
+    greedy = run.translate(sources, beam_size=1)
     expected = [
         datamodule.decode(continue_prompts(model, torch.tensor([datamodule.encode(s)]), 50, EOS).outputs[0])
         for s in sources
     ]
     assert greedy == expected and any(greedy)
-    beam = list(translate({"ckpt": str(run_dir), "beam_size": 3}, sources))
+    beam = run.translate(sources, beam_size=3)
     assert len(beam) == len(sources)
 
 
@@ -270,13 +269,16 @@ def test_translate_with_a_decoder_only_model_prompts_as_training_did(trained):
     ],
 )
 def test_a_checkpoint_of_another_kind_is_refused_naming_the_command_for_it(trained, command, run, serves):
-    import importlib
+    from transformer_lab.commands.cli import command as declared
 
     run_dir = trained(run)
-    with pytest.raises(UserError, match=f"which `{command}` cannot use: python -m transformer_lab {serves} "):
-        module = importlib.import_module(f"transformer_lab.commands.{command}")
-        function = getattr(module, command)
-        list(function({"ckpt": str(run_dir)}) if command == "sample" else function({"ckpt": str(run_dir)}, ["x"]))
+    refusal = f"which `{command}` cannot use: python -m transformer_lab {serves} "
+    text = {} if command == "sample" else {"text": "x"}
+    with pytest.raises(UserError, match=refusal):  # the command
+        list(declared(command).run({"ckpt": str(run_dir), **text}))
+    verb = getattr(transformer_lab.load(run_dir), "generate" if command == "sample" else command)
+    with pytest.raises(UserError, match=refusal):  # the API's verb, the same check
+        verb(*text.values())
 
 
 @needs_shakespeare
@@ -437,7 +439,7 @@ def test_an_encode_failing_its_own_way_is_that_lines_warning():
 def test_translate_refuses_a_model_without_what_decoding_calls():
     from torch import nn
 
-    from transformer_lab.commands.translate import check_decoding
+    from transformer_lab.api.inference import check_decoding
     from transformer_lab.errors import ConfigError
 
     class Greedy(nn.Module):

@@ -11,7 +11,7 @@ from torch import nn
 
 import transformer_lab.models.gpt as gpt
 from helpers.runs import TINY, compose_cfg
-from transformer_lab.commands.inference import load
+from transformer_lab.api.run import load
 from transformer_lab.config.checkpoint import check_state_fits
 from transformer_lab.errors import ConfigError, UserError
 from transformer_lab.run.build import build, load_model
@@ -105,8 +105,8 @@ def test_a_changed_model_class_is_one_message_from_every_command(saved, tmp_path
     monkeypatch.setattr(gpt, "GPT", cls)  # (the checkpoint's model._target_ names it: the code as it is now)
 
     for what, call in [
-        ("sample, translate, fill, classify", lambda: load(str(path), "sample")),
-        ("attention", lambda: load(str(path), None)),
+        ("sample, translate, fill, classify", lambda: load(str(path), command="sample")),
+        ("attention", lambda: load(str(path))),
         ("the loader", lambda: load_model(path)),
         ("export", lambda: export(path, tmp_path / "exported")),
     ]:
@@ -165,7 +165,8 @@ def test_a_path_inside_a_run_an_overwrite_was_killed_in_puts_the_earlier_run_bac
 
 def test_the_inference_commands_put_the_earlier_run_back_too(run_dir, tmp_path):
     run = killed_overwrite(run_dir, tmp_path)
-    model, datamodule = load(str(run / "checkpoints" / "best.ckpt"), None)
+    loaded = load(str(run / "checkpoints" / "best.ckpt"))
+    assert type(loaded.model) is GPT and not loaded.model.training
     assert (run / "checkpoints" / "best.ckpt").is_file() and not (run / OVERWRITTEN).exists()
     assert checkpoint_of(run / "checkpoints") == run / "checkpoints" / "best.ckpt"
 
@@ -200,7 +201,11 @@ def test_a_model_settings_class_changed_since_is_one_line_from_every_command(sav
         [(n, t, dataclasses.field(default=f.default, default_factory=f.default_factory)) for n, t, f in fields],
     )
     monkeypatch.setattr(gpt, "GPT", type("GPT", (GPT,), {"config_class": Renamed}))
-    for call in (lambda: load(str(path), "sample"), lambda: load_model(path), lambda: export(path, tmp_path / "out")):
+    for call in (
+        lambda: load(str(path), command="sample"),
+        lambda: load_model(path),
+        lambda: export(path, tmp_path / "out"),
+    ):
         with pytest.raises(UserError) as error:
             call()
         assert str(error.value).startswith(f"{path} holds settings its model's class no longer has: model.n_embd (")

@@ -13,58 +13,30 @@ holds the text; `python -m transformer_lab evaluate RUN data.path=FILE` scores s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections import deque
 
-import torch
-
-from transformer_lab.batching.base import encoder
+from transformer_lab.api.inference import CLASSIFY
+from transformer_lab.api.options import with_defaults
+from transformer_lab.api.run import load
 from transformer_lab.commands.cli import Command, run
-from transformer_lab.commands.inference import batched, input_lines, load, warn, with_defaults
+from transformer_lab.commands.inference import input_lines, warn
 
-DEFAULTS = {"ckpt": None, "text": None, "top": 1, "batch_size": 256, "device": "cpu"}
-MINIMUMS = {"top": 1, "batch_size": 1}
-
-
-def classify(
-    args: dict, lines: Iterable[str], warn: Callable[[str], None] = warn, names: bool = False
-) -> Iterator[tuple[str, list]]:
-    """(line, [(class, probability), ...] best first) per line of `lines`, in order; a class is its index,
-    or with `names` its text (an equation's answer, a label)."""
-    args = with_defaults(args, DEFAULTS, MINIMUMS)
-    model, datamodule = load(args["ckpt"], "classify", args["device"])
-    encode, top = encoder(datamodule), min(args["top"], model.config.n_classes)
-    longest = datamodule.sequence_length if datamodule.form == "labelled" else None  # (texts are cut to it)
-    for chunk in batched(lines, args["batch_size"]):
-        texts = [line.split("\t", 1)[0] for _, line in chunk]  # (a labelled file's label is not the model's input)
-        outputs: list[tuple[str, list]] = [(text, []) for text in texts]
-        todo: dict[int, list[int]] = {}
-        for i, ((number, line), text) in enumerate(zip(chunk, texts)):
-            if not text.strip():
-                warn(f"line {number} is empty; its output line holds no class")
-                continue
-            if line.count("\t") > 1:
-                warn(f"line {number} has {line.count(chr(9)) + 1} tab-separated fields: its first is classified")
-            try:
-                todo[i] = encode(text)
-            except ValueError as e:
-                warn(f"line {number}: {e}")
-                continue
-            if longest is not None and len(todo[i]) >= longest:
-                warn(f"line {number} reaches the model's length ({longest} tokens): what lies beyond was cut")
-        if todo:
-            inputs = torch.nn.utils.rnn.pad_sequence(
-                [torch.tensor(ids) for ids in todo.values()], batch_first=True, padding_value=model.config.pad_id
-            ).to(args["device"])
-            with torch.no_grad():
-                probabilities, classes = model(inputs).float().softmax(-1).topk(top, dim=-1)
-            for i, p, c in zip(todo, probabilities.tolist(), classes.tolist()):
-                outputs[i] = (outputs[i][0], list(zip(map(datamodule.answer_text, c) if names else c, p)))
-        yield from outputs
+DEFAULTS = {"ckpt": None, "text": None, **CLASSIFY.defaults, "device": "cpu"}
 
 
 def lines(args: dict):
-    for line, ranked in classify(args, input_lines(args.pop("text", None)), names=True):
-        yield "\t".join([line, *(f"{c}\t{p:.3f}" for c, p in ranked)])
+    args = with_defaults(args, DEFAULTS, CLASSIFY.minimums)
+    given = input_lines(args.pop("text"))
+    trained = load(args.pop("ckpt"), args.pop("device"), "classify")
+    texts: deque[str] = deque()  # (each input's text, as the model read it: a labelled line's label is not)
+
+    def read():
+        for line in given:
+            texts.append(line.split("\t", 1)[0])
+            yield line
+
+    for ranked in trained.classify(read(), warn, **args):
+        yield "\t".join([texts.popleft(), *(f"{c}\t{p:.3f}" for c, p in ranked)])
 
 
 COMMAND = Command("classify", __doc__, DEFAULTS, lines, text=("text", "device"))

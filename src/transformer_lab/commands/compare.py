@@ -30,28 +30,20 @@ import math
 import shutil
 import sys
 
+from transformer_lab.api.runs import (
+    RunDir,
+    chosen_metrics,
+    differing_keys,
+    found,
+    groups_by,
+    in_order,
+    label,
+    label_keys,
+)
 from transformer_lab.commands import cli
 from transformer_lab.commands.plots import cut, is_number, mean_std, plot, plot_file
-from transformer_lab.commands.runs import Run, differing_keys, find_runs, how_started
 from transformer_lab.config.schema import is_seed
 from transformer_lab.errors import UserError
-
-DEFAULT_METRICS = (
-    "val/loss",
-    "val/loss_best",
-    "val/acc",
-    "val/acc_best",
-    "val/bleu_best",
-    "test/bleu",
-    "train/loss",
-    "global_step",
-    "wall_time_s",
-    "status",
-)
-
-
-def label(run: Run, keys: list[str]) -> str:
-    return " ".join(f"{k}={run.settings[k]}" for k in keys if k in run.settings) or run.path.name
 
 
 def fmt(value) -> str:
@@ -60,18 +52,14 @@ def fmt(value) -> str:
     return "-" if value is None else str(value)
 
 
-def table(runs: list[Run], metrics: list[str], sort: str | None, descending: bool) -> list[list[str]]:
-    """Header and rows: the run, the differing settings, the metrics."""
+def table(runs: list[RunDir], metrics: list[str], sort: str | None, descending: bool) -> list[list[str]]:
+    """Header and rows: the run, the differing settings, the metrics (transformer_lab.runs()'s, as text)."""
     keys = differing_keys(runs)
-    if sort:
-        missing = [r for r in runs if not isinstance(r.summary.get(sort), (int, float))]
-        present = sorted((r for r in runs if r not in missing), key=lambda r: r.summary[sort], reverse=descending)
-        runs = present + missing
-    header = ["run", *keys, *metrics]
     rows = [
-        [str(r.path), *(r.settings.get(k, "-") for k in keys), *(fmt(r.summary.get(m)) for m in metrics)] for r in runs
+        [str(r.path), *(r.settings.get(k, "-") for k in keys), *(fmt(r.summary.get(m)) for m in metrics)]
+        for r in in_order(runs, sort, descending)
     ]
-    return [header, *rows]
+    return [["run", *keys, *metrics], *rows]
 
 
 def render(rows: list[list[str]], width: int = 100) -> str:
@@ -99,67 +87,12 @@ def _aligned(rows: list[list[str]]) -> list[str]:
     return lines
 
 
-def label_keys(runs: list[Run], chosen: list[str] | None = None, option: str = "label") -> list[str]:
-    """The settings that tell the runs' groups apart: those that differ, less the seeds, and less a setting
-    whose values only follow another's (callbacks.long_run.model follows model.name): the one every run has,
-    an option's name, or the shorter name stays."""
-    if chosen:
-        started = [k for k in chosen if how_started(k)]
-        if started:
-            raise UserError(
-                f"{option}: {started[0]} only says how a run was started or resumed, not what it trained: "
-                "choose a setting of the runs' .hydra/config.yaml that does"
-            )
-        unknown = [k for k in chosen if not any(k in r.settings for r in runs)]
-        if unknown:
-            metric = " (a metric: sort= orders by it)" if any(unknown[0] in r.summary for r in runs) else ""
-            raise UserError(f"{option}: no run has the setting {unknown[0]!r} (.hydra/config.yaml){metric}")
-        return list(chosen)
-    kept: list[str] = []
-    seen: set[tuple] = set()
-
-    def rank(key: str) -> tuple:  # a key every run has first, then an option's name (model.name), then the shortest
-        section = key.split(".")[0]
-        order = ("model", "data", "task").index(section) if section in ("model", "data", "task") else 3
-        return (
-            any(key not in r.settings for r in runs),
-            not key.endswith(".name"),
-            key.count("."),
-            order,
-            len(key),
-            key,
-        )
-
-    for key in sorted((k for k in differing_keys(runs) if not is_seed(k)), key=rank):
-        partition = _partition(runs, key)
-        if partition not in seen:
-            seen.add(partition)
-            kept.append(key)
-    return sorted(kept)
-
-
-def _partition(runs: list[Run], key: str) -> tuple:
-    """Which runs share a value of `key`: the runs' indices grouped, independent of the values themselves."""
-    groups: dict[str | None, list[int]] = {}
-    for i, run in enumerate(runs):
-        groups.setdefault(run.settings.get(key), []).append(i)
-    return tuple(sorted(tuple(g) for g in groups.values()))
-
-
-def groups_by(runs: list[Run], keys: list[str]) -> list[tuple[str, list[Run]]]:
-    """The runs grouped by their values of `keys`, in the order first seen; each group's label."""
-    groups: dict[tuple, list[Run]] = {}
-    for run in runs:
-        groups.setdefault(tuple(run.settings.get(k) for k in keys), []).append(run)
-    return [(label(members[0], keys) if keys else "all runs", members) for members in groups.values()]
-
-
-def seed_groups(runs: list[Run]) -> list[tuple[str, list[Run]]]:
+def seed_groups(runs: list[RunDir]) -> list[tuple[str, list[RunDir]]]:
     """Runs that differ only in their seeds, together, labelled by the settings that vary across groups."""
     return groups_by(runs, [k for k in differing_keys(runs) if not is_seed(k)])
 
 
-def grouped_table(runs: list[Run], keys: list[str], metrics: list[str], sort: str | None, descending: bool):
+def grouped_table(runs: list[RunDir], keys: list[str], metrics: list[str], sort: str | None, descending: bool):
     """Header and rows for group_by: the keys' values, n, and each metric's mean ± std over the group."""
     rows = []
     for _, members in groups_by(runs, keys):
@@ -179,7 +112,7 @@ def grouped_table(runs: list[Run], keys: list[str], metrics: list[str], sort: st
     return [[*keys, "n", *metrics], *[[*values, str(n), *cells] for values, n, cells, _ in rows]]
 
 
-def plot_groups(runs: list[Run], group_by: list[str], labels: list[str]) -> list[tuple[str, list[Run]]]:
+def plot_groups(runs: list[RunDir], group_by: list[str], labels: list[str]) -> list[tuple[str, list[RunDir]]]:
     """The plot's lines: runs grouped by group_by's settings, else those that differ only in seeds together;
     each labelled by the settings that tell the lines apart (label= chooses them, and must tell them apart)."""
     groups = groups_by(runs, group_by) if group_by else seed_groups(runs)
@@ -192,7 +125,7 @@ def plot_groups(runs: list[Run], group_by: list[str], labels: list[str]) -> list
     return named
 
 
-def _name(members: list[Run]) -> str:
+def _name(members: list[RunDir]) -> str:
     return members[0].path.name if len(members) == 1 else f"{members[0].path.parent.name}/*"
 
 
@@ -219,22 +152,10 @@ def compared(args: dict):
             raise UserError(f"{key}: must be true or false, got {options[key]!r}")
     if options["band"] not in BANDS:
         raise UserError(f"band: must be one of {', '.join(BANDS)}, got {options['band']!r}")
-    if not options["paths"]:
-        raise UserError("which runs? python -m transformer_lab compare RUN_DIR_OR_SWEEP ... (--help)")
     if options["out"] is not None and not options["plot"]:
         raise UserError("out: is where the plot goes: give plot=METRIC,... with it")
-    runs = find_runs(options["paths"])
-    if not runs:
-        raise UserError(f"no run directories (with a summary.json) under {' '.join(options['paths'])}")
-    present = sorted({m for r in runs for m in r.summary})
-    for key, metric in [
-        *(("metrics", m) for m in options["metrics"]),
-        *([("sort", options["sort"])] if options["sort"] else []),
-    ]:
-        if metric not in present:
-            raise UserError(f"{key}: no run's summary.json has {metric} (they have: {', '.join(present)})")
-    metrics = options["metrics"] or [m for m in DEFAULT_METRICS if any(m in r.summary for r in runs)]
-    sort = options["sort"] or ("val/loss" if any("val/loss" in r.summary for r in runs) else None)
+    runs = found(options["paths"])
+    metrics, sort = chosen_metrics(runs, options["metrics"], options["sort"])
     width = shutil.get_terminal_size((100, 24)).columns
     group_by = label_keys(runs, options["group_by"], "group_by") if options["group_by"] else []
     if options["plot"]:
@@ -265,7 +186,7 @@ def compared(args: dict):
         yield f"plot: {plot(groups, options['plot'], out, options['logx'], options['band'])}"
 
 
-def lengths(name: str, members: list[Run]) -> str | None:
+def lengths(name: str, members: list[RunDir]) -> str | None:
     """One line where a group's runs differ in length (summary.json's global_step, or trainer.max_steps: a run
     a resume took further, one stopped early): each length and its runs, since their mean mixes metrics taken
     at different steps (a curve's mean ends where its shortest run does). None where they agree."""

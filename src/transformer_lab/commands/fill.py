@@ -12,51 +12,22 @@ the model left empty is dropped). spans=true prints what the model put in each g
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-
-import torch
-
-from transformer_lab.batching.base import encoder
-from transformer_lab.batching.span_corruption import fill_spans
+from transformer_lab.api.inference import FILL
+from transformer_lab.api.options import with_defaults
+from transformer_lab.api.run import load
 from transformer_lab.commands.cli import Command, run
-from transformer_lab.commands.inference import batched, input_lines, load, warn, with_defaults
-from transformer_lab.tasks.decoding import fill_spans_greedy
+from transformer_lab.commands.inference import input_lines, warn
 
-DEFAULTS = {"ckpt": None, "text": None, "max_len": 100, "spans": False, "batch_size": 64, "device": "cpu"}
-MINIMUMS = {"max_len": 1, "batch_size": 1}
+DEFAULTS = {"ckpt": None, "text": None, **FILL.defaults, "device": "cpu"}
 
 
-def fill(args: dict, lines: Iterable[str], warn: Callable[[str], None] = warn) -> Iterator[str]:
-    """One filled text per line of `lines`, in order."""
-    args = with_defaults(args, DEFAULTS, MINIMUMS)
-    model, datamodule = load(args["ckpt"], "fill", args["device"])
-    encode, first_sentinel = encoder(datamodule), datamodule.first_sentinel
-    for chunk in batched(lines, args["batch_size"]):
-        outputs = [""] * len(chunk)
-        todo: dict[int, list[int]] = {}
-        for i, (number, line) in enumerate(chunk):
-            try:
-                todo[i] = encode(line)
-            except ValueError as e:
-                warn(f"line {number}: {e}; its output line is empty")
-                continue
-            if not any(t >= first_sentinel for t in todo[i]):
-                warn(f"line {number} has no gap (<X0>, <X1>, ...) to fill")
-        if todo:
-            inputs = torch.nn.utils.rnn.pad_sequence(
-                [torch.tensor(ids) for ids in todo.values()], batch_first=True, padding_value=datamodule.pad_id
-            ).to(args["device"])
-            filled = fill_spans_greedy(model, inputs, args["max_len"], datamodule.pad_id, datamodule.eos_id)
-            for i, spans in zip(todo, filled):
-                spans = spans[: spans.index(datamodule.eos_id) + 1] if datamodule.eos_id in spans else spans
-                ids = spans if args["spans"] else fill_spans(todo[i], spans, first_sentinel, datamodule.eos_id)
-                outputs[i] = datamodule.decode(ids)
-        yield from outputs
+def filled(args: dict):
+    args = with_defaults(args, DEFAULTS, FILL.minimums)
+    lines = input_lines(args.pop("text"))
+    yield from load(args.pop("ckpt"), args.pop("device"), "fill").fill(lines, warn, **args)
 
 
-COMMAND = Command(
-    "fill", __doc__, DEFAULTS, lambda args: fill(args, input_lines(args.pop("text", None))), text=("text", "device")
-)
+COMMAND = Command("fill", __doc__, DEFAULTS, filled, text=("text", "device"))
 
 
 def main(argv: list[str] | None = None) -> None:

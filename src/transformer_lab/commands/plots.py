@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from transformer_lab.commands.runs import Run
+from transformer_lab.api.runs import RunDir
 from transformer_lab.errors import UserError
 from transformer_lab.store.atomic import atomic_path
 
@@ -26,7 +26,7 @@ def is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def curve(members: list[Run], metric: str) -> tuple[list[int], list[list[float]]]:
+def curve(members: list[RunDir], metric: str) -> tuple[list[int], list[list[float]]]:
     """A group's curve of `metric`: the steps every member logged it at, and the members' values there."""
     histories = [{r["step"]: r[metric] for r in run.history() if is_number(r.get(metric))} for run in members]
     steps = sorted(set.intersection(*(set(h) for h in histories))) if histories else []
@@ -34,7 +34,7 @@ def curve(members: list[Run], metric: str) -> tuple[list[int], list[list[float]]
 
 
 def plot(
-    groups: list[tuple[str, list[Run]]], metrics: list[str], out: Path, logx: bool = False, band: str = "std"
+    groups: list[tuple[str, list[RunDir]]], metrics: list[str], out: Path, logx: bool = False, band: str = "std"
 ) -> Path:
     """One panel per metric, one line per group (the mean of its runs at each step) with its band."""
     import matplotlib
@@ -91,7 +91,7 @@ def plot(
     return out
 
 
-def plot_file(out: str | None, runs: list[Run]) -> Path:
+def plot_file(out: str | None, runs: list[RunDir]) -> Path:
     """Where the plot goes: out=FILE (a folder: its compare.png; no extension: .png), else the first run's
     directory; a file type matplotlib cannot write is refused before anything is drawn."""
     import matplotlib

@@ -1,0 +1,66 @@
+"""The options of what a trained model does (generate, translate, fill, classify, answer, attention): each
+checked against its default's kind, its minimum, and the device against torch's, whether it comes from Python
+(api/run.py) or a command line (commands/)."""
+
+from __future__ import annotations
+
+from transformer_lab.errors import ConfigError, UserError, require
+
+
+def unknown_options(args: dict, defaults: dict) -> None:
+    unknown = sorted(set(args) - set(defaults))
+    if unknown:
+        raise UserError(f"unknown option(s) {unknown}; options: {', '.join(defaults)}")
+
+
+def with_defaults(args: dict, defaults: dict, minimums: dict | None = None, nullable: tuple[str, ...] = ()) -> dict:
+    """The options with their defaults, each checked against its default's type (an option whose default is
+    None is text, or a number where `minimums` has one), its minimum and whether it may be null, and the
+    device against torch's."""
+    unknown_options(args, defaults)
+    args = {**defaults, **args}
+    for key, value in args.items():
+        check_option(key, value, defaults[key], (minimums or {}).get(key), key in nullable)
+    if "device" in args:
+        check_device(args["device"])
+    return args
+
+
+def check_option(key: str, value, default, minimum: float | None, nullable: bool = False) -> None:
+    """One option's value: of its default's kind, at least `minimum`; text given explicitly is not empty."""
+    number = int if isinstance(default, int) and not isinstance(default, float) else float
+    if isinstance(default, bool):
+        require(isinstance(value, bool), key, f"must be true or false, got {value!r}")
+    elif isinstance(default, (int, float)) or (default is None and minimum is not None):
+        nullable = nullable or default is None
+        if value is None and nullable:
+            return
+        kinds = (int,) if number is int else (int, float)
+        what = "an integer" if number is int else "a number"
+        bound = f" >= {minimum}" if minimum is not None else ""
+        ok = isinstance(value, kinds) and not isinstance(value, bool) and (minimum is None or value >= minimum)
+        require(ok, key, f"must be {what}{bound}{' or null' if nullable else ''}, got {value!r}")
+    elif value is not None:
+        require(isinstance(value, str), key, f"must be text, got {value!r}")
+        require(value != "", key, "is empty")
+
+
+def check_device(device) -> None:
+    """A device torch knows and this machine has: `cpu`, `cuda`, `cuda:N`, `mps`."""
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError("device", f"{device!r} is not a device; use cpu, cuda, cuda:N or mps") from None
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        require(
+            (parsed.index or 0) < count,
+            "device",
+            f"{device} asks for a CUDA GPU but torch sees {count or 'none'}; use device=cpu",
+        )
+    elif parsed.type == "mps":
+        require(torch.backends.mps.is_available(), "device", "mps is not available on this machine; use device=cpu")
+    else:
+        require(parsed.type == "cpu", "device", f"{device!r}: only cpu, cuda, cuda:N or mps run the inference commands")

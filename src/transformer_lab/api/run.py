@@ -1,0 +1,147 @@
+"""A trained run in Python: `run = transformer_lab.load("outputs/DATE/TIME")`.
+
+    run.model                      the model, in eval mode, on the device asked for (default cpu)
+    run.encode(text), run.decode(ids)      the run's own vocabulary
+    run.config                     the resolved config the run trained with (an OmegaConf DictConfig)
+    run.metrics, run.summary       metrics.jsonl as a pandas DataFrame (a row a logged step), summary.json
+    run.generate / translate / fill / classify / answer     what its task does (the commands' verbs)
+    run.attention(text)            every layer's attention weights for one text
+    run.to_transformer_lens(), run.activations(text)       the model opened for interpretability
+
+A verb takes one text (and gives one output) or a list of texts (and gives a list); any other iterable of lines
+is read lazily, a batch at a time, and gives an iterator (what the commands do with standard input). Options are
+the commands' own (`python -m transformer_lab translate --help`), checked the same way, each mistake one line;
+a line the model cannot take gives an empty output and a warning (warnings.warn, or the `warn=` given).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from transformer_lab.api import inference
+from transformer_lab.api.options import check_device
+from transformer_lab.errors import UserError
+
+
+def load(target: str | Path, device: str = "cpu", command: str | None = None) -> Run:
+    """The run of a run directory (its checkpoints/best.ckpt, else last.ckpt) or a checkpoint file, its model
+    in eval mode on `device`. With `command` (a command's name), refused in one line unless the run is one that
+    command serves (its data's batches decide: batching/base.py `command`)."""
+    from transformer_lab.run.build import datamodule_from_checkpoint, load_model
+    from transformer_lab.store.checkpoint import checkpoint_of
+
+    if not target:
+        raise UserError(
+            f"which model? python -m transformer_lab {command or 'attention'} RUN_DIR_OR_CKPT [key=value ...] (--help)"
+        )
+    check_device(device)
+    path = checkpoint_of(target)
+    model, meta = load_model(path, map_location=device)
+    run = Run(path, model.to(device).eval(), datamodule_from_checkpoint(meta), meta)
+    if command is not None:
+        run.serves(command)
+    return run
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, stacklevel=5)  # (the caller of the verb, for a list)
+
+
+@dataclass(eq=False)
+class Run:
+    checkpoint: Path
+    model: torch.nn.Module
+    datamodule: Any  # batching/base.py Batching: the data's vocabulary, the batches' form
+    meta: dict  # the checkpoint's transformer_lab record: config, model_args, vocab or tokenizer
+
+    @property
+    def path(self) -> Path:
+        """The run directory (what holds checkpoints/), or the checkpoint's folder for a loose file."""
+        folder = self.checkpoint.parent
+        return folder.parent if folder.name == "checkpoints" else folder
+
+    @property
+    def device(self) -> torch.device:
+        return inference.device_of(self.model)
+
+    @cached_property
+    def config(self):
+        from omegaconf import OmegaConf
+
+        return OmegaConf.create(self.meta["config"])
+
+    def encode(self, text: str) -> list[int]:
+        return self.datamodule.encode(text)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.datamodule.decode(list(ids))
+
+    @property
+    def summary(self) -> dict:
+        """summary.json: the run's last and best metrics, its status (empty where the folder has none)."""
+        from transformer_lab.store.files import read_json
+
+        file = self.path / "summary.json"
+        return read_json(file) if file.exists() else {}
+
+    @property
+    def metrics(self):
+        """metrics.jsonl as a DataFrame: a row a logged record (step, epoch and the metrics logged then)."""
+        import pandas as pd
+
+        from transformer_lab.store.history import read_history
+
+        file = self.path / "metrics.jsonl"
+        return pd.DataFrame(read_history(file) if file.exists() else [])
+
+    def serves(self, command: str) -> None:
+        """Nothing where `command` is what this run's task does; else one line naming what it does."""
+        does = self.datamodule.command  # the batches it was trained on decide (batching/base.py)
+        if does != command:
+            config = self.meta["config"]
+            hint = (
+                f"python -m transformer_lab {does} {self.checkpoint}"
+                if does
+                else f"it has no inference command; python -m transformer_lab evaluate {self.checkpoint} gives its metrics"
+            )
+            raise UserError(
+                f"{self.checkpoint} holds a model={config['model']['name']} data={config['data']['name']} checkpoint, "
+                f"which `{command}` cannot use: {hint}"
+            )
+
+    def _lines(self, command: str, verb: Callable, texts, options: dict, warn) -> Any:
+        """`verb` over one text (-> one output), a list (-> a list) or another iterable (-> an iterator)."""
+        self.serves(command)
+        warn = warn or _warn
+        if isinstance(texts, str):
+            return next(iter(verb(self.model, self.datamodule, options, [texts], warn)))
+        outputs = verb(self.model, self.datamodule, options, texts, warn)
+        return list(outputs) if isinstance(texts, (list, tuple)) else outputs
+
+    def generate(self, prompt: str = "\n", **options) -> list[str]:
+        """`num_samples` continuations of `prompt` (options: max_new_tokens, num_samples, temperature, top_k, seed)."""
+        self.serves("sample")
+        return inference.generate(self.model, self.datamodule, {"prompt": prompt, **options})
+
+    def translate(self, texts, warn: Callable[[str], None] | None = None, **options):
+        """Translations (options: beam_size, length_penalty, max_extra_len, batch_size)."""
+        return self._lines("translate", inference.translate, texts, options, warn)
+
+    def fill(self, texts, warn: Callable[[str], None] | None = None, **options):
+        """Each text with its gaps (<X0>, <X1>, ...) filled (options: max_len, spans, batch_size)."""
+        return self._lines("fill", inference.fill, texts, options, warn)
+
+    def classify(self, texts, warn: Callable[[str], None] | None = None, **options):
+        """Each text's `top` classes as [(name, probability), ...], best first (options: top, batch_size)."""
+
+        def ranked(model, datamodule, options, lines, warn):
+            return (classes for _, classes in inference.classify(model, datamodule, options, lines, warn, True))
+
+        return self._lines("classify", ranked, texts, options, warn)

@@ -1,0 +1,115 @@
+"""The Python API (docs/python.md): `transformer_lab.load(RUN)` opens a trained run — its model, vocabulary,
+config, metrics and its task's verbs, the same code the commands run — and `transformer_lab.runs(...)` gives
+compare's table as a DataFrame."""
+
+import json
+import statistics
+
+import pytest
+import torch
+
+import transformer_lab
+from helpers.runs import needs_shakespeare
+from transformer_lab.errors import ConfigError, UserError
+from unit.test_compare import fake_run, seeded  # noqa: F401  (a fixture)
+from unit.test_inference import trained  # noqa: F401  (a fixture: tiny runs trained once a session)
+
+
+@needs_shakespeare
+def test_a_run_opens_with_its_model_vocabulary_config_metrics_and_summary(trained):  # noqa: F811
+    from transformer_lab.run.build import load_model
+
+    run_dir = trained("gpt_text")
+    run = transformer_lab.load(run_dir)
+    assert run.path == run_dir and run.checkpoint == run_dir / "checkpoints" / "best.ckpt"
+    assert not run.model.training and run.device == torch.device("cpu")
+    model, meta = load_model(run.checkpoint)  # the one loader's weights
+    for (name, ours), theirs in zip(run.model.state_dict().items(), model.state_dict().values()):
+        assert torch.equal(ours, theirs), name
+    assert run.config.model.name == "gpt" and run.config.data.block_size == 32 and run.meta == meta
+    text = "ROMEO: But soft"
+    assert run.decode(run.encode(text)) == text and len(run.encode(text)) == len(text)  # characters
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(run.metrics) == len(records) and run.metrics["train/loss"].dropna().tolist() == [
+        r["train/loss"] for r in records if "train/loss" in r
+    ]
+    assert run.summary == json.loads((run_dir / "summary.json").read_text()) and run.summary["status"] == "completed"
+
+
+@needs_shakespeare
+def test_generate_is_the_sample_commands_code(trained, capsys):  # noqa: F811
+    from transformer_lab.commands.sample import main
+
+    run_dir = trained("gpt_text")
+    texts = transformer_lab.load(run_dir).generate("ROMEO:", max_new_tokens=12, num_samples=2, seed=3)
+    main([str(run_dir), "prompt=ROMEO:", "max_new_tokens=12", "num_samples=2", "seed=3"])
+    assert capsys.readouterr().out == "\n".join([texts[0], "-" * 40, texts[1]]) + "\n"
+    assert all(t.startswith("ROMEO:") and len(t) == 18 for t in texts) and texts[0] != texts[1]
+
+
+def test_a_verb_takes_one_text_a_list_or_a_stream(trained):  # noqa: F811
+    run = transformer_lab.load(trained("bert_equations"))
+    one, listed = run.classify("3 + 5 ="), run.classify(["3 + 5 =", "1 + 2 ="])
+    streamed = run.classify(iter(["3 + 5 =", "1 + 2 ="]))
+    assert not isinstance(streamed, list) and list(streamed) == listed and listed[0] == one
+    assert one[0][0] in {str(c) for c in range(11)} and 0 < one[0][1] <= 1
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda run: run.classify("3 + 5 =", top=0), ConfigError, "top: must be an integer >= 1, got 0"),
+        (lambda run: run.classify("3 + 5 =", beam_size=2), UserError, "unknown option(s) ['beam_size']; options: top, batch_size"),
+        (lambda run: run.classify("3 + 5 =", top="2"), ConfigError, "top: must be an integer >= 1, got '2'"),
+    ],
+)  # fmt: skip
+def test_an_options_mistake_is_the_commands_one_line(trained, call, error, message):  # noqa: F811
+    run = transformer_lab.load(trained("bert_equations"))
+    with pytest.raises(error) as raised:
+        call(run)
+    assert str(raised.value) == message
+
+
+def test_loading_what_is_not_a_run_or_on_a_missing_device_is_one_line(trained, tmp_path):  # noqa: F811
+    with pytest.raises(UserError, match=rf"^no run directory or checkpoint file at {tmp_path / 'nothing'}$"):
+        transformer_lab.load(tmp_path / "nothing")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError) as raised:
+            transformer_lab.load(trained("bert_equations"), device="cuda")
+        assert str(raised.value) == "device: cuda asks for a CUDA GPU but torch sees none; use device=cpu"
+
+
+def test_runs_is_compares_table_as_a_dataframe(seeded, capsys, monkeypatch):  # noqa: F811
+    from transformer_lab.commands.compare import main
+
+    frame = transformer_lab.runs(seeded)
+    monkeypatch.setenv("COLUMNS", "300")
+    main([*map(str, seeded)])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == list(frame.columns)  # the same columns, in compare's order
+    assert [line.split()[0] for line in lines[2:]] == frame["run"].tolist()  # the same runs, sorted by val/loss
+    assert frame["val/loss"].tolist() == [1.0, 1.4, 2.0, 2.5, 3.0]
+    assert frame["optim.lr"].tolist() == [0.003, 0.003, 0.001, 0.001, 0.001]  # values, not their text
+    assert frame["seed"].tolist() == [0, 1, 0, 1, 2]
+
+
+def test_runs_group_by_gives_mean_sample_std_and_n(seeded):  # noqa: F811
+    frame = transformer_lab.runs([str(p) for p in seeded], group_by="optim.lr", metrics=["val/loss"])
+    assert list(frame.columns) == ["optim.lr", "val/loss mean", "val/loss std", "n"]
+    assert frame["optim.lr"].tolist() == [0.003, 0.001] and frame["n"].tolist() == [2, 3]
+    assert frame["val/loss mean"].tolist() == pytest.approx([1.2, 2.5])
+    assert frame["val/loss std"].tolist() == pytest.approx(
+        [statistics.stdev([1.0, 1.4]), statistics.stdev([2.0, 2.5, 3.0])]
+    )
+
+
+def test_runs_mistakes_are_compares_one_line(seeded, tmp_path):  # noqa: F811
+    with pytest.raises(UserError, match=r"^group_by: no run has the setting 'optim.lrr' \(.hydra/config.yaml\)$"):
+        transformer_lab.runs(seeded, group_by="optim.lrr")
+    with pytest.raises(
+        UserError, match=r"^metrics: no run's summary.json has val/acc \(they have: global_step, status, val/loss\)$"
+    ):
+        transformer_lab.runs(seeded, metrics=["val/acc"])
+    with pytest.raises(UserError, match=rf"^no run directories \(with a summary.json\) under {tmp_path / 'empty'}$"):
+        (tmp_path / "empty").mkdir()
+        transformer_lab.runs(tmp_path / "empty")
