@@ -18,7 +18,7 @@ install: $(VENV)/.installed  ## a virtual environment in .venv with the project 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install $(TORCH)
-	$(PY) -m pip install -e ".[test,corpora,pretrained]"
+	$(PY) -m pip install -e ".[test,corpora,pretrained,lens,notebooks]"
 	touch $@
 
 # Use a local mirror of the datasets when one sits beside the checkout (no network needed);

@@ -16,7 +16,7 @@ from transformer_lab.commands.cli import COMMANDS
 
 def test_the_docs_show_train_commands():
     commands = {overrides for _, overrides, _ in train_commands()}
-    assert {"model=bert data=shakespeare task=mlm", "experiment=shakespeare_char_cpu"} <= commands
+    assert {"model=t5 data=translation task=seq2seq", "experiment=shakespeare_char_cpu"} <= commands
 
 
 @functools.cache
