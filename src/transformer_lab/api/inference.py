@@ -8,42 +8,16 @@ output a line, batch by batch; a line the model cannot take gets its (empty) out
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 
 import torch
 
-from transformer_lab.api.options import with_defaults
+from transformer_lab.api.options import CLASSIFY, FILL, GENERATE, TRANSLATE
 from transformer_lab.batching.base import encoder
 from transformer_lab.batching.span_corruption import fill_spans
 from transformer_lab.errors import ConfigError, UserError
 from transformer_lab.tasks.decoding import Decoded, continue_prompts, decode, fill_spans_greedy
 
 Warn = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class Options:
-    """A verb's options: their defaults (the kind each must be), minimums, and those that may be null."""
-
-    defaults: dict
-    minimums: dict = field(default_factory=dict)
-    nullable: tuple[str, ...] = ()
-
-    def checked(self, given: dict) -> dict:
-        return with_defaults(given, self.defaults, self.minimums, self.nullable)
-
-
-GENERATE = Options(
-    {"prompt": "\n", "max_new_tokens": 500, "num_samples": 1, "temperature": 0.8, "top_k": 200, "seed": 0},
-    {"max_new_tokens": 1, "num_samples": 1, "temperature": 0, "top_k": 1, "seed": 0},
-    nullable=("top_k",),
-)
-TRANSLATE = Options(
-    {"beam_size": 4, "length_penalty": 0.6, "max_extra_len": 50, "batch_size": 64},
-    {"beam_size": 1, "length_penalty": 0, "max_extra_len": 1, "batch_size": 1},
-)
-FILL = Options({"max_len": 100, "spans": False, "batch_size": 64}, {"max_len": 1, "batch_size": 1})
-CLASSIFY = Options({"top": 1, "batch_size": 256}, {"top": 1, "batch_size": 1})
 
 
 def device_of(model: torch.nn.Module) -> torch.device:
@@ -253,3 +227,8 @@ def classify(
             for i, p, c in zip(todo, probabilities.tolist(), classes.tolist()):
                 outputs[i] = (outputs[i][0], list(zip(map(datamodule.answer_text, c) if names else c, p)))
         yield from outputs
+
+
+def ranked_classes(model, datamodule, options: dict, lines: Iterable[str], warn: Warn) -> Iterator[list]:
+    """Each line's [(class name, probability), ...], best first (Run.classify's)."""
+    return (ranked for _, ranked in classify(model, datamodule, options, lines, warn, names=True))

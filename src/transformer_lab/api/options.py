@@ -4,6 +4,8 @@ checked against its default's kind, its minimum, and the device against torch's,
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from transformer_lab.errors import ConfigError, UserError, require
 
 
@@ -64,3 +66,28 @@ def check_device(device) -> None:
         require(torch.backends.mps.is_available(), "device", "mps is not available on this machine; use device=cpu")
     else:
         require(parsed.type == "cpu", "device", f"{device!r}: only cpu, cuda, cuda:N or mps run the inference commands")
+
+
+@dataclass(frozen=True)
+class Options:
+    """A verb's options: their defaults (the kind each must be), minimums, and those that may be null."""
+
+    defaults: dict
+    minimums: dict = field(default_factory=dict)
+    nullable: tuple[str, ...] = ()
+
+    def checked(self, given: dict) -> dict:
+        return with_defaults(given, self.defaults, self.minimums, self.nullable)
+
+
+GENERATE = Options(
+    {"prompt": "\n", "max_new_tokens": 500, "num_samples": 1, "temperature": 0.8, "top_k": 200, "seed": 0},
+    {"max_new_tokens": 1, "num_samples": 1, "temperature": 0, "top_k": 1, "seed": 0},
+    nullable=("top_k",),
+)
+TRANSLATE = Options(
+    {"beam_size": 4, "length_penalty": 0.6, "max_extra_len": 50, "batch_size": 64},
+    {"beam_size": 1, "length_penalty": 0, "max_extra_len": 1, "batch_size": 1},
+)
+FILL = Options({"max_len": 100, "spans": False, "batch_size": 64}, {"max_len": 1, "batch_size": 1})
+CLASSIFY = Options({"top": 1, "batch_size": 256}, {"top": 1, "batch_size": 1})

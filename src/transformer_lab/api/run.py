@@ -21,11 +21,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-from transformer_lab.api import inference
 from transformer_lab.api.options import check_device
 from transformer_lab.errors import UserError
 
@@ -69,7 +69,7 @@ class Run:
 
     @property
     def device(self) -> torch.device:
-        return inference.device_of(self.model)
+        return next(self.model.parameters()).device
 
     @cached_property
     def config(self):
@@ -116,10 +116,12 @@ class Run:
                 f"which `{command}` cannot use: {hint}"
             )
 
-    def _lines(self, command: str, verb: Callable, texts, options: dict, warn) -> Any:
+    def _lines(self, command: str, verb: str, texts, options: dict, warn) -> Any:
         """`verb` over one text (-> one output), a list (-> a list) or another iterable (-> an iterator)."""
+        from transformer_lab.api import inference
+
         self.serves(command)
-        warn = warn or _warn
+        verb, warn = getattr(inference, verb), warn or _warn
         if isinstance(texts, str):
             return next(iter(verb(self.model, self.datamodule, options, [texts], warn)))
         outputs = verb(self.model, self.datamodule, options, texts, warn)
@@ -127,21 +129,44 @@ class Run:
 
     def generate(self, prompt: str = "\n", **options) -> list[str]:
         """`num_samples` continuations of `prompt` (options: max_new_tokens, num_samples, temperature, top_k, seed)."""
+        from transformer_lab.api.inference import generate
+
         self.serves("sample")
-        return inference.generate(self.model, self.datamodule, {"prompt": prompt, **options})
+        return generate(self.model, self.datamodule, {"prompt": prompt, **options})
 
     def translate(self, texts, warn: Callable[[str], None] | None = None, **options):
         """Translations (options: beam_size, length_penalty, max_extra_len, batch_size)."""
-        return self._lines("translate", inference.translate, texts, options, warn)
+        return self._lines("translate", "translate", texts, options, warn)
 
     def fill(self, texts, warn: Callable[[str], None] | None = None, **options):
         """Each text with its gaps (<X0>, <X1>, ...) filled (options: max_len, spans, batch_size)."""
-        return self._lines("fill", inference.fill, texts, options, warn)
+        return self._lines("fill", "fill", texts, options, warn)
 
     def classify(self, texts, warn: Callable[[str], None] | None = None, **options):
         """Each text's `top` classes as [(name, probability), ...], best first (options: top, batch_size)."""
+        return self._lines("classify", "ranked_classes", texts, options, warn)
 
-        def ranked(model, datamodule, options, lines, warn):
-            return (classes for _, classes in inference.classify(model, datamodule, options, lines, warn, True))
+    def attention(self, text: str, target: str | None = None, max_extra_len: int = 50):
+        """({layer: its weights (heads, queries, keys)}, {side: its tokens}) for one text, as the `attention`
+        command captures them (an encoder-decoder's target: `target`, else its greedy output); nothing written."""
+        from transformer_lab.analysis.attention import attention_of
 
-        return self._lines("classify", ranked, texts, options, warn)
+        return attention_of(self.model, self.datamodule, text, target, max_extra_len)
+
+    def to_transformer_lens(self):
+        """A TransformerLens 4 TransformerBridge of the run: its Transformers twin built in memory (export's
+        tables), the same weights; refused in one line where no Transformers family expresses the model."""
+        from transformer_lab.api.lens import to_transformer_lens
+
+        return to_transformer_lens(self.model, self.meta)
+
+    def activations(self, *inputs, modules: list[str] | None = None) -> dict[str, torch.Tensor]:
+        """Every named module's output (or those of `modules`) for one forward pass: a text (encoded as the run
+        reads it) or the model's own input tensors. Any model, a user's own included (forward hooks)."""
+        import torch
+
+        from transformer_lab.api.lens import activations
+
+        if len(inputs) == 1 and isinstance(inputs[0], str):
+            inputs = (torch.tensor([self.encode(inputs[0])], device=self.device),)
+        return activations(self.model, *inputs, modules=modules)

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from transformer_lab.api.inference import CLASSIFY
-from transformer_lab.api.options import with_defaults
+from transformer_lab.api.options import CLASSIFY, with_defaults
 from transformer_lab.api.run import load
 from transformer_lab.commands.cli import Command, run
 from transformer_lab.commands.inference import input_lines, warn

@@ -12,8 +12,7 @@ the model left empty is dropped). spans=true prints what the model put in each g
 
 from __future__ import annotations
 
-from transformer_lab.api.inference import FILL
-from transformer_lab.api.options import with_defaults
+from transformer_lab.api.options import FILL, with_defaults
 from transformer_lab.api.run import load
 from transformer_lab.commands.cli import Command, run
 from transformer_lab.commands.inference import input_lines, warn

@@ -8,8 +8,7 @@ The first argument is a run directory (its checkpoints/best.ckpt, else last.ckpt
 
 from __future__ import annotations
 
-from transformer_lab.api.inference import GENERATE
-from transformer_lab.api.options import with_defaults
+from transformer_lab.api.options import GENERATE, with_defaults
 from transformer_lab.api.run import load
 from transformer_lab.commands.cli import Command, run
 

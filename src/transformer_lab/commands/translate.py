@@ -14,8 +14,7 @@ cut to it; an output that reaches the model's length stops there.
 
 from __future__ import annotations
 
-from transformer_lab.api.inference import TRANSLATE
-from transformer_lab.api.options import with_defaults
+from transformer_lab.api.options import TRANSLATE, with_defaults
 from transformer_lab.api.run import load
 from transformer_lab.commands.cli import Command, run
 from transformer_lab.commands.inference import input_lines, warn
