@@ -176,8 +176,9 @@ def test_compares_mistakes_are_one_line(seeded, capsys, arguments, message):
     plot = [] if any(a.startswith("plot=") for a in arguments) else ["plot=val/loss"]
     with pytest.raises(SystemExit) as exit_:
         main([*map(str, seeded), *arguments, *plot])
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert exit_.value.code == 2 and err.startswith(message) and err.count("\n") == 1
+    assert out == ""  # every option checked before the table is printed
 
 
 def test_a_resumed_runs_settings_are_its_newest_records(tmp_path):

@@ -41,7 +41,7 @@ from transformer_lab.api.runs import (
     label_keys,
 )
 from transformer_lab.commands import cli
-from transformer_lab.commands.plots import cut, is_number, mean_std, plot, plot_file
+from transformer_lab.commands.plots import check_logged, cut, is_number, mean_std, plot, plot_file
 from transformer_lab.config.schema import is_seed
 from transformer_lab.errors import UserError
 
@@ -161,6 +161,7 @@ def compared(args: dict):
     if options["plot"]:
         out = plot_file(options["out"], runs)
         groups = plot_groups(runs, group_by, options["label"])
+        check_logged(groups, options["plot"])
     if group_by:
         failed = [r for r in runs if r.summary.get("status") == "failed"]
         for run in failed:

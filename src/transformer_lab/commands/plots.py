@@ -33,6 +33,16 @@ def curve(members: list[RunDir], metric: str) -> tuple[list[int], list[list[floa
     return steps, [[h[s] for h in histories] for s in steps]
 
 
+def check_logged(groups: list[tuple[str, list[RunDir]]], metrics: list[str]) -> None:
+    """Each metric to plot has a line: some group's runs all logged it (before anything is printed or drawn)."""
+    for metric in metrics:
+        if not any(curve(members, metric)[0] for _, members in groups):
+            logged = sorted({k for _, m in groups for r in m for row in r.history() for k in row} - {"step", "epoch"})
+            raise UserError(
+                f"plot: no run logged {metric} (their metrics.jsonl have: {', '.join(logged) or 'nothing'})"
+            )
+
+
 def plot(
     groups: list[tuple[str, list[RunDir]]], metrics: list[str], out: Path, logx: bool = False, band: str = "std"
 ) -> Path:
@@ -45,12 +55,10 @@ def plot(
     fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 3.8), squeeze=False)
     style = lambda i: {"color": f"C{i % 10}", "linestyle": ("-", "--", ":", "-.")[i // 10 % 4]}  # noqa: E731
     for ax, metric in zip(axes[0], metrics):
-        drawn = 0
         for i, (_, members) in enumerate(groups):
             steps, values = curve(members, metric)
             if not steps:
                 continue
-            drawn += 1
             mean = [sum(v) / len(v) for v in values]
             ax.plot(steps, mean, marker="o" if len(steps) < 30 else None, markersize=3, **style(i))
             if len(members) > 1 and band != "none":
@@ -60,12 +68,6 @@ def plot(
                 else:
                     low, high = [min(v) for v in values], [max(v) for v in values]
                 ax.fill_between(steps, low, high, color=style(i)["color"], alpha=0.2, linewidth=0)
-        if not drawn:
-            logged = sorted({k for _, m in groups for r in m for row in r.history() for k in row} - {"step", "epoch"})
-            plt.close(fig)
-            raise UserError(
-                f"plot: no run logged {metric} (their metrics.jsonl have: {', '.join(logged) or 'nothing'})"
-            )
         ax.set_title(metric)
         ax.set_xlabel("step")
         if logx:
