@@ -118,9 +118,9 @@ def test_group_by_gives_mean_and_sample_std_and_the_number_of_runs(seeded, capsy
 
 
 def test_a_plot_draws_a_configuration_once_with_its_band_and_labels_only_what_varies(seeded, tmp_path):
+    from transformer_lab.api.runs import RunDir, resolved_settings
     from transformer_lab.commands.compare import label_keys, seed_groups
     from transformer_lab.commands.plots import curve, mean_std
-    from transformer_lab.api.runs import RunDir, resolved_settings
 
     runs = [RunDir(p, json.loads((p / "summary.json").read_text()), resolved_settings(p)) for p in seeded]
     # seed and data.seed (which follows it) differ, and optim.lr; only optim.lr tells the groups apart
@@ -331,8 +331,8 @@ def test_a_group_of_runs_of_different_lengths_is_said_in_one_line(lengths, capsy
 def test_how_a_run_was_started_or_resumed_is_never_a_setting_a_group_or_a_label(lengths, tmp_path, capsys, monkeypatch):
     """ckpt_path (a resume's), overwrite and init_strict say how a run started, not what it trained: not in its
     settings, so the table, the groups and a plot's labels never show them; asked for, one line says why."""
-    from transformer_lab.commands.compare import main, plot_groups
     from transformer_lab.api.runs import RunDir, resolved_settings
+    from transformer_lab.commands.compare import main, plot_groups
 
     monkeypatch.setenv("COLUMNS", "250")
     s2 = resumed(lengths["1e-3", 2], 400)
