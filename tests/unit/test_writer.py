@@ -84,6 +84,26 @@ def test_a_disk_refusal_in_any_exception_type_is_one_line_naming_the_file(tmp_pa
     assert str(error.value) == f"{tmp_path / 'export'}: cannot write it ({why}); nothing was written"
 
 
+def test_a_checkpoint_over_the_file_size_limit_is_one_line_and_leaves_the_earlier_one(tmp_path):
+    """torch.save into a file `ulimit -f` stops raises RuntimeError("unexpected pos ..."), the disk's EFBIG its
+    context: the writer's one line names the file and the disk's reason (the stranger's `ulimit -f` run)."""
+    import resource
+
+    import torch
+
+    target = tmp_path / "last.ckpt"
+    target.write_bytes(b"the earlier checkpoint")
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, hard))  # (Python ignores SIGXFSZ: the write fails, EFBIG)
+    try:
+        with pytest.raises(DiskRefused) as error, atomic_write(target) as f:
+            torch.save({"state_dict": {"w": torch.zeros(100_000)}}, f)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert str(error.value) == f"{target}: cannot write it (File too large); nothing was changed"
+    assert target.read_bytes() == b"the earlier checkpoint" and leftovers(tmp_path) == []
+
+
 def test_a_connection_error_is_not_taken_for_a_full_disk(tmp_path):
     with pytest.raises(ConnectionRefusedError), atomic_write(tmp_path / "input.txt"):
         raise ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")  # (a download's OSError)

@@ -110,12 +110,16 @@ class DiskRefused(UserError):
         self.why = why
 
 
-def disk_refusal(error: BaseException) -> str | None:
-    """Why the disk refused a write, where `error` (an OSError, or a library's own exception naming one) says so."""
-    if isinstance(error, OSError):  # (only the disk's refusals: a download's connection errors are OSErrors too)
-        return os.strerror(error.errno) if error.errno in _DISK_REFUSALS else None
-    text = str(error)
-    return next((why for code, why in _DISK_REFUSALS.items() if why in text or f"code: {code}," in text), None)
+def disk_refusal(error: BaseException | None) -> str | None:
+    """Why the disk refused a write, where `error` (an OSError, a library's own exception naming one, or one raised
+    while handling one: torch.save's "unexpected pos" over a file too large for `ulimit -f`) says so."""
+    if error is None:
+        return None
+    if isinstance(error, OSError) and error.errno in _DISK_REFUSALS:  # (a connection error is an OSError too)
+        return os.strerror(error.errno)
+    text = "" if isinstance(error, OSError) else str(error)
+    why = next((why for code, why in _DISK_REFUSALS.items() if why in text or f"code: {code}," in text), None)
+    return why or disk_refusal(error.__cause__ or error.__context__)
 
 
 def _temporary_name(path: Path) -> str:
