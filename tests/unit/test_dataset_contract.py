@@ -37,6 +37,15 @@ def rows_of(path):
     return [line.split("\\t") for line in Path(path).read_text().splitlines() if line.strip()]
 
 
+class NoTokenStreams(DataModule):
+    """Declares text and forgets its reader."""
+
+    provides = ("text",)
+
+    def __init__(self, batch_size=8, val_batch_size=None, seed=0):
+        pass
+
+
 class TsvLabels(DataModule):
     """The issue's: `text<TAB>label` lines, 70% to train on; no data_files(), no whole_file."""
 
@@ -384,6 +393,23 @@ def test_what_cannot_hold_is_refused_in_one_line_naming_the_hook(users, tmp_path
         "TextNoForCheckpoint has no for_checkpoint(): its setup() learned another vocab than the checkpoint's, so "
         "the model's ids would mean other tokens; give TextNoForCheckpoint a for_checkpoint(meta) that takes "
         "meta['vocab']"
+    )
+
+
+def test_a_dataset_without_the_reader_of_the_form_it_provides_is_refused_before_the_run(users):
+    """provides=("text",) without token_streams() (the stranger's): one line naming the hook, from the checks
+    every run passes before its directory is claimed, not the NotImplementedError of setup()."""
+    from transformer_lab.config.classes import check_buildable
+    from transformer_lab.errors import ConfigError
+
+    cfg = compose_cfg(["model=gpt", "data=shakespeare", *TINY])
+    with open_dict(cfg):
+        cfg.data = {"_target_": "contract_users.NoTokenStreams", "name": "mine", "batch_size": 8}
+    with pytest.raises(ConfigError) as refused:
+        check_buildable(cfg)
+    assert str(refused.value) == (
+        "data: contract_users.NoTokenStreams provides text but defines no token_streams(): a dataset providing text "
+        "gives its splits that way (data/base.py, docs/extending.md)"
     )
 
 

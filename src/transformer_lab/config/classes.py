@@ -269,6 +269,7 @@ def make_datamodule(cfg: DictConfig) -> Batching:
     check_arguments(data_cls, settings, "data")
     data = data_cls(**settings)  # checks its own arguments (a ConfigError naming the key)
     form = form_read(batches, data_cls)
+    check_readers(data_cls, form)
     batching_cls = import_class(batches[form], f"task.batches.{form}", Batching)
     missing = [key for key in batching_cls.task_keys if key not in cfg.task]
     if missing:
@@ -286,6 +287,19 @@ def make_datamodule(cfg: DictConfig) -> Batching:
     )
     check_pair(cfg, datamodule)
     return datamodule
+
+
+def check_readers(data_cls: type, form: str) -> None:
+    """The dataset defines what the form its task reads needs (data/base.py READERS)."""
+    from transformer_lab.data.base import READERS, DataModule
+
+    missing = [f"{r}()" for r in READERS[form] if getattr(data_cls, r, None) is getattr(DataModule, r)]
+    if missing:
+        raise ConfigError(
+            "data",
+            f"{data_cls.__module__}.{data_cls.__qualname__} provides {form} but defines no {', no '.join(missing)}: "
+            f"a dataset providing {form} gives its splits that way (data/base.py, docs/extending.md)",
+        )
 
 
 def check_buildable(cfg: DictConfig) -> Batching:

@@ -39,6 +39,14 @@ from transformer_lab.store.files import sha256_file
 log = logging.getLogger(__name__)
 
 FORMS = ("text", "pairs", "equations", "labelled")
+# What a dataset providing each form defines (DataModule's own raise NotImplementedError): checked before a run
+# is claimed (config/classes.py make_datamodule), so a dataset missing one is a line naming it, not a traceback.
+READERS = {
+    "text": ("token_streams",),
+    "pairs": ("pairs", "references", "sources"),
+    "equations": ("equations",),
+    "labelled": ("labelled",),
+}
 SPLIT_READERS = ("pairs", "sources", "references", "labelled")  # (split) -> that split's rows
 
 
