@@ -177,6 +177,27 @@ def test_a_new_run_that_fails_before_its_first_step_takes_back_all_it_wrote(tmp_
     assert earlier_run(run) is None
 
 
+@pytest.mark.parametrize("checkpoint", [True, False], ids=["last.ckpt", "none"])
+def test_a_completed_runs_refusal_advises_what_its_files_allow(tmp_path, checkpoint):
+    """A completed run with a last.ckpt can train further; one without (debug=fast's) cannot: the refusal says so."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "summary.json").write_text('{"status": "completed", "global_step": 4}')
+    if checkpoint:
+        (run / "checkpoints" / "last.ckpt").write_bytes(b"")
+    with pytest.raises(UserError) as refused:
+        check_claim(run, "hydra.run.dir", None, False)
+    held, advice = (
+        ("holds a completed run (step 4)", "train it further with ckpt_path=last and a higher trainer.max_steps")
+        if checkpoint
+        else ("holds a completed run (step 4; no checkpoint to train further from)", "nothing there can be resumed")
+    )
+    assert str(refused.value) == (
+        f"hydra.run.dir={run} {held}; {advice}, start afresh there with overwrite=true (deleting what the run wrote "
+        "once the new run starts training), or choose another hydra.run.dir"
+    )
+
+
 def test_once_training_started_the_run_keeps_what_it_wrote(tmp_path):
     run = tmp_path / "run"
     claim(run, "hydra.run.dir", None, False)

@@ -110,8 +110,8 @@ def earlier_run(run_dir: Path) -> str | None:
             status, step = record.get("status"), record.get("global_step")
         except UserError:
             status = "unreadable"
-    if status == "completed":
-        return f"holds a completed run (step {step})"
+    if status == "completed":  # (debug=fast's completes without a checkpoint)
+        return f"holds a completed run (step {step}{'' if last.is_file() else '; no checkpoint to train further from'})"
     if last.is_file():
         return f"holds an unfinished run ({status or 'stopped'}, with a checkpoints/last.ckpt to resume)"
     found = ", ".join(name for name in RUN_FILES if name in written)
@@ -172,7 +172,7 @@ def check_claim(run_dir: Path, key: str, resumes: Path | None, overwrite: bool) 
 
 
 def refusal(run_dir: Path, key: str, held: str) -> str:
-    if "completed" in held:
+    if "completed" in held and "no checkpoint" not in held:
         advice = "train it further with ckpt_path=last and a higher trainer.max_steps"
     elif "last.ckpt" in held:
         advice = "resume it with ckpt_path=last"
