@@ -73,3 +73,19 @@ def test_pretrained_lr_gives_the_loaded_weights_their_own_rate():
     head = {names[id(p)] for g in split.param_groups[:2] for p in g["params"]}
     assert head == {"head.weight", "head.bias", "pooler.weight", "pooler.bias"}
     assert sum(len(g["params"]) for g in split.param_groups) == len(list(model.parameters()))
+
+
+def test_init_from_a_checkpoint_none_of_whose_tensors_fit_is_refused_before_the_run(tmp_path):
+    """init_strict=false (the default) takes the tensors that fit; none fitting (another model's checkpoint) is a
+    mistake, one line before the run directory is made, not an INFO line over a model trained from scratch."""
+    from helpers.runs import TINY, run_train
+
+    path = checkpoint_of(t5(vocab_size=100), tmp_path / "t5.ckpt")
+    run = tmp_path / "run"
+    result = run_train("model=gpt", "data=modular", "data.p=11", *TINY, "logger=none", f"init_from={path}",
+                       f"hydra.run.dir={run}")  # fmt: skip
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(
+        f"error: init_from: no tensor of it fits this model: init_from {path}: loaded 0 of "
+    )
+    assert not run.exists()

@@ -97,6 +97,8 @@ def build_run(prepared: Prepared) -> Prepared:
     if cfg.get("init_from"):  # (a new run's: a resume's weights are its checkpoint's, checked next)
         report, misfits, task.pretrained = init_weights(model, cfg.init_from, datamodule.data.checkpoint_meta())
         _require(not (misfits and cfg.init_strict), "init_strict", f"not every tensor fits: {report}")
+        # (init_strict=false takes what fits; nothing fitting is a wrong source, not a start from its weights)
+        _require(bool(task.pretrained), "init_from", f"no tensor of it fits this model: {report}")
         log.info(report)
     if resumed:
         check_same_data(resumed.path, resumed.meta, datamodule, files_checked=bool(files))
