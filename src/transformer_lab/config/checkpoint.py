@@ -160,6 +160,7 @@ CHANGEABLE_ON_RESUME = (
     "data.val_batch_size",
     "task.sample",  # what validation generates to show, not what trains
     "task.decode",
+    *(f"model.{key}" for key in CHANGEABLE_KEYS),  # (the model's other keys are its architecture: check_compatible)
 )
 
 
