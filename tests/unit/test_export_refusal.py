@@ -68,8 +68,8 @@ CASES = {
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_every_setting_a_family_cannot_express_is_named(case):
-    from transformer_lab.commands.export import family_for, settings_of
     from transformer_lab.errors import UserError
+    from transformer_lab.pretrained.twin import family_for, settings_of
 
     build, message = CASES[case]
     model = build()
@@ -83,15 +83,16 @@ def test_every_setting_a_family_cannot_express_is_named(case):
     [(dict(mlp="relu2"), "gpt2"), (dict(pos_encoding="rope", mlp="swiglu", norm="rmsnorm"), "llama")],
 )
 def test_a_model_a_family_expresses_has_nothing_named(settings, family):
-    from transformer_lab.commands.export import family_for, settings_of
+    from transformer_lab.pretrained.twin import family_for, settings_of
 
     model = gpt(**settings)
     assert family_for(model, settings_of(model)).model_type == family
 
 
 def test_the_command_says_it_in_one_line_and_writes_nothing(tmp_path, capsys):
-    from transformer_lab.commands.export import main, settings_of
+    from transformer_lab.commands.export import main
     from transformer_lab.pretrained.load import MODELS
+    from transformer_lab.pretrained.twin import settings_of
 
     model = gpt(norm="rmsnorm", qk_norm=True, logit_softcap=30.0)
     meta = {

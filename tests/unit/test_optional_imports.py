@@ -62,9 +62,10 @@ def test_without_safetensors_init_from_hf_says_what_installs_it_on_every_path(hu
 
 
 def test_without_safetensors_export_says_it_in_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys):
-    from transformer_lab.commands.export import main, settings_of
+    from transformer_lab.commands.export import main
     from transformer_lab.models.gpt import GPT, GPTConfig
     from transformer_lab.pretrained.load import MODELS
+    from transformer_lab.pretrained.twin import settings_of
 
     model = GPT(GPTConfig(vocab_size=V, block_size=16, n_layer=1, n_head=2, n_embd=16))
     meta = {

@@ -249,8 +249,8 @@ def bpe_tokenizer(specials=("<pad>", "</s>", "<unk>")):
 
 def our_checkpoint(model, tmp_path, tokenizer):
     """A checkpoint as train.py writes one (its model section, weights and tokenizer), without training."""
-    from transformer_lab.commands.export import settings_of
     from transformer_lab.data.tokenizers import HFTokenizer
+    from transformer_lab.pretrained.twin import settings_of
 
     option = next(name for name, target in MODELS.items() if target.endswith(type(model).__qualname__))
     meta = {

@@ -20,42 +20,13 @@ import json
 import logging
 import os
 import shutil
-from enum import Enum
 from pathlib import Path
-
-import torch
 
 from transformer_lab.commands.cli import Command, run
 from transformer_lab.errors import ConfigError, UserError
+from transformer_lab.pretrained.twin import family_for, settings_of
 
 log = logging.getLogger(__name__)
-
-
-def settings_of(model: torch.nn.Module) -> dict:
-    return {k: v.value if isinstance(v, Enum) else v for k, v in vars(model.config).items()}
-
-
-def family_for(model: torch.nn.Module, s: dict):
-    """The Transformers family this model's settings are: the first of its candidates that can express them;
-    where none can, one line naming, for each candidate, every setting it cannot express."""
-    from transformer_lab.pretrained.llama import llama_for
-    from transformer_lab.pretrained.load import FAMILIES, MODELS
-
-    target = f"{type(model).__module__}.{type(model).__qualname__}"
-    candidates = [
-        f for f in FAMILIES.values() if MODELS[f.model] == target and f.model_type not in ("mistral", "qwen2")
-    ]
-    candidates = [llama_for(s) if f.model_type == "llama" else f for f in candidates]
-    if not candidates:
-        raise UserError(f"export: {target} has no Transformers family here (pretrained/: {', '.join(FAMILIES)})")
-    reasons = []
-    for family in candidates:
-        try:
-            family.hf_config(s, {})
-            return family
-        except ConfigError as e:
-            reasons.append(e.message)
-    raise UserError(f"export: no Transformers architecture has this model's settings: {'; '.join(reasons)}")
 
 
 def char_tokenizer(chars: list[str], end_of_text: str | None):
