@@ -299,7 +299,10 @@ def record(out: Path, new: list[dict], names: list[str], presets: bool) -> int:
     records.update({r["name"]: r for r in new})
     ordered = [records[n] for n in names if n in records]
     results_path.write_text(json.dumps({"runs": ordered}, indent=2) + "\n")
-    (out / "gpu.md").write_text("# GPU benchmark\n\n" + MACHINE + markdown(ordered))
+    written = out / "gpu.md"  # (its table rewritten; what a person wrote under it, from its first "## ", kept)
+    text = written.read_text() if written.exists() else ""
+    kept = text[text.index("\n## ") :] if "\n## " in text else ""
+    written.write_text("# GPU benchmark\n\n" + MACHINE + markdown(ordered) + kept)
     if presets:
         write_preset_sections(ordered)
     print(f"\n{table(ordered)}\n\nwrote {results_path} and {out / 'gpu.md'}")

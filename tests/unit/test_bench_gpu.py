@@ -58,3 +58,15 @@ def test_merge_replaces_a_run_s_record_and_rewrites_the_preset_sections(tmp_path
     twice = (experiments / "shakespeare_char.md").read_text()
     assert twice.count(bench.BEGIN) == 1 and twice.count(bench.END) == 1  # replaced, not appended again
     assert "| 2,000 |" in twice and "| 1,000 |" not in twice and "Text a person wrote." in twice
+
+
+def test_gpu_md_keeps_what_a_person_wrote_under_its_table(tmp_path):
+    """record() rewrites gpu.md's table from the records; the sections written by hand under it ("## The anchor":
+    how to run benchmarks/anchor.py) stay, once."""
+    (tmp_path / "gpu.md").write_text("# GPU benchmark\n\nold table\n\n## The anchor\n\nThe one command.\n")
+    names = [e.name for e in bench.MATRIX]
+    for _ in range(2):
+        bench.record(tmp_path, [record("shakespeare_char/gpu", tokens_per_sec=1000.0)], names, presets=False)
+    text = (tmp_path / "gpu.md").read_text()
+    assert "old table" not in text and "1,000" in text
+    assert text.endswith("\n\n## The anchor\n\nThe one command.\n") and text.count("## The anchor") == 1
