@@ -270,7 +270,8 @@ def test_own_model_trains_resumes_and_samples(user_files, tmp_path):
 
     drawn = run_command("attention", run, "text=ROMEO:", env=env)
     assert drawn.returncode == 2 and drawn.stderr == (
-        "error: TinyGRU has no attention layer of this repository's (models/layers.py Attention): nothing to draw\n"
+        "error: TinyGRU has no layer with capture_attention(capture), the attention protocol (models/layers.py "
+        'DrawsAttention; docs/extending.md, "Draw your own attention"): nothing to draw\n'
     )
 
 

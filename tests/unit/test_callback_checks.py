@@ -78,8 +78,8 @@ def test_the_attention_callback_refuses_a_model_without_attention_and_a_text_it_
     with pytest.raises(ConfigError) as refused:
         checked_callback("attention", AttentionImages("3 + 4 =", "/nowhere"), nn.GRU(4, 4), datamodule)
     assert str(refused.value) == (
-        "callbacks.attention: GRU has no attention layer of this repository's (models/layers.py Attention): "
-        "nothing to draw"
+        "callbacks.attention: GRU has no layer with capture_attention(capture), the attention protocol "
+        '(models/layers.py DrawsAttention; docs/extending.md, "Draw your own attention"): nothing to draw'
     )
     with pytest.raises(ConfigError) as refused:
         checked_callback("attention", AttentionImages("3 + @ =", "/nowhere"), modular_run.model, datamodule)

@@ -1,7 +1,10 @@
 """What a model attends to, captured and drawn: the maps of every layer and head for one text, shared by the
-`attention` command (commands/attention.py) and the training callback that draws them as a run trains
-(callbacks/attention_images.py). The weights are the model's own softmax(QKᵀ/√d + mask), computed beside its
-attention while captured (`attention_maps` in models/layers.py); the output is unchanged."""
+`attention` command (commands/attention.py), the training callback that draws them as a run trains
+(callbacks/attention_images.py) and the Python API (`attention_of`). The weights are those each attention layer
+gives through the attention protocol (models/layers.py `DrawsAttention`, captured by `attention_maps`): ours,
+the model's own softmax(QKᵀ/√d + mask) computed beside its attention (the output is unchanged); a user's layer,
+whatever it declares (a linear attention's normalised kernel scores: docs/extending.md, "Draw your own
+attention")."""
 
 from __future__ import annotations
 
@@ -132,32 +135,33 @@ def draw(title: str, layers: list[torch.Tensor], queries: list[str], keys: list[
 def captured(model, datamodule, args: dict) -> tuple[dict, dict[str, list[str]], dict[str, tuple[list[str], bool]]]:
     """The model's attention on the text: ({layer: (heads, queries, keys)}, the tokens of each side, {kind of
     attention ("decoder.cross_attn"): (its layers in order, whether it attends to the source from the target)})."""
-    from transformer_lab.models.layers import Attention, attention_maps
+    from transformer_lab.models.layers import attention_maps
 
     forward_args, ids = inputs(model, datamodule, args)
-    cross: set[str] = set()  # the layers called with a memory: cross-attention
-
-    def noted(name: str):
-        def hook(_, args, kwargs):
-            if (args[1] if len(args) > 1 else kwargs.get("memory")) is not None:
-                cross.add(name)
-
-        return hook
-
-    layers = [(name, m) for name, m in model.named_modules() if isinstance(m, Attention)]
-    hooks = [layer.register_forward_pre_hook(noted(name), with_kwargs=True) for name, layer in layers]
-    try:
-        with torch.no_grad(), attention_maps(model) as maps:
-            model(*forward_args)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    weights = {layer: calls[0][0].float().cpu().contiguous() for layer, calls in maps.items() if calls}  # (called ones)
+    with torch.no_grad(), attention_maps(model) as maps:
+        model(*forward_args)
     sides = {side: token_names(datamodule, side_ids) for side, side_ids in ids.items()}
+    weights = {}
     kinds: dict[str, tuple[list[str], bool]] = {}  # "decoder.cross_attn" -> (its layers in order, cross?)
-    for layer in weights:
-        kinds.setdefault(re.sub(r"\.\d+(\.|$)", r"\1", layer), ([], layer in cross))[0].append(layer)
+    for layer, calls in maps.items():
+        if not calls:  # (a layer this input does not reach)
+            continue
+        kind = re.sub(r"\.\d+(\.|$)", r"\1", layer)
+        weights[layer] = checked_weights(layer, calls[0], *queries_and_keys(kind, calls.cross, sides))
+        kinds.setdefault(kind, ([], calls.cross))[0].append(layer)
     return weights, sides, kinds
+
+
+def checked_weights(layer: str, weights: torch.Tensor, queries: list[str], keys: list[str]) -> torch.Tensor:
+    """A layer's first call's weights for the one text, (heads, queries, keys); a user's layer that added another
+    shape through the attention protocol is refused in one line naming it (drawing it would fail, or mislabel)."""
+    expected = f"(1, heads, {len(queries)}, {len(keys)})"
+    if weights.dim() != 4 or weights.size(0) != 1 or tuple(weights.shape[2:]) != (len(queries), len(keys)):
+        raise UserError(
+            f"{layer}: its capture_attention() added weights of shape {tuple(weights.shape)}; the attention "
+            f"protocol (models/layers.py DrawsAttention) wants (batch, heads, queries, keys), here {expected}"
+        )
+    return weights[0].cpu().contiguous()
 
 
 def drawings(model, datamodule, args: dict, title: str = "") -> Iterator[tuple[str, object]]:
@@ -169,10 +173,28 @@ def drawings(model, datamodule, args: dict, title: str = "") -> Iterator[tuple[s
 
 
 def check_model(model) -> None:
-    from transformer_lab.models.layers import Attention
+    """A model with no module implementing the attention protocol is refused: nothing would be drawn."""
+    from transformer_lab.models.layers import attention_layers
 
-    if not any(isinstance(m, Attention) for m in model.modules()):
+    if not attention_layers(model):
         raise UserError(
-            f"{type(model).__qualname__} has no attention layer of this repository's (models/layers.py Attention): "
-            "nothing to draw"
+            f"{type(model).__qualname__} has no layer with capture_attention(capture), the attention protocol "
+            '(models/layers.py DrawsAttention; docs/extending.md, "Draw your own attention"): nothing to draw'
         )
+
+
+def attention_of(
+    model, datamodule, text: str, target: str | None = None, max_extra_len: int = 50
+) -> tuple[dict[str, torch.Tensor], dict[str, list[str]]]:
+    """({layer: its weights (heads, queries, keys)}, {side: its tokens}) for one text, the capture the `attention`
+    command makes, on the model's own device, nothing written (the Python API's). An encoder-decoder's target:
+    `target`'s text, else its greedy output, at most `max_extra_len` tokens past the source."""
+    if not isinstance(text, str) or not text:
+        raise UserError(f'text: which input? give text="..." (a non-empty text), got {text!r}')
+    if isinstance(max_extra_len, bool) or not isinstance(max_extra_len, int) or not 1 <= max_extra_len <= MOST_TOKENS:
+        raise UserError(f"max_extra_len: an integer in 1..{MOST_TOKENS}, got {max_extra_len!r}")
+    check_model(model)
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    options = {"text": text, "target": target, "max_extra_len": max_extra_len, "device": str(device)}
+    weights, sides, _ = captured(model, datamodule, options)
+    return weights, sides

@@ -25,8 +25,8 @@ class AttentionImages(L.Callback):
         self.dirpath = Path(run_dir) / "attention"  # (the run's own folder: nothing of the user's is written over)
 
     def check(self, model, datamodule) -> None:
-        """Run before the run's directory is claimed (prepare.build_run): a model without this repository's
-        attention layers, or a text the model cannot read, is refused then."""
+        """Run before the run's directory is claimed (prepare.build_run): a model with no layer implementing the
+        attention protocol (models/layers.py DrawsAttention), or a text the model cannot read, is refused then."""
         from transformer_lab.analysis.attention import check_model, source_ids
 
         check_model(model)

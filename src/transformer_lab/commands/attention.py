@@ -4,8 +4,9 @@
     python -m transformer_lab attention outputs/DATE/TIME text="Ein Mann fährt Fahrrad." out=maps/
 
 The first argument is a run directory (its checkpoints/best.ckpt, else last.ckpt) or a checkpoint file, of any
-model whose attention is the repository's layer (models/layers.py: gpt, encdec, bert, t5, or a model of your own
-built from it). The text becomes the model's input as its inference command reads it (`sample`, `translate`,
+model whose attention layers implement the attention protocol (models/layers.py DrawsAttention: ours, in gpt,
+encdec, bert, t5, and a layer of your own, such as a linear attention: docs/extending.md, "Draw your own
+attention"). The text becomes the model's input as its inference command reads it (`sample`, `translate`,
 `fill`, `classify`). An encoder-decoder's target is its own greedy output for that input (`target=...` gives
 one instead), so the decoder's self-attention and its cross-attention (each target token over the source: a
 translation's alignment) are those of the model translating it.
@@ -14,9 +15,10 @@ Each kind of attention is one PNG: a grid of heatmaps, a row per layer and a col
 and the keys across, each labelled with its token; `attention.safetensors` holds the weights themselves
 ({layer: (heads, queries, keys)}) and `tokens.json` the tokens. They go to `out` (a new or empty folder;
 default: the run's attention/N/, the next free N), all at once: an interrupted call leaves nothing. The weights
-are the model's own softmax(QKᵀ/√d + mask), computed beside its attention while captured (`attention_maps` in
-models/layers.py); the output is unchanged. A text longer than the model reads is refused, not cut; so are more
-than MOST_TOKENS tokens a side (the drawing of a longer one would not be legible, nor fit in memory).
+are those each layer adds while captured (`attention_maps` in models/layers.py): ours, the model's own
+softmax(QKᵀ/√d + mask), computed beside its attention; the output is unchanged. A text longer than the model
+reads is refused, not cut; so are more than MOST_TOKENS tokens a side (the drawing of a longer one would not be
+legible, nor fit in memory).
 """
 
 from __future__ import annotations
@@ -26,9 +28,8 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from transformer_lab.analysis.attention import MOST_TOKENS, captured, check_model, draw, queries_and_keys
+from transformer_lab.api.options import with_defaults
 from transformer_lab.commands.cli import Command, run
-from transformer_lab.commands.inference import load, with_defaults
 from transformer_lab.errors import UserError
 
 DEFAULTS = {"ckpt": None, "text": None, "target": None, "out": None, "max_extra_len": 50, "device": "cpu"}
@@ -72,6 +73,8 @@ def attention(args: dict) -> Iterator[str]:
     from PIL import Image
     from safetensors.torch import save_file
 
+    from transformer_lab.analysis.attention import MOST_TOKENS, captured, check_model, draw, queries_and_keys
+    from transformer_lab.api.run import load
     from transformer_lab.store.atomic import staging_folder
     from transformer_lab.store.checkpoint import checkpoint_of
 
@@ -83,7 +86,8 @@ def attention(args: dict) -> Iterator[str]:
     checkpoint = checkpoint_of(args["ckpt"]) if args["ckpt"] else None
     if args["text"] is None:
         raise UserError('text: which input? give text="..."')
-    model, datamodule = load(args["ckpt"], None, args["device"])
+    trained = load(args["ckpt"], args["device"])
+    model, datamodule = trained.model, trained.datamodule
     check_model(model)
     out, given = out_folder(args, checkpoint)
     weights, sides, kinds = captured(model, datamodule, args)

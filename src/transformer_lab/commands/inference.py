@@ -7,16 +7,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 
-# TRANSITIONAL (removed once commands/attention.py reads them from the API)
-from transformer_lab.api.options import with_defaults  # noqa: E402, F401
 from transformer_lab.errors import UserError, require
-
-
-def load(target, command, device="cpu"):
-    from transformer_lab.api.run import load as load_run
-
-    run = load_run(target, device, command)
-    return run.model, run.datamodule
 
 
 def input_lines(text: str | None) -> Iterable[str]:

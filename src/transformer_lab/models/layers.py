@@ -3,12 +3,16 @@ rotary positions, the feed-forward variants and the norms.
 
 One convention throughout: a padding mask is (B, S) bool, True at padding (nn.MultiheadAttention's
 key_padding_mask); an attention cache is a dict one layer owns while decoding.
+
+The attention protocol (`DrawsAttention`, `attention_maps`) is how any layer's attention is drawn, ours and a
+user's alike (docs/extending.md, "Draw your own attention").
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -46,6 +50,32 @@ class RotaryEmbedding(nn.Module):
         return x * cos + rotated * sin
 
 
+class AttentionCapture(list):
+    """One layer's attention weights while `attention_maps` captures them: a list of each forward call's weights,
+    (B, heads, queries, keys) float32, in call order (a decoder's cache makes one entry a call). `cross`: the layer
+    said its keys were another sequence's (cross-attention: an encoder-decoder's decoder reading the source)."""
+
+    cross = False
+
+    def add(self, weights: torch.Tensor, cross: bool = False) -> None:
+        """One call's weights: each query's weight on each key, (B, heads, queries, keys)."""
+        self.append(weights.detach().float())
+        self.cross = self.cross or cross
+
+
+@runtime_checkable
+class DrawsAttention(Protocol):
+    """The attention protocol: a module whose attention the `attention` command, its training callback and the
+    Python API draw. It implements `capture_attention(capture)`: from then on each forward call adds its
+    attention weights, `capture.add(weights)` (`cross=True` where the keys are another sequence's), until it is
+    called with None. The weights are (B, heads, queries, keys): how much each query's output takes of each key's
+    value, as the layer computes it (a softmax's probabilities; a linear attention's normalised kernel scores),
+    zero where a query may not look (the future of a causal layer, padding). Our `Attention` implements it; so
+    can a user's own layer, and `attention_maps` captures both alike. Outside a capture, nothing is computed."""
+
+    def capture_attention(self, capture: AttentionCapture | None) -> None: ...
+
+
 class Attention(nn.Module):
     """Multi-head attention of queries from `x` over keys and values from `x` (self) or `memory` (cross).
 
@@ -78,7 +108,7 @@ class Attention(nn.Module):
         self.head_dim = head_dim or n_embd // n_head
         self.q_size, self.kv_size = n_head * self.head_dim, self.n_kv_head * self.head_dim
         self.dropout, self.rotary, self.scale, self.qk_norm = dropout, rotary, scale, qk_norm
-        self.capture: list[torch.Tensor] | None = None  # attention_maps() sets a list: each call adds its weights
+        self.capture: AttentionCapture | None = None  # attention_maps() sets one: each call adds its weights
         self.in_proj = nn.Linear(n_embd, self.q_size + 2 * self.kv_size, bias=bias if qkv_bias is None else qkv_bias)
         self.out_proj = nn.Linear(self.q_size, n_embd, bias=bias)
 
@@ -133,7 +163,7 @@ class Attention(nn.Module):
             bias = bias.to(q.dtype)
             mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
         if self.capture is not None:
-            self.capture.append(self.weights(q, k, mask, causal))
+            self.capture.add(self.weights(q, k, mask, causal), cross=memory is not None)
         y = F.scaled_dot_product_attention(
             q,
             k,
@@ -145,6 +175,10 @@ class Attention(nn.Module):
             enable_gqa=self.n_kv_head != self.n_head,  # each kv head serves n_head / n_kv_head query heads
         )  # (B, nh, T, hd)
         return self.out_proj(y.transpose(1, 2).contiguous().view(B, T, Q))
+
+    def capture_attention(self, capture: AttentionCapture | None) -> None:
+        """The attention protocol (DrawsAttention): each forward call adds its weights to `capture` (None: stop)."""
+        self.capture = capture
 
     def weights(self, q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
         """softmax(q kᵀ scale + mask), what SDPA computes inside, written out in float32 to be looked at (the
@@ -161,18 +195,24 @@ class Attention(nn.Module):
 
 
 @contextmanager
-def attention_maps(model: nn.Module) -> Iterator[dict[str, list[torch.Tensor]]]:
-    """Within it, every Attention layer of `model` keeps the weights of each call: {layer name: [(B, nh, T, S),
-    ...]} (a decoder's cache makes one entry a call). Outside it nothing is kept and nothing computed."""
-    layers = {name: m for name, m in model.named_modules() if isinstance(m, Attention)}
-    maps: dict[str, list[torch.Tensor]] = {name: [] for name in layers}
+def attention_maps(model: nn.Module) -> Iterator[dict[str, AttentionCapture]]:
+    """Within it, every module of `model` that implements the attention protocol (DrawsAttention, ours and a
+    user's alike) keeps the weights of each call: {layer name: [(B, nh, T, S), ...]} (a decoder's cache makes one
+    entry a call). Outside it nothing is kept and nothing computed."""
+    layers = attention_layers(model)
+    maps = {name: AttentionCapture() for name in layers}
     for name, layer in layers.items():
-        layer.capture = maps[name]
+        layer.capture_attention(maps[name])
     try:
         yield maps
     finally:
         for layer in layers.values():
-            layer.capture = None
+            layer.capture_attention(None)
+
+
+def attention_layers(model: nn.Module) -> dict[str, DrawsAttention]:
+    """{name: module} of the modules of `model` that implement the attention protocol, in the model's order."""
+    return {name: m for name, m in model.named_modules() if isinstance(m, DrawsAttention)}
 
 
 class FeedForward(nn.Module):
