@@ -76,3 +76,18 @@ def test_a_short_run_prints_a_screenful_and_a_long_one_names_the_preset_that_fit
     warning = next(line for line in lines if line.startswith("this run would train for"))
     assert "(1 steps at" in warning and "on this CPU" in warning
     assert warning.endswith("sized for a CPU: python train.py experiment=shakespeare_char_cpu"), warning
+
+
+@pytest.mark.parametrize("command", [[], ["answer"], ["attention"], ["export"], ["compare"], ["translate"]])
+def test_the_commands_help_imports_no_torch(command):
+    """`python -m transformer_lab [COMMAND] --help` reads every command's page (its module's docstring and
+    options): a command module imports torch, Lightning and the models where it runs, not where it is read."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "transformer_lab", *command, "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0 and "python -m transformer_lab" in result.stdout, result.stderr[-2000:]
+    assert not HEAVY.findall(result.stderr), HEAVY.findall(result.stderr)

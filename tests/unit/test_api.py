@@ -113,3 +113,17 @@ def test_runs_mistakes_are_compares_one_line(seeded, tmp_path):  # noqa: F811
     with pytest.raises(UserError, match=rf"^no run directories \(with a summary.json\) under {tmp_path / 'empty'}$"):
         (tmp_path / "empty").mkdir()
         transformer_lab.runs(tmp_path / "empty")
+
+
+def test_answer_is_the_answer_commands_code(trained, capsys):  # noqa: F811
+    from transformer_lab.commands.answer import main
+
+    run_dir = trained("gpt_equations")
+    run = transformer_lab.load(run_dir)
+    equations = ["3 + 5 =", "10 + 10 =", "7 + 0 ="]
+    answers = run.answer(equations)
+    main([str(run_dir), "text=3 + 5 ="])
+    assert capsys.readouterr().out == answers[0] + "\n" and run.answer("3 + 5 =") == answers[0]
+    assert len(answers) == 3 and all(isinstance(a, str) for a in answers)  # (4 steps: what it answers, untrained)
+    with pytest.raises(UserError, match=r"which `answer` cannot use: python -m transformer_lab classify "):
+        transformer_lab.load(trained("bert_equations")).answer("3 + 5 =")

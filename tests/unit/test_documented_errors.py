@@ -15,6 +15,7 @@ ASSERTED_ELSEWHERE = [
     ("extending.md", "lacks what task=lm calls on it with", "unit/test_config.py"),
     ("extending.md", "task.gamma: must be >= 0, got -1", "e2e/test_extension.py"),
     ("inference.md", "cannot use: python -m transformer_lab", "unit/test_inference.py"),
+    ("inference.md", ": not a number in 0..", "unit/test_answer.py"),
     ("runs.md", "another process (pid", "e2e/test_resume.py"),
     ("runs.md", "was trained on other data than this run reads:", "e2e/test_resume.py"),
     ("runs.md", "is not what it read (a file changed since, or another file", "e2e/test_resume.py"),

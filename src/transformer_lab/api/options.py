@@ -91,3 +91,4 @@ TRANSLATE = Options(
 )
 FILL = Options({"max_len": 100, "spans": False, "batch_size": 64}, {"max_len": 1, "batch_size": 1})
 CLASSIFY = Options({"top": 1, "batch_size": 256}, {"top": 1, "batch_size": 1})
+ANSWER = {"max_len": None, "batch_size": 256}  # (api/answer.py checks them: max_len an integer or null)

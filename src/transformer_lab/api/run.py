@@ -116,12 +116,11 @@ class Run:
                 f"which `{command}` cannot use: {hint}"
             )
 
-    def _lines(self, command: str, verb: str, texts, options: dict, warn) -> Any:
-        """`verb` over one text (-> one output), a list (-> a list) or another iterable (-> an iterator)."""
-        from transformer_lab.api import inference
-
+    def _lines(self, command: str, verb: Callable, texts, options: dict, warn) -> Any:
+        """`verb` (model, datamodule, options, lines, warn) over one text (-> one output), a list (-> a list) or
+        another iterable (-> an iterator), once the run is one `command` serves."""
         self.serves(command)
-        verb, warn = getattr(inference, verb), warn or _warn
+        warn = warn or _warn
         if isinstance(texts, str):
             return next(iter(verb(self.model, self.datamodule, options, [texts], warn)))
         outputs = verb(self.model, self.datamodule, options, texts, warn)
@@ -136,15 +135,31 @@ class Run:
 
     def translate(self, texts, warn: Callable[[str], None] | None = None, **options):
         """Translations (options: beam_size, length_penalty, max_extra_len, batch_size)."""
-        return self._lines("translate", "translate", texts, options, warn)
+        from transformer_lab.api.inference import translate
+
+        return self._lines("translate", translate, texts, options, warn)
 
     def fill(self, texts, warn: Callable[[str], None] | None = None, **options):
         """Each text with its gaps (<X0>, <X1>, ...) filled (options: max_len, spans, batch_size)."""
-        return self._lines("fill", "fill", texts, options, warn)
+        from transformer_lab.api.inference import fill
+
+        return self._lines("fill", fill, texts, options, warn)
 
     def classify(self, texts, warn: Callable[[str], None] | None = None, **options):
         """Each text's `top` classes as [(name, probability), ...], best first (options: top, batch_size)."""
-        return self._lines("classify", "ranked_classes", texts, options, warn)
+        from transformer_lab.api.inference import ranked_classes
+
+        return self._lines("classify", ranked_classes, texts, options, warn)
+
+    def answer(self, texts, warn: Callable[[str], None] | None = None, **options):
+        """Each equation's answer as text, greedy (`"12 + 34 ="` -> `"46"`; options: max_len, batch_size): a gpt
+        trained on equations continues it, an encdec or t5 decodes it (the `answer` command)."""
+        from transformer_lab.api.answer import answers
+
+        def verb(model, datamodule, options, lines, warn):
+            return answers(model, datamodule, lines, warn=warn, **options)
+
+        return self._lines("answer", verb, texts, options, warn)
 
     def attention(self, text: str, target: str | None = None, max_extra_len: int = 50):
         """({layer: its weights (heads, queries, keys)}, {side: its tokens}) for one text, as the `attention`

@@ -39,7 +39,7 @@ class Command:
 
 
 # The commands, each in its own module (its COMMAND); train is `python train.py` (README).
-COMMANDS = ("evaluate", "sample", "translate", "fill", "classify", "attention", "export", "compare")
+COMMANDS = ("evaluate", "sample", "translate", "fill", "classify", "answer", "attention", "export", "compare")
 
 
 def command(name: str) -> Command:

@@ -1,6 +1,7 @@
-"""Evaluate a trained model on its run's data, without training: loss and perplexity, accuracy, BLEU.
+"""Evaluate a trained model on its run's data, without training: loss and perplexity, accuracy, exact match, BLEU.
 
-    python -m transformer_lab evaluate RUN_DIR_OR_CKPT [split=val|test] [out=FILE] [weights=trained] [overrides ...]
+    python -m transformer_lab evaluate RUN_DIR_OR_CKPT [split=val|test] [out=FILE] [weights=trained] \\
+        [predictions=FILE [overwrite=true]] [overrides ...]
 
     python -m transformer_lab evaluate outputs/DATE/TIME split=test task.decode.beam_size=8
     python -m transformer_lab evaluate outputs/DATE/TIME/checkpoints/last.ckpt trainer.limit_val_batches=50
@@ -15,6 +16,9 @@ all of it whatever the split (a label the classifier never saw is refused, namin
 metrics are printed and written to eval.json beside the checkpoint (or `out=FILE`); nothing else in the
 run directory changes. A run with callbacks=[default,ema] saves the average of the weights, evaluated by
 default, and the trained weights beside it: `weights=trained` evaluates those (what the average bought).
+`predictions=FILE` writes each example's prediction as a JSON line, in the split's order: {"input": ...,
+"prediction": ..., "reference": ..., "exact": true|false} (an equation and the model's answer, a source and its
+translation, a text and its class); a file that exists is kept unless overwrite=true.
 """
 
 from __future__ import annotations
@@ -31,16 +35,28 @@ USAGE = __doc__.split("\n\n")[1]
 
 
 def evaluate(
-    target: str, split: str = "val", overrides: list[str] = (), out: str | None = None, weights: str = "saved"
+    target: str,
+    split: str = "val",
+    overrides: list[str] = (),
+    out: str | None = None,
+    weights: str = "saved",
+    predictions: str | None = None,
+    overwrite: bool = False,
 ) -> dict:
     """The metrics of the checkpoint `target` (a run directory or a .ckpt file) on `split`; `weights="trained"`:
-    of the trained weights an EMA checkpoint keeps beside the average (its `current_model_state`)."""
+    of the trained weights an EMA checkpoint keeps beside the average (its `current_model_state`).
+    `predictions`: a file for each example's record (metrics.py `predicts`), one JSON line each; one that exists
+    is refused unless `overwrite`."""
     if split not in ("val", "test"):
         raise UserError(f"split must be val or test, got {split!r}")
     if weights not in ("saved", "trained"):
         raise UserError(f"weights must be trained (or left out: the checkpoint's own), got {weights!r}")
     if out is not None and (out == "" or Path(out).is_dir()):
         raise UserError(f"out={out}: give a file name (eval.json's contents go there)")
+    if not isinstance(overwrite, bool):
+        raise UserError(f"overwrite: must be true or false, got {overwrite!r}")
+    if predictions is not None:
+        check_predictions_file(predictions, overwrite)
     import lightning as L
     from hydra import compose, initialize_config_dir
 
@@ -99,6 +115,13 @@ def evaluate(
             raise ConfigError("split", f"task={cfg.task.name} on data={cfg.data.name} has no test split; use split=val")
         datamodule, model, task = build(cfg, given, checkpoint_meta=meta, datamodule=datamodule)
     check_state_fits(str(path), shapes, meta["config"], cfg, task)
+    if predictions is not None:
+        if not getattr(task.metric, "predicts", False):
+            raise UserError(
+                f"predictions={predictions}: task={cfg.task.name} on data={cfg.data.name} scores no example on its "
+                "own (its metrics: the loss over all tokens); leave predictions= out"
+            )
+        task.predictions = []
     trainer = L.Trainer(
         **trainer_arguments(cfg),
         logger=False,
@@ -133,12 +156,31 @@ def evaluate(
     out_path = Path(out) if out else path.parent / "eval.json"
     from transformer_lab.store.atomic import atomic_write
 
+    if predictions is not None:
+        try:
+            with atomic_write(predictions, "w", key="predictions") as f:
+                f.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in task.predictions)
+        except OSError as e:
+            raise UserError(f"predictions={predictions}: cannot write it ({e.strerror})") from None
+        result["predictions"] = {"file": str(predictions), "examples": len(task.predictions)}
     try:
         with atomic_write(out_path, "w", key="out") as f:
             f.write(json.dumps(result, indent=2) + "\n")
     except OSError as e:
         raise UserError(f"out={out_path}: cannot write it ({e.strerror})") from None
     return result
+
+
+def check_predictions_file(predictions: str, overwrite: bool) -> None:
+    """predictions=FILE names a file that may be written: not a folder, and not one that exists unless
+    overwrite=true (checked before anything is evaluated)."""
+    file = Path(predictions)
+    if predictions == "" or file.is_dir():
+        raise UserError(f"predictions={predictions}: give a file name (a JSON line an example goes there)")
+    if file.exists() and not overwrite:
+        raise UserError(
+            f"predictions={predictions}: the file exists; give another name, or overwrite=true to replace it"
+        )
 
 
 def evaluated(args: dict):
@@ -149,21 +191,29 @@ def evaluated(args: dict):
             "device: evaluate runs as its run trained, on the config's hardware: hardware=cpu or hardware=gpu"
         )
     result = evaluate(
-        args["ckpt"], args.get("split", "val"), args["overrides"], args.get("out"), args.get("weights", "saved")
+        args["ckpt"],
+        args.get("split", "val"),
+        args["overrides"],
+        args.get("out"),
+        args.get("weights", "saved"),
+        args.get("predictions"),
+        args.get("overwrite", False),
     )
     width = max(len(name) for name in result["metrics"])
     yield f"{result['checkpoint']} (step {result['step']}), split={result['split']}:"
     for name, value in result["metrics"].items():
         yield f"  {name:<{width}}  {value:.4f}"
+    if "predictions" in result:
+        yield f"{result['predictions']['examples']} predictions written to {result['predictions']['file']}"
     yield f"written to {Path(args['out']) if args.get('out') else Path(result['checkpoint']).parent / 'eval.json'}"
 
 
 COMMAND = Command(
     "evaluate",
     __doc__,
-    {"ckpt": None, "split": "val", "out": None, "weights": "saved"},
+    {"ckpt": None, "split": "val", "out": None, "weights": "saved", "predictions": None, "overwrite": False},
     evaluated,
-    text=("split", "out", "weights"),
+    text=("split", "out", "weights", "predictions"),
     overrides=True,
 )
 

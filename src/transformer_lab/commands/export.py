@@ -24,7 +24,6 @@ from pathlib import Path
 
 from transformer_lab.commands.cli import Command, run
 from transformer_lab.errors import ConfigError, UserError
-from transformer_lab.pretrained.twin import family_for, settings_of
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +170,7 @@ def check_out_dir(out: Path, overwrite: bool, checkpoint: Path) -> None:
 
 def export(target: str | Path, out_dir: str | Path, overwrite: bool = False) -> Path:
     from transformer_lab.pretrained.hub import require_pretrained
+    from transformer_lab.pretrained.twin import family_for, settings_of
     from transformer_lab.run.build import load_model
     from transformer_lab.store.atomic import DiskRefused, staging_folder
     from transformer_lab.store.checkpoint import checkpoint_of

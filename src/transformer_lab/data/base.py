@@ -315,6 +315,7 @@ class DataModule:
 
     # "equations"
     n_answers: int | None = None  # answers are the ids 0 .. n_answers - 1 (the numbers)
+    answer_length: int = 1  # the tokens of each answer: Equations.answers is (N,) for 1, (N, answer_length) beyond
 
     def equations(self) -> Equations:
         raise NotImplementedError

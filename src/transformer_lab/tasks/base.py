@@ -62,6 +62,9 @@ class Task(L.LightningModule):
         self.skipped_steps = 0
         self.example_tables: dict[str, list[list]] = defaultdict(list)
         self.translations_dir: Path | None = None  # where evaluation writes its outputs (a run sets it)
+        # Where evaluation puts each example's record (input, prediction, reference, exact), where a list:
+        # the metrics that predict per example add to it (metrics.py `predicts`; evaluate's predictions=FILE).
+        self.predictions: list[dict] | None = None
         self.pretrained: set[str] = set()  # the model's tensors init_from loaded (optim.pretrained_lr applies)
         self.specials = Specials()  # the data's ids of padding, start, end and separator (build() sets them)
 

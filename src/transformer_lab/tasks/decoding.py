@@ -28,6 +28,11 @@ class Decoded:
     longest_source: int = 0  # tokens in the longest source, before cutting
 
 
+def ids_before(ids: list[int], end: int) -> list[int]:
+    """`ids` up to their first `end` (left out), or all of them."""
+    return ids[: ids.index(end)] if end in ids else ids
+
+
 def _reorder(cache: list[dict], index: torch.Tensor) -> None:
     for layer in cache:
         for part in layer.values():

@@ -11,7 +11,7 @@ from torchmetrics import MeanMetric
 
 from transformer_lab.tasks.base import Task
 from transformer_lab.tasks.configs import LanguageModelConfig
-from transformer_lab.tasks.decoding import Decoded, continue_prompts
+from transformer_lab.tasks.decoding import Decoded, continue_prompts, ids_before
 
 
 class LanguageModelTask(Task):
@@ -46,8 +46,18 @@ class LanguageModelTask(Task):
         self.metric.step(self, batch, logits)
 
     def answers(self, batch, logits):
-        """(inputs, predicted, expected) of one answer per row, the last target (AnswerAccuracy)."""
-        return batch[0], logits[:, -1].argmax(-1), batch[1][:, -1]
+        """(questions, predicted, expected) of one answer per row (AnswerAccuracy): the equations, and the
+        answer's K tokens (B, K) at the row's last K targets (batching/equations.py AnswerToken). Under teacher
+        forcing all K are right exactly when greedy decoding after the question gives the answer: each step's
+        prefix is then the answer's own."""
+        x, y = batch[0], batch[1]
+        k = int((y[0] != -100).sum())
+        return x[:, : x.size(1) - k + 1], logits[:, -k:].argmax(-1), y[:, -k:]
+
+    def reference_ids(self, batch) -> list[list[int]]:
+        """Each row's target ids after `<sep>`, up to its <eos> (left out): what a continuation must give to
+        match exactly (Bleu's exact match)."""
+        return [ids_before(row[row != -100].tolist(), self.specials.eos) for row in batch[1]]
 
     @classmethod
     def decoding_needs(cls, settings: dict) -> dict[str, str | None]:

@@ -56,8 +56,16 @@ class Seq2SeqTask(Task):
         return self.guarded(self.loss(logits, tgt, self.label_smoothing), (tgt[:, 1:] != self.specials.pad).sum())
 
     def answers(self, batch, logits):
-        """(inputs, predicted, expected) of the first target token, one answer per row (AnswerAccuracy)."""
-        return batch[0], logits[:, 0].argmax(-1), batch[1][:, 1]
+        """(questions, predicted, expected) of one answer per row (AnswerAccuracy): the sources, and the answer's
+        K tokens (B, K) between the target's <bos> and <eos> (batching/equations.py AnswerSequence); all K right
+        under teacher forcing is greedy decoding's first K tokens being the answer."""
+        k = batch[1].size(1) - 2
+        return batch[0], logits[:, :k].argmax(-1), batch[1][:, 1 : k + 1]
+
+    def reference_ids(self, batch) -> list[list[int]]:
+        """Each row's target ids after <bos>, up to its <eos> (left out): what an output must be to match
+        exactly (Bleu's exact match)."""
+        return [decoding.ids_before(row[1:].tolist(), self.specials.eos) for row in batch[1]]
 
     @classmethod
     def decoding_needs(cls, settings: dict) -> dict[str, str | None]:
