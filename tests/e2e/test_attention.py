@@ -108,7 +108,7 @@ def test_characters_are_labelled_as_themselves_and_a_text_too_long_is_one_line(t
 
 
 def test_what_cannot_be_drawn_is_refused_and_nothing_is_half_written(tmp_path, monkeypatch):
-    import transformer_lab.commands.attention as command
+    import transformer_lab.analysis.attention as analysis
     from transformer_lab.commands.attention import put_in_place
 
     run = train(tmp_path / "gpt", "data=modular", "data.p=11")
@@ -125,7 +125,7 @@ def test_what_cannot_be_drawn_is_refused_and_nothing_is_half_written(tmp_path, m
     def interrupted(*args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(command, "draw", interrupted)
+    monkeypatch.setattr(analysis, "draw", interrupted)  # (the command imports it where it runs)
     with pytest.raises(KeyboardInterrupt):
         list(attention({"ckpt": str(run), "text": "3 + 5 ="}))
     assert not (run / "attention").exists() or not any((run / "attention").iterdir())

@@ -6,9 +6,10 @@ import json
 
 import pytest
 
+import transformer_lab
 from helpers.runs import ROOT, TINY, run_command, run_train
 from helpers.translation import write_pairs
-from transformer_lab.commands import translate as translate_cli
+from transformer_lab.api import inference
 
 MULTI30K = ROOT / "data" / "multi30k"
 
@@ -54,25 +55,20 @@ def test_outputs_come_batch_by_batch_and_a_failing_line_loses_only_itself(checkp
         yield from ["red dog runs", "blue bird sleeps"]
         raise AssertionError("read before the first batch's outputs were given")
 
-    outputs = translate_cli.translate({"ckpt": str(checkpoint), "batch_size": 2}, lines())
+    run = transformer_lab.load(checkpoint)
+    outputs = run.translate(lines(), batch_size=2)  # (an iterator in: outputs as each batch is done)
     assert next(outputs) is not None and next(outputs) is not None  # the first batch, before reading on
 
-    real_decode = translate_cli.decode
+    real_decode = inference.decode
 
     def failing_on_cat(model, src, *args):  # a source of more than 5 tokens breaks decoding
         if any(len(row) > 5 for row in src.tolist()):
             raise RuntimeError("out of memory")
         return real_decode(model, src, *args)
 
-    monkeypatch.setattr(translate_cli, "decode", failing_on_cat)
+    monkeypatch.setattr(inference, "decode", failing_on_cat)
     warnings = []
-    out = list(
-        translate_cli.translate(
-            {"ckpt": str(checkpoint), "beam_size": 1},
-            ["red dog", "the big cat sleeps under a small dog", "blue bird"],
-            warn=warnings.append,
-        )
-    )
+    out = run.translate(["red dog", "the big cat sleeps under a small dog", "blue bird"], warnings.append, beam_size=1)
     assert len(out) == 3 and out[0] and out[1] == "" and out[2]
     assert "line 2 could not be translated (RuntimeError: out of memory); its output line is empty" in warnings
     assert not any(f"line {n} " in w for w in warnings for n in (1, 3))

@@ -127,3 +127,54 @@ def test_answer_is_the_answer_commands_code(trained, capsys):  # noqa: F811
     assert len(answers) == 3 and all(isinstance(a, str) for a in answers)  # (4 steps: what it answers, untrained)
     with pytest.raises(UserError, match=r"which `answer` cannot use: python -m transformer_lab classify "):
         transformer_lab.load(trained("bert_equations")).answer("3 + 5 =")
+
+
+def test_the_strangers_misuses_are_one_line_each(trained, seeded):  # noqa: F811
+    """What a hurried researcher tried (issue #56's stranger): wrong types are one line naming the argument, not a
+    TypeError from inside; a Python mistake is not told to use the command line."""
+    from transformer_lab.api.runs import value
+
+    calls = [
+        (lambda: transformer_lab.load(None), "load: which run? give a run directory or a checkpoint file, got None"),
+        (lambda: transformer_lab.load(3), "load: a run directory or a checkpoint file (a str or a Path), got int"),
+        (lambda: transformer_lab.runs(None), "runs: a run directory or sweep, or a list of them, got NoneType"),
+        (lambda: transformer_lab.runs(seeded, group_by=3), "group_by: a key or a list of keys, got 3"),
+        (lambda: transformer_lab.runs(seeded, descending="yes"), "descending: must be true or false, got 'yes'"),
+    ]
+    equations = transformer_lab.load(trained("gpt_equations"))
+    calls += [
+        (lambda: equations.answer("3 + 5 =", beam_size=3), "unknown option(s) ['beam_size']; options: max_len, batch_size"),
+        (lambda: equations.answer(5), "answer: a text, a list of texts or an iterable of lines, got int"),
+        (lambda: equations.answer(b"3 + 5 ="), "answer: a text, a list of texts or an iterable of lines, got bytes"),
+        (lambda: equations.answer(["3 + 5 ="], warn="x"), "warn: a function taking the warning's text, got 'x'"),
+    ]  # fmt: skip
+    for call, message in calls:
+        with pytest.raises(UserError) as refused:
+            call()
+        assert str(refused.value) == message
+    assert transformer_lab.runs(seeded, metrics="val/loss").columns[-1] == "val/loss"  # (one metric, as text)
+    assert value("None") is None and value("0.001") == 0.001 and value("gelu") == "gelu"
+    assert list(equations.activations("3 + 5 =", modules="lm_head")) == ["lm_head"]
+
+
+def test_an_encoder_decoders_activations_of_a_text_run_it_on_its_greedy_target(trained):  # noqa: F811
+    run = transformer_lab.load(trained("encdec_equations"))
+    acts = run.activations("3 + 5 =")
+    weights, tokens = run.attention("3 + 5 =")  # (the same inputs: the text, and its greedy output as the target)
+    assert acts["decoder.0.cross_attn"].shape[1] == len(tokens["target"])
+    assert acts["encoder.0.self_attn"].shape[1] == len(tokens["source"])
+
+
+@needs_shakespeare
+def test_generate_takes_a_list_of_prompts_and_metrics_follow_the_file(trained, tmp_path):  # noqa: F811
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(trained("gpt_text"), run_dir)
+    run = transformer_lab.load(run_dir)
+    both = run.generate(["ROMEO:", "JULIET:"], max_new_tokens=5, seed=1)
+    assert both == [run.generate("ROMEO:", max_new_tokens=5, seed=1), run.generate("JULIET:", max_new_tokens=5, seed=1)]
+    before = len(run.metrics)
+    with open(run_dir / "metrics.jsonl", "a") as f:
+        f.write('{"step": 999, "val/loss": 1.0}\n')
+    assert len(run.metrics) == before + 1 and run.metrics["step"].iloc[-1] == 999  # (read again: the file changed)

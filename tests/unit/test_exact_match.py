@@ -149,13 +149,13 @@ def test_answers_of_another_length_than_declared_and_a_classifier_of_several_tok
         AnswerClass(TwoDigitSums(), batch_size=2)
 
 
-def test_exact_match_of_a_tiny_model_trained_on_two_digit_sums_rises_above_chance_and_is_its_greedy_answers():
+def test_exact_match_of_a_tiny_model_trained_on_two_digit_sums_rises_above_chance_and_is_its_greedy_answers(caplog):
     torch.manual_seed(0)
     datamodule = AnswerToken(TwoDigitSums(), batch_size=80)
     model = GPT(GPTConfig(vocab_size=12, block_size=datamodule.sequence_length, n_layer=1, n_head=2, n_embd=32))
     task = LanguageModelTask(model, {**OPTIM, "decay_steps": 300}, metric=AnswerAccuracy({}, datamodule, model))
     task.predictions = []
-    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    caplog.set_level(logging.ERROR, logger="lightning.pytorch")  # (quiet here; put back after the test)
     trainer = L.Trainer(
         max_steps=300,
         logger=False,

@@ -39,8 +39,12 @@ def load(target: str | Path, device: str = "cpu", command: str | None = None) ->
 
     if not target:
         raise UserError(
-            f"which model? python -m transformer_lab {command or 'attention'} RUN_DIR_OR_CKPT [key=value ...] (--help)"
+            f"which model? python -m transformer_lab {command} RUN_DIR_OR_CKPT [key=value ...] (--help)"
+            if command
+            else f"load: which run? give a run directory or a checkpoint file, got {target!r}"
         )
+    if not isinstance(target, (str, Path)):
+        raise UserError(f"load: a run directory or a checkpoint file (a str or a Path), got {type(target).__name__}")
     check_device(device)
     path = checkpoint_of(target)
     model, meta = load_model(path, map_location=device)
@@ -93,13 +97,18 @@ class Run:
 
     @property
     def metrics(self):
-        """metrics.jsonl as a DataFrame: a row a logged record (step, epoch and the metrics logged then)."""
+        """metrics.jsonl as a DataFrame: a row a logged record (`step`, and the metrics logged then; no rows where
+        the run logged none). Read again only once the file has changed (a run still training)."""
         import pandas as pd
 
         from transformer_lab.store.history import read_history
 
         file = self.path / "metrics.jsonl"
-        return pd.DataFrame(read_history(file) if file.exists() else [])
+        stamp = (file.stat().st_mtime_ns, file.stat().st_size) if file.exists() else None
+        if stamp is None or getattr(self, "_metrics", (None, None))[0] != stamp:
+            records = read_history(file) if stamp else []
+            self._metrics = (stamp, pd.DataFrame(records, columns=None if records else ["step"]))
+        return self._metrics[1].copy()
 
     def serves(self, command: str) -> None:
         """Nothing where `command` is what this run's task does; else one line naming what it does."""
@@ -120,17 +129,23 @@ class Run:
         """`verb` (model, datamodule, options, lines, warn) over one text (-> one output), a list (-> a list) or
         another iterable (-> an iterator), once the run is one `command` serves."""
         self.serves(command)
+        if warn is not None and not callable(warn):
+            raise UserError(f"warn: a function taking the warning's text, got {warn!r}")
         warn = warn or _warn
+        if isinstance(texts, bytes) or not isinstance(texts, (str, Iterable)):
+            raise UserError(f"{command}: a text, a list of texts or an iterable of lines, got {type(texts).__name__}")
         if isinstance(texts, str):
             return next(iter(verb(self.model, self.datamodule, options, [texts], warn)))
         outputs = verb(self.model, self.datamodule, options, texts, warn)
         return list(outputs) if isinstance(texts, (list, tuple)) else outputs
 
-    def generate(self, prompt: str = "\n", **options) -> list[str]:
+    def generate(self, prompt="\n", **options) -> list:
         """`num_samples` continuations of `prompt` (options: max_new_tokens, num_samples, temperature, top_k, seed)."""
         from transformer_lab.api.inference import generate
 
         self.serves("sample")
+        if isinstance(prompt, (list, tuple)):  # (a list of prompts: a list of their continuations)
+            return [generate(self.model, self.datamodule, {"prompt": p, **options}) for p in prompt]
         return generate(self.model, self.datamodule, {"prompt": prompt, **options})
 
     def translate(self, texts, warn: Callable[[str], None] | None = None, **options):
@@ -154,7 +169,9 @@ class Run:
     def answer(self, texts, warn: Callable[[str], None] | None = None, **options):
         """Each equation's answer as text, greedy (`"12 + 34 ="` -> `"46"`; options: max_len, batch_size): a gpt
         trained on equations continues it, an encdec or t5 decodes it (the `answer` command)."""
-        from transformer_lab.api.answer import answers
+        from transformer_lab.api.answer import answers, checked
+
+        checked(options)  # (an unknown or wrong option: the command's one line, before any text is read)
 
         def verb(model, datamodule, options, lines, warn):
             return answers(model, datamodule, lines, warn=warn, **options)
@@ -178,10 +195,11 @@ class Run:
     def activations(self, *inputs, modules: list[str] | None = None) -> dict[str, torch.Tensor]:
         """Every named module's output (or those of `modules`) for one forward pass: a text (encoded as the run
         reads it) or the model's own input tensors. Any model, a user's own included (forward hooks)."""
-        import torch
-
         from transformer_lab.api.lens import activations
 
-        if len(inputs) == 1 and isinstance(inputs[0], str):
-            inputs = (torch.tensor([self.encode(inputs[0])], device=self.device),)
-        return activations(self.model, *inputs, modules=modules)
+        if len(inputs) == 1 and isinstance(inputs[0], str):  # (an encoder-decoder's target: its greedy output)
+            from transformer_lab.analysis.attention import inputs as forward_inputs
+
+            options = {"text": inputs[0], "target": None, "max_extra_len": 50, "device": str(self.device)}
+            inputs, _ = forward_inputs(self.model, self.datamodule, options)
+        return activations(self.model, *inputs, modules=[modules] if isinstance(modules, str) else modules)

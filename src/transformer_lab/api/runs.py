@@ -160,6 +160,8 @@ def value(text: str):
     """A setting's text as the value it was (a number, true/false, null), or the text."""
     import yaml
 
+    if text in ("None", "null"):  # (a resolved config's None, written as text)
+        return None
     try:
         parsed = yaml.safe_load(text)
     except yaml.YAMLError:
@@ -233,6 +235,17 @@ def runs(paths, group_by=None, metrics=None, sort: str | None = None, descending
     "n", the failed runs left out, as `compare group_by=...` does."""
     import pandas as pd
 
+    if paths is None or not isinstance(paths, (str, Path, list, tuple)):
+        raise UserError(f"runs: a run directory or sweep, or a list of them, got {type(paths).__name__}")
+    metrics, group_by = ([metrics] if isinstance(metrics, str) else metrics), (group_by or None)
+    for key, given in (("group_by", group_by), ("metrics", metrics)):
+        names = [given] if isinstance(given, str) else given
+        if given is not None and not (isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names)):
+            raise UserError(f"{key}: a key or a list of keys, got {given!r}")
+    if not isinstance(descending, bool):
+        raise UserError(f"descending: must be true or false, got {descending!r}")
+    if sort is not None and not isinstance(sort, str):
+        raise UserError(f"sort: a metric's name, got {sort!r}")
     all_runs = found(paths)
     metrics, sort = chosen_metrics(all_runs, list(metrics or []), sort)
     if group_by:

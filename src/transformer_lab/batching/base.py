@@ -110,6 +110,8 @@ class Batching(L.LightningDataModule):
         """The UTF-8 bytes of each target id's text (BitsPerByte)."""
         raise NotImplementedError
 
+    answer_length = 1  # the tokens of an answer: an equation's (batching/equations.py, its dataset's), else one
+
     def answer_text(self, answer: int) -> str:
         """An answer's text (AnswerAccuracy's examples)."""
         return str(answer)

@@ -152,7 +152,7 @@ class AnswerAccuracy(Metric):
     def __init__(self, settings: dict, datamodule, model: torch.nn.Module):
         super().__init__(settings, datamodule, model)
         self.acc = MeanMetric()
-        self.exact = exact_match() if getattr(datamodule, "answer_length", 1) > 1 else None
+        self.exact = exact_match() if datamodule.answer_length > 1 else None
         self.decode, self.answer_text = datamodule.decode, datamodule.answer_text
         self.examples: list[str] = []
 
