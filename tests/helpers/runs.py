@@ -58,6 +58,27 @@ needs_shakespeare = pytest.mark.skipif(
 )
 
 
+def train_in_process(cfg) -> None:
+    """A config composed with return_hydra_config=True trained in this process, as under @hydra.main (the
+    checkpoints keep the overrides), quietly (warnings and below not logged), Hydra's singleton put back."""
+    import logging
+
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    from transformer_lab.run.fit import run
+
+    HydraConfig.instance().set_config(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    logging.disable(logging.WARNING)
+    try:
+        run(cfg)
+    finally:
+        logging.disable(logging.NOTSET)
+        HydraConfig.instance().cfg = None
+
+
 def compose_cfg(overrides=(), output_dir="/tmp/transformer-lab-test", return_hydra_config=False):
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         return compose(

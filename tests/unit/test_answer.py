@@ -2,15 +2,12 @@
 its refusals, exact match of a translation beside BLEU in summary.json, and evaluate's predictions=FILE."""
 
 import json
-import logging
 
 import pytest
 import torch
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import open_dict
 
 from helpers.modular import solve
-from helpers.runs import SHAKESPEARE, TINY, compose_cfg, run_command
+from helpers.runs import SHAKESPEARE, TINY, compose_cfg, run_command, train_in_process
 from helpers.translation import write_pairs
 from transformer_lab.errors import UserError
 from transformer_lab.run.build import datamodule_from_checkpoint, load_model
@@ -27,7 +24,6 @@ RUNS = {
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """run(name) -> the run directory of a tiny model trained once for this module (in this process)."""
-    from transformer_lab.run.fit import run
 
     tmp = tmp_path_factory.mktemp("answer_runs")
     done = {}
@@ -53,15 +49,7 @@ def trained(tmp_path_factory):
             output_dir=str(tmp / name),
             return_hydra_config=True,
         )
-        HydraConfig.instance().set_config(cfg)  # as under @hydra.main: the checkpoints keep the overrides
-        with open_dict(cfg):
-            del cfg["hydra"]
-        logging.disable(logging.WARNING)
-        try:
-            run(cfg)
-        finally:
-            logging.disable(logging.NOTSET)
-            HydraConfig.instance().cfg = None
+        train_in_process(cfg)
         done[name] = tmp / name
         return done[name]
 

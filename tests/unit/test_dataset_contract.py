@@ -4,16 +4,14 @@ anything is evaluated or written. The datasets here are a user's: one module out
 
 import importlib
 import json
-import logging
 import pickle
 import sys
 import textwrap
 
 import pytest
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import open_dict
 
-from helpers.runs import TINY, compose_cfg
+from helpers.runs import TINY, compose_cfg, train_in_process
 from transformer_lab.batching.equations import AnswerToken
 from transformer_lab.batching.labelled import LabelledBatches
 from transformer_lab.batching.pairs import PairBatches
@@ -411,20 +409,6 @@ def test_a_dataset_without_the_reader_of_the_form_it_provides_is_refused_before_
         "data: contract_users.NoTokenStreams provides text but defines no token_streams(): a dataset providing text "
         "gives its splits that way (data/base.py, docs/extending.md)"
     )
-
-
-def train_in_process(cfg):
-    from transformer_lab.run.fit import run
-
-    HydraConfig.instance().set_config(cfg)  # as under @hydra.main: the checkpoints keep the overrides
-    with open_dict(cfg):
-        del cfg["hydra"]
-    logging.disable(logging.WARNING)
-    try:
-        run(cfg)
-    finally:
-        logging.disable(logging.NOTSET)
-        HydraConfig.instance().cfg = None
 
 
 def test_evaluate_scores_7_of_7_rows_of_a_users_new_file_or_exits_2_before_writing(

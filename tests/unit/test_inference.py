@@ -2,17 +2,14 @@
 fill (T5), classify (BERT), and evaluate on a user's file; each reads its input exactly as training did."""
 
 import itertools
-import logging
 import math
 import os
 
 import pytest
 import torch
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import open_dict
 
 import transformer_lab
-from helpers.runs import SHAKESPEARE, TINY, compose_cfg, needs_shakespeare
+from helpers.runs import SHAKESPEARE, TINY, compose_cfg, needs_shakespeare, train_in_process
 from helpers.translation import write_pairs
 from transformer_lab.errors import DataUnavailableError, UserError
 from transformer_lab.models.gpt import GPT, GPTConfig
@@ -93,8 +90,6 @@ def trained(tmp_path_factory):
     only read a run directory (evaluate writes its results elsewhere: out=)."""
     import fcntl
 
-    from transformer_lab.run.fit import run
-
     tmp = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):  # this session's, shared by its workers (one folder each in it)
         tmp = tmp.parent
@@ -119,15 +114,7 @@ def trained(tmp_path_factory):
             output_dir=str(tmp / name),
             return_hydra_config=True,
         )
-        HydraConfig.instance().set_config(cfg)  # as under @hydra.main: the checkpoints keep the overrides
-        with open_dict(cfg):
-            del cfg["hydra"]
-        logging.disable(logging.WARNING)
-        try:
-            run(cfg)
-        finally:
-            logging.disable(logging.NOTSET)
-            HydraConfig.instance().cfg = None
+        train_in_process(cfg)
 
     def trained_run(name):
         if "data=shakespeare" in RUNS[name] and not SHAKESPEARE.exists():
