@@ -6,6 +6,9 @@ import sys
 
 import pytest
 
+from helpers.run_dirs import seeded_runs
+from helpers.trained_runs import trained_runs
+
 
 @pytest.fixture(autouse=True)
 def no_python_in_a_subprocess(request, monkeypatch):
@@ -24,3 +27,15 @@ def no_python_in_a_subprocess(request, monkeypatch):
         popen_init(self, args, *rest, **kwargs)
 
     monkeypatch.setattr(subprocess.Popen, "__init__", popen_init_without_python)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """run(name) -> the directory of a tiny run of helpers/trained_runs.py RUNS, trained once a session."""
+    return trained_runs(tmp_path_factory)
+
+
+@pytest.fixture
+def seeded(tmp_path):
+    """Five run directories: two learning rates, three and two seeds; val/loss chosen by hand."""
+    return seeded_runs(tmp_path)

@@ -11,12 +11,10 @@ import torch
 import transformer_lab
 from helpers.runs import needs_shakespeare
 from transformer_lab.errors import ConfigError, UserError
-from unit.test_compare import fake_run, seeded  # noqa: F401  (a fixture)
-from unit.test_inference import trained  # noqa: F401  (a fixture: tiny runs trained once a session)
 
 
 @needs_shakespeare
-def test_a_run_opens_with_its_model_vocabulary_config_metrics_and_summary(trained):  # noqa: F811
+def test_a_run_opens_with_its_model_vocabulary_config_metrics_and_summary(trained):
     from transformer_lab.run.build import load_model
 
     run_dir = trained("gpt_text")
@@ -37,7 +35,7 @@ def test_a_run_opens_with_its_model_vocabulary_config_metrics_and_summary(traine
 
 
 @needs_shakespeare
-def test_generate_is_the_sample_commands_code(trained, capsys):  # noqa: F811
+def test_generate_is_the_sample_commands_code(trained, capsys):
     from transformer_lab.commands.sample import main
 
     run_dir = trained("gpt_text")
@@ -47,7 +45,7 @@ def test_generate_is_the_sample_commands_code(trained, capsys):  # noqa: F811
     assert all(t.startswith("ROMEO:") and len(t) == 18 for t in texts) and texts[0] != texts[1]
 
 
-def test_a_verb_takes_one_text_a_list_or_a_stream(trained):  # noqa: F811
+def test_a_verb_takes_one_text_a_list_or_a_stream(trained):
     run = transformer_lab.load(trained("bert_equations"))
     one, listed = run.classify("3 + 5 ="), run.classify(["3 + 5 =", "1 + 2 ="])
     streamed = run.classify(iter(["3 + 5 =", "1 + 2 ="]))
@@ -63,14 +61,14 @@ def test_a_verb_takes_one_text_a_list_or_a_stream(trained):  # noqa: F811
         (lambda run: run.classify("3 + 5 =", top="2"), ConfigError, "top: must be an integer >= 1, got '2'"),
     ],
 )  # fmt: skip
-def test_an_options_mistake_is_the_commands_one_line(trained, call, error, message):  # noqa: F811
+def test_an_options_mistake_is_the_commands_one_line(trained, call, error, message):
     run = transformer_lab.load(trained("bert_equations"))
     with pytest.raises(error) as raised:
         call(run)
     assert str(raised.value) == message
 
 
-def test_loading_what_is_not_a_run_or_on_a_missing_device_is_one_line(trained, tmp_path):  # noqa: F811
+def test_loading_what_is_not_a_run_or_on_a_missing_device_is_one_line(trained, tmp_path):
     with pytest.raises(UserError, match=rf"^no run directory or checkpoint file at {tmp_path / 'nothing'}$"):
         transformer_lab.load(tmp_path / "nothing")
     if not torch.cuda.is_available():
@@ -79,7 +77,7 @@ def test_loading_what_is_not_a_run_or_on_a_missing_device_is_one_line(trained, t
         assert str(raised.value) == "device: cuda asks for a CUDA GPU but torch sees none; use device=cpu"
 
 
-def test_runs_is_compares_table_as_a_dataframe(seeded, capsys, monkeypatch):  # noqa: F811
+def test_runs_is_compares_table_as_a_dataframe(seeded, capsys, monkeypatch):
     from transformer_lab.commands.compare import main
 
     frame = transformer_lab.runs(seeded)
@@ -93,7 +91,7 @@ def test_runs_is_compares_table_as_a_dataframe(seeded, capsys, monkeypatch):  # 
     assert frame["seed"].tolist() == [0, 1, 0, 1, 2]
 
 
-def test_runs_group_by_gives_mean_sample_std_and_n(seeded):  # noqa: F811
+def test_runs_group_by_gives_mean_sample_std_and_n(seeded):
     frame = transformer_lab.runs([str(p) for p in seeded], group_by="optim.lr", metrics=["val/loss"])
     assert list(frame.columns) == ["optim.lr", "val/loss mean", "val/loss std", "n"]
     assert frame["optim.lr"].tolist() == [0.003, 0.001] and frame["n"].tolist() == [2, 3]
@@ -103,7 +101,7 @@ def test_runs_group_by_gives_mean_sample_std_and_n(seeded):  # noqa: F811
     )
 
 
-def test_runs_mistakes_are_compares_one_line(seeded, tmp_path):  # noqa: F811
+def test_runs_mistakes_are_compares_one_line(seeded, tmp_path):
     with pytest.raises(UserError, match=r"^group_by: no run has the setting 'optim.lrr' \(.hydra/config.yaml\)$"):
         transformer_lab.runs(seeded, group_by="optim.lrr")
     with pytest.raises(
@@ -115,7 +113,7 @@ def test_runs_mistakes_are_compares_one_line(seeded, tmp_path):  # noqa: F811
         transformer_lab.runs(tmp_path / "empty")
 
 
-def test_answer_is_the_answer_commands_code(trained, capsys):  # noqa: F811
+def test_answer_is_the_answer_commands_code(trained, capsys):
     from transformer_lab.commands.answer import main
 
     run_dir = trained("gpt_equations")
@@ -129,7 +127,7 @@ def test_answer_is_the_answer_commands_code(trained, capsys):  # noqa: F811
         transformer_lab.load(trained("bert_equations")).answer("3 + 5 =")
 
 
-def test_the_strangers_misuses_are_one_line_each(trained, seeded):  # noqa: F811
+def test_the_strangers_misuses_are_one_line_each(trained, seeded):
     """What a hurried researcher tried (issue #56's stranger): wrong types are one line naming the argument, not a
     TypeError from inside; a Python mistake is not told to use the command line."""
     from transformer_lab.api.runs import value
@@ -157,7 +155,7 @@ def test_the_strangers_misuses_are_one_line_each(trained, seeded):  # noqa: F811
     assert list(equations.activations("3 + 5 =", modules="lm_head")) == ["lm_head"]
 
 
-def test_an_encoder_decoders_activations_of_a_text_run_it_on_its_greedy_target(trained):  # noqa: F811
+def test_an_encoder_decoders_activations_of_a_text_run_it_on_its_greedy_target(trained):
     run = transformer_lab.load(trained("encdec_equations"))
     acts = run.activations("3 + 5 =")
     weights, tokens = run.attention("3 + 5 =")  # (the same inputs: the text, and its greedy output as the target)
@@ -166,7 +164,7 @@ def test_an_encoder_decoders_activations_of_a_text_run_it_on_its_greedy_target(t
 
 
 @needs_shakespeare
-def test_generate_takes_a_list_of_prompts_and_metrics_follow_the_file(trained, tmp_path):  # noqa: F811
+def test_generate_takes_a_list_of_prompts_and_metrics_follow_the_file(trained, tmp_path):
     import shutil
 
     run_dir = tmp_path / "run"

@@ -2,39 +2,14 @@
 
 Here: run directories written without training; tests/e2e/test_compare.py has the rest."""
 
-import functools
 import json
 
 import matplotlib.colors
 import matplotlib.image
 import pytest
 
-from helpers.runs import ROOT, compose_cfg
-
-
-def fake_run(run_dir, overrides, val_loss):
-    """A run directory as train.py leaves it, without training: its composed config (interpolations and
-    Hydra's `${hydra:...}` unresolved, as Hydra writes it), summary.json and metrics.jsonl."""
-    from omegaconf import OmegaConf
-
-    (run_dir / ".hydra").mkdir(parents=True)
-    (run_dir / ".hydra" / "config.yaml").write_text(composed_yaml(tuple(overrides)))
-    OmegaConf.save(
-        {"hydra": {"runtime": {"output_dir": str(run_dir), "cwd": str(ROOT)}}}, run_dir / ".hydra" / "hydra.yaml"
-    )
-    (run_dir / "summary.json").write_text(json.dumps({"val/loss": val_loss, "global_step": 10, "status": "completed"}))
-    (run_dir / "metrics.jsonl").write_text(
-        "".join(json.dumps({"step": s, "val/loss": val_loss + 1 / s}) + "\n" for s in (5, 10))
-    )
-    return run_dir
-
-
-@functools.cache
-def composed_yaml(overrides: tuple) -> str:
-    """The config Hydra composes for these overrides, as it writes it (composed once per module)."""
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_yaml(compose_cfg(overrides, output_dir="${hydra:runtime.output_dir}"))
+from helpers.run_dirs import composed_yaml, fake_run
+from helpers.runs import compose_cfg
 
 
 def test_table_shows_resolved_settings_that_differ_in_100_columns(tmp_path, capsys, monkeypatch):
@@ -88,16 +63,6 @@ def test_a_torn_metrics_line_is_left_out_and_a_broken_summary_is_one_line(tmp_pa
     assert (
         exit_.value.code == 2 and err == f"error: {run / 'summary.json'}:2: is not JSON (Expecting value, column 12)\n"
     )
-
-
-@pytest.fixture
-def seeded(tmp_path):
-    """Five runs: two learning rates, three and two seeds; val/loss chosen by hand."""
-    losses = {("1e-3", 0): 2.0, ("1e-3", 1): 2.5, ("1e-3", 2): 3.0, ("3e-3", 0): 1.0, ("3e-3", 1): 1.4}
-    return [
-        fake_run(tmp_path / f"lr{lr}_s{seed}", ["data=modular", f"optim.lr={lr}", f"seed={seed}"], loss)
-        for (lr, seed), loss in losses.items()
-    ]
 
 
 def test_group_by_gives_mean_and_sample_std_and_the_number_of_runs(seeded, capsys, monkeypatch):
