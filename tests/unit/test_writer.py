@@ -279,7 +279,7 @@ def test_compares_figure_on_a_full_disk_leaves_the_earlier_one_whole(tmp_path, m
     from matplotlib.figure import Figure
 
     from transformer_lab.commands import cli
-    from unit.test_compare import fake_run
+    from helpers.run_dirs import fake_run
 
     runs = [str(fake_run(tmp_path / f"r{i}", [f"optim.lr={lr}"], 2.0 - i)) for i, lr in enumerate((0.1, 0.2))]
     out = tmp_path / "curves.png"
