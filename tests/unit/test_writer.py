@@ -278,8 +278,8 @@ def test_every_command_makes_sigterm_a_clean_exit(monkeypatch, capsys):
 def test_compares_figure_on_a_full_disk_leaves_the_earlier_one_whole(tmp_path, monkeypatch, capsys):
     from matplotlib.figure import Figure
 
-    from transformer_lab.commands import cli
     from helpers.run_dirs import fake_run
+    from transformer_lab.commands import cli
 
     runs = [str(fake_run(tmp_path / f"r{i}", [f"optim.lr={lr}"], 2.0 - i)) for i, lr in enumerate((0.1, 0.2))]
     out = tmp_path / "curves.png"
