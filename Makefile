@@ -36,8 +36,8 @@ test-fast: install data  ## the unit tier, tests/unit: no train.py or command in
 	$(PY) -m pytest -n auto --dist worksteal tests/unit $(ARGS)
 
 lint: install  ## ruff: lint and format check
-	$(VENV)/bin/ruff check src tests benchmarks train.py
-	$(VENV)/bin/ruff format --check src tests benchmarks train.py
+	$(VENV)/bin/ruff check src tests benchmarks notebooks train.py
+	$(VENV)/bin/ruff format --check src tests benchmarks notebooks train.py
 
 # Every GPU figure (the GPU presets on each precision): benchmarks/gpu.{json,md} and the presets' .md files.
 # ARGS="--smoke" runs the same matrix for 3 steps of a small model (on the CPU where there is no GPU).
