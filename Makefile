@@ -32,7 +32,7 @@ train: install data  ## the CPU preset (EXPERIMENT=..., ARGS=overrides)
 test: install data  ## every test, tests/unit and tests/e2e, one process per core (what CI runs)
 	$(PY) -m pytest -n auto --dist worksteal $(ARGS)
 
-test-fast: install data  ## the unit tier, tests/unit: no train.py or command in a subprocess (under a minute)
+test-fast: install data  ## the unit tier, tests/unit: no train.py or command in a subprocess (docs/tests.md: its time)
 	$(PY) -m pytest -n auto --dist worksteal tests/unit $(ARGS)
 
 lint: install  ## ruff: lint and format check

@@ -2,13 +2,14 @@
 
     import transformer_lab
     run = transformer_lab.load("outputs/DATE/TIME")         # a trained run: model, encode/decode, verbs, metrics
+    run = transformer_lab.train("experiment=shakespeare_char_cpu")   # python train.py ..., in this process
     table = transformer_lab.runs("multirun/DATE/TIME", group_by="optim.lr")   # compare's table, a DataFrame
 
 (docs/python.md). The names are imported on first use, so `import transformer_lab` stays cheap for the commands.
 """
 
 __version__ = "0.1.0"
-__all__ = ["load", "runs", "Run"]
+__all__ = ["load", "runs", "train", "Run"]
 
 
 def __getattr__(name: str):
@@ -16,6 +17,10 @@ def __getattr__(name: str):
         from transformer_lab.api import run
 
         return getattr(run, name)
+    if name == "train":
+        from transformer_lab.commands.train import in_this_process
+
+        return in_this_process
     if name == "runs":
         from transformer_lab.api.runs import runs
 

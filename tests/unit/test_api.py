@@ -176,3 +176,62 @@ def test_generate_takes_a_list_of_prompts_and_metrics_follow_the_file(trained, t
     with open(run_dir / "metrics.jsonl", "a") as f:
         f.write('{"step": 999, "val/loss": 1.0}\n')
     assert len(run.metrics) == before + 1 and run.metrics["step"].iloc[-1] == 999  # (read again: the file changed)
+
+
+def process_state():
+    import gc
+    import logging
+    import os
+    import signal
+    import sys
+
+    from hydra.core.global_hydra import GlobalHydra
+
+    handlers = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)]
+    root = logging.getLogger()
+    return (
+        list(sys.argv), sys.stderr, handlers, root.handlers[:], root.level, os.environ.get("HYDRA_FULL_ERROR"),
+        gc.get_freeze_count(), GlobalHydra.instance().is_initialized(),
+    )  # fmt: skip
+
+
+def test_train_is_train_py_in_this_process_and_gives_the_run(trained, tmp_path, capsys):
+    """transformer_lab.train(OVERRIDES) composes OVERRIDES as `python train.py` does and trains the same run: the
+    weights of the fixture's run of the same settings; the process is left as it was (no frozen garbage)."""
+    from helpers.runs import ROOT, TINY
+    from helpers.trained_runs import RUNS
+
+    before = process_state()
+    settings = [*TINY, "logger=none", "trainer.val_check_interval=20", "task.sample.enabled=false"]
+    run = transformer_lab.train(
+        *settings,
+        "task.decode.beam_size=1",
+        *RUNS["gpt_equations"],
+        f"paths.root_dir={ROOT}",
+        f"hydra.run.dir={tmp_path}",
+    )
+    assert process_state() == before
+    assert run.path == tmp_path and run.summary["status"] == "completed" and run.summary["global_step"] == 4
+    theirs = transformer_lab.load(trained("gpt_equations")).model.state_dict()
+    for name, tensor in run.model.state_dict().items():
+        assert torch.equal(tensor, theirs[name]), name
+    assert (tmp_path / ".hydra" / "overrides.yaml").is_file() and "error" not in capsys.readouterr().err
+
+
+def test_a_train_mistake_is_train_pys_one_line_raised(tmp_path, capsys):
+    from helpers.runs import run_train
+
+    before = process_state()
+    for words in (["model.n_layer=-1"], ["data=nope"], ["data=modular", "trainer.max_stepz=3"]):
+        line = run_train(*words, f"hydra.run.dir={tmp_path / 'cli'}").stderr.strip().splitlines()[-1]
+        with pytest.raises(UserError) as refused:
+            transformer_lab.train(*words, f"hydra.run.dir={tmp_path / 'api'}")
+        assert f"error: {refused.value}" == line
+        assert "error:" not in capsys.readouterr().err  # (raised, not printed too)
+    for words, message in [
+        (["-m", "seed=1,2"], "train: -m is the command line's (python train.py -m ...); train() runs one run"),
+        (["data=modular", 3], "train: overrides are the command line's words (str), got int"),
+    ]:
+        with pytest.raises(UserError, match=r"^" + __import__("re").escape(message) + "$"):
+            transformer_lab.train(*words)
+    assert process_state() == before and not (tmp_path / "api").exists()

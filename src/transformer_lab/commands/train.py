@@ -1,15 +1,21 @@
 """`python train.py`'s command line, around Hydra: what is checked before Hydra composes it (an output directory
 that cannot be made, a search path that is not there, a resume's own data/model/task options), `--help`, and
 what Hydra could not compose or a sweep ended with, each told in one `error:` line (exit 2; failed trials 1).
-The root train.py is `@hydra.main` and one call of `train`."""
+The root train.py is `@hydra.main` and one call of `train`; `in_this_process` is the same command line run in
+the caller's process (`transformer_lab.train`, docs/python.md)."""
 
 from __future__ import annotations
 
 import gc
+import io
+import logging
 import os
+import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omegaconf import OmegaConf, open_dict
 
@@ -28,10 +34,14 @@ from transformer_lab.config.schema import CONF
 from transformer_lab.errors import UserError
 from transformer_lab.run.main import Trials
 
+if TYPE_CHECKING:
+    from transformer_lab.api.run import Run
 
-def train(main: Callable[[Trials], None], argv: list[str]) -> None:
+
+def train(main: Callable[[Trials], None], argv: list[str], process_ends: bool = True) -> None:
     """The train command: `main(trials)` runs Hydra's app (the root train.py's), each of its jobs noted in `trials`.
-    A mistake is one line and exit code 2, Ctrl-C before training exit code 130."""
+    A mistake is one line and exit code 2, Ctrl-C before training exit code 130. process_ends: the process ends
+    after the command (train.py), so what it leaves is never collected (below)."""
     arguments = with_resumed_choices(argv)  # (a resume's keys of its run's own data, model, task)
     sys.argv[1:] = arguments
     overrides = command_overrides(arguments)
@@ -70,7 +80,100 @@ def train(main: Callable[[Trials], None], argv: list[str]) -> None:
         raise
     # The runs are over and their files closed. Python's exit would run its garbage collector over the
     # ~400k objects torch, Lightning and W&B leave behind, ~1 s of a process (experiments/shakespeare_char_cpu.md).
-    gc.freeze()
+    if process_ends:
+        gc.freeze()
+
+
+SWEEP_FLAGS = ("-m", "--multirun", "--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--run", "-r")
+
+
+def in_this_process(*overrides: str) -> Run:
+    """`python train.py OVERRIDES` run in this process (a notebook's kernel, where torch and Lightning are imported
+    already): the same command line, composed by Hydra, checked, claimed, recorded and trained by the same code
+    (run/main.py), then the trained run loaded (api/run.py). A mistake is the command's one line, raised as a
+    UserError instead of printed with an exit; Ctrl-C is a KeyboardInterrupt once the run has saved what it
+    would on the command line. What the command changes of the process for its run (sys.argv, the signal
+    handlers, the logging Hydra configures, HYDRA_FULL_ERROR) is put back; torch's settings and seeds stay as
+    the run left them, as after any training in a process."""
+    import hydra
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    from transformer_lab.api.run import load
+    from transformer_lab.run.main import main
+
+    words = list(overrides)
+    if wrong := [w for w in words if not isinstance(w, str)]:
+        raise UserError(f"train: overrides are the command line's words (str), got {type(wrong[0]).__name__}")
+    if flags := [w for w in words if w in SWEEP_FLAGS]:
+        raise UserError(
+            f"train: {flags[0]} is the command line's (python train.py {flags[0]} ...); train() runs one run"
+        )
+    start, run_dirs = time.time(), []
+
+    @hydra.main(version_base="1.3", config_path=str(CONF), config_name="train")
+    def task(cfg):
+        run_dirs.append(Path(HydraConfig.get().runtime.output_dir))
+        return main(cfg, start)
+
+    errors = _Kept(sys.stderr)
+    root = logging.getLogger()
+    saved = (sys.argv, sys.stderr, root.handlers[:], root.level, os.environ.get("HYDRA_FULL_ERROR"))
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        sys.argv, sys.stderr = ["train.py", *words], errors
+        GlobalHydra.instance().clear()
+        train(lambda trials: task(), words, process_ends=False)
+    except SystemExit as exit:
+        if exit.code == 130:
+            raise KeyboardInterrupt from None
+        if exit.code:
+            raise UserError(
+                errors.told() or f"train: python train.py {' '.join(words)} exited with {exit.code}"
+            ) from None
+    finally:
+        sys.argv, sys.stderr, handlers_before, level, full_error = saved
+        root.handlers[:] = handlers_before
+        root.setLevel(level)
+        os.environ.pop("HYDRA_FULL_ERROR") if full_error is None else os.environ.update(HYDRA_FULL_ERROR=full_error)
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+        GlobalHydra.instance().clear()
+    return load(run_dirs[-1])  # (a resume with nothing left to do: the run as it is)
+
+
+class _Kept(io.TextIOBase):
+    """A stream written through to another but for the command's `error: ` line, which is kept to be raised
+    (print writes the line and its newline apart)."""
+
+    def __init__(self, stream):
+        self.stream, self.last, self.holding = stream, None, False
+
+    def write(self, text: str) -> int:
+        if text.startswith("error: "):
+            self.last, self.holding = text.removeprefix("error: ").rstrip("\n"), not text.endswith("\n")
+            return len(text)
+        if self.holding and text == "\n":
+            self.holding = False
+            return len(text)
+        self.holding = False
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self.stream, "encoding", "utf-8")
+
+    def told(self) -> str | None:
+        return self.last
 
 
 def with_resumed_choices(arguments: list[str]) -> list[str]:
