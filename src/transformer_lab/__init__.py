@@ -9,7 +9,7 @@
 """
 
 __version__ = "0.1.0"
-__all__ = ["load", "runs", "train", "Run"]
+__all__ = ["load", "runs", "train", "Run", "UserError"]
 
 
 def __getattr__(name: str):
@@ -21,6 +21,10 @@ def __getattr__(name: str):
         from transformer_lab.commands.train import in_this_process
 
         return in_this_process
+    if name == "UserError":  # (what every mistake raises: its one line)
+        from transformer_lab.errors import UserError
+
+        return UserError
     if name == "runs":
         from transformer_lab.api.runs import runs
 

@@ -700,3 +700,23 @@ def test_a_resume_on_a_changed_corpus_is_refused_before_it_is_encoded(tmp_path):
     refused = run_train("ckpt_path=last", "trainer.max_steps=8", f"hydra.run.dir={run}")
     assert refused.returncode == 2 and "was trained on other data than this run reads" in refused.stderr
     assert "encoded" not in refused.stderr and sorted(p.relative_to(cache) for p in cache.rglob("*")) == encoded
+
+
+def test_a_second_ctrl_c_after_steps_ends_an_interrupted_run_not_a_failed_one(tmp_path):
+    """The first Ctrl-C stops the run after the step and saves it; a second one stops it at once: exit code 130
+    (transformer_lab.train's KeyboardInterrupt), the run's status `interrupted` at its step, resumable, and never
+    "before training started: nothing was trained". (A process of its own: its signals are the point.)"""
+    from helpers.runs import TINY, train_in_a_process
+
+    pressed = f"+callbacks.twice.pressed={tmp_path.parent / 'pressed'}"
+    twice = ["+callbacks.twice._target_=helpers.callbacks.CtrlCTwiceAt", "+callbacks.twice.step=3", pressed]
+    every_2 = "callbacks.last_checkpoint.every_n_train_steps=2"  # (the second Ctrl-C saves nothing: step 2's)
+    words = ["data=modular", *TINY, "trainer.max_steps=20", "logger=none", every_2, f"hydra.run.dir={tmp_path}"]
+    result = train_in_a_process(*words, *twice, env={"PYTHONPATH": str(ROOT / "tests")})
+    assert result.returncode == 130 and "nothing was trained" not in result.stderr, result.stderr[-2000:]
+    assert "interrupted at step 3 by a second Ctrl-C" in result.stderr + result.stdout
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["global_step"] == 3
+    resumed = train_in_a_process(*words, "ckpt_path=last", env={"PYTHONPATH": str(ROOT / "tests")})
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert json.loads((tmp_path / "summary.json").read_text())["global_step"] == 20

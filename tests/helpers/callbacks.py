@@ -76,3 +76,20 @@ class SleepAtSetup(L.Callback):
         import time
 
         time.sleep(self.seconds)
+
+
+class CtrlCTwiceAt(L.Callback):
+    """Presses Ctrl-C after step `step`, and again while the run is stopping for it (in Lightning's handling of
+    the stop, outside its own handling of a KeyboardInterrupt): the second Ctrl-C stops it at once. Once a run
+    directory (`pressed`, a file it writes): its resume goes on."""
+
+    def __init__(self, step: int, pressed: str):
+        self.step, self.pressed = step, pressed
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step and not os.path.exists(self.pressed):
+            open(self.pressed, "w").close()
+            os.kill(os.getpid(), signal.SIGINT)
+
+    def on_exception(self, trainer, pl_module, exception):
+        os.kill(os.getpid(), signal.SIGINT)

@@ -228,10 +228,63 @@ def test_a_train_mistake_is_train_pys_one_line_raised(tmp_path, capsys):
             transformer_lab.train(*words, f"hydra.run.dir={tmp_path / 'api'}")
         assert f"error: {refused.value}" == line
         assert "error:" not in capsys.readouterr().err  # (raised, not printed too)
-    for words, message in [
-        (["-m", "seed=1,2"], "train: -m is the command line's (python train.py -m ...); train() runs one run"),
-        (["data=modular", 3], "train: overrides are the command line's words (str), got int"),
-    ]:
-        with pytest.raises(UserError, match=r"^" + __import__("re").escape(message) + "$"):
-            transformer_lab.train(*words)
+    (tmp_path / "file").write_text("")  # (a run directory inside a file: the command's line, the environment kept)
+    words = ["data=modular", f"hydra.run.dir={tmp_path / 'file' / 'run'}"]
+    line = run_train(*words).stderr.strip().splitlines()[-1]
+    with pytest.raises(UserError) as refused:
+        transformer_lab.train(*words)
+    assert f"error: {refused.value}" == line
     assert process_state() == before and not (tmp_path / "api").exists()
+
+
+@pytest.mark.parametrize(
+    ("words", "keywords", "message"),
+    [
+        (["-m", "seed=1,2"], {}, "train: -m is the command line's (python train.py -m ...); train() runs one run"),
+        (["--cfg", "job"], {}, "train: --cfg is the command line's (python train.py --cfg ...); train() runs one run"),
+        (["data=modular", 3], {}, "train: overrides are the command line's words (str), got int"),
+        ([["data=modular"]], {}, "train: overrides are the command line's words (str), got list"),
+        (
+            ["data=modular model.n_layer=2"],
+            {},
+            """train: one override an argument: train("data=modular", "model.n_layer=2"); got 'data=modular model.n_layer=2'""",
+        ),
+        (
+            ["python", "train.py"],
+            {},
+            "train: 'python' is no key=value override (train() takes the words after python train.py)",
+        ),
+        ([""], {}, "train: '' is no key=value override (train() takes the words after python train.py)"),
+        (
+            ["data=modular"],
+            {"hydra_run_dir": "x"},
+            """train: overrides are words, one an argument: train("data=modular", "model.n_layer=2"); got the keyword hydra_run_dir=""",
+        ),
+    ],
+)
+def test_train_takes_the_command_lines_words_one_an_argument(words, keywords, message):
+    with pytest.raises(UserError) as refused:
+        transformer_lab.train(*words, **keywords)
+    assert str(refused.value) == message and transformer_lab.UserError is UserError
+
+
+def test_train_from_another_thread_is_refused_and_a_callers_hydra_session_stays(tmp_path):
+    import threading
+
+    from hydra import compose, initialize_config_dir
+
+    from helpers.runs import ROOT, TINY
+
+    raised = []
+    thread = threading.Thread(
+        target=lambda: raised.append(pytest.raises(UserError, transformer_lab.train, "data=modular"))
+    )
+    thread.start()
+    thread.join()
+    assert (
+        str(raised[0].value)
+        == "train: call it from the main thread (Ctrl-C and SIGTERM stop a run through signal handlers)"
+    )
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        transformer_lab.train("data=modular", *TINY, "trainer.max_steps=2", "logger=none", f"hydra.run.dir={tmp_path}")
+        assert compose("train", overrides=["data=modular"]).data.p == 97  # (the caller's session, still open)

@@ -10,6 +10,7 @@ import gc
 import io
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -87,14 +88,16 @@ def train(main: Callable[[Trials], None], argv: list[str], process_ends: bool = 
 SWEEP_FLAGS = ("-m", "--multirun", "--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--run", "-r")
 
 
-def in_this_process(*overrides: str) -> Run:
+def in_this_process(*overrides: str, **keywords) -> Run:
     """`python train.py OVERRIDES` run in this process (a notebook's kernel, where torch and Lightning are imported
     already): the same command line, composed by Hydra, checked, claimed, recorded and trained by the same code
     (run/main.py), then the trained run loaded (api/run.py). A mistake is the command's one line, raised as a
     UserError instead of printed with an exit; Ctrl-C is a KeyboardInterrupt once the run has saved what it
-    would on the command line. What the command changes of the process for its run (sys.argv, the signal
-    handlers, the logging Hydra configures, HYDRA_FULL_ERROR) is put back; torch's settings and seeds stay as
-    the run left them, as after any training in a process."""
+    would on the command line. What the command changes of the process for its run (sys.argv, the environment,
+    the signal handlers, the logging Hydra configures, Hydra's own state) is put back; torch's settings and
+    seeds stay as the run left them, as after any training in a process."""
+    import threading
+
     import hydra
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
@@ -103,12 +106,10 @@ def in_this_process(*overrides: str) -> Run:
     from transformer_lab.run.main import main
 
     words = list(overrides)
-    if wrong := [w for w in words if not isinstance(w, str)]:
-        raise UserError(f"train: overrides are the command line's words (str), got {type(wrong[0]).__name__}")
-    if flags := [w for w in words if w in SWEEP_FLAGS]:
-        raise UserError(
-            f"train: {flags[0]} is the command line's (python train.py {flags[0]} ...); train() runs one run"
-        )
+    if problem := words_problem(words, keywords):
+        raise UserError(f"train: {problem}")
+    if threading.current_thread() is not threading.main_thread():  # (Python lets no other thread take signals)
+        raise UserError("train: call it from the main thread (Ctrl-C and SIGTERM stop a run through signal handlers)")
     start, run_dirs = time.time(), []
 
     @hydra.main(version_base="1.3", config_path=str(CONF), config_name="train")
@@ -116,10 +117,10 @@ def in_this_process(*overrides: str) -> Run:
         run_dirs.append(Path(HydraConfig.get().runtime.output_dir))
         return main(cfg, start)
 
-    errors = _Kept(sys.stderr)
-    root = logging.getLogger()
-    saved = (sys.argv, sys.stderr, root.handlers[:], root.level, os.environ.get("HYDRA_FULL_ERROR"))
+    errors, root = _Kept(sys.stderr), logging.getLogger()
+    saved = (sys.argv, sys.stderr, root.handlers[:], root.level, dict(os.environ))
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    hydra_before, hydra_config_before = GlobalHydra.instance().hydra, HydraConfig.instance().cfg  # (a caller's)
     try:
         sys.argv, sys.stderr = ["train.py", *words], errors
         GlobalHydra.instance().clear()
@@ -132,14 +133,36 @@ def in_this_process(*overrides: str) -> Run:
                 errors.told() or f"train: python train.py {' '.join(words)} exited with {exit.code}"
             ) from None
     finally:
-        sys.argv, sys.stderr, handlers_before, level, full_error = saved
+        sys.argv, sys.stderr, handlers_before, level, environment = saved
         root.handlers[:] = handlers_before
         root.setLevel(level)
-        os.environ.pop("HYDRA_FULL_ERROR") if full_error is None else os.environ.update(HYDRA_FULL_ERROR=full_error)
+        for key in set(os.environ) - set(environment):  # (Lightning's seed variables, HYDRA_FULL_ERROR)
+            del os.environ[key]
+        os.environ.update(environment)
         for number, handler in handlers.items():
             signal.signal(number, handler)
         GlobalHydra.instance().clear()
+        if hydra_before is not None:
+            GlobalHydra.instance().initialize(hydra_before)
+        HydraConfig.instance().cfg = hydra_config_before
     return load(run_dirs[-1])  # (a resume with nothing left to do: the run as it is)
+
+
+def words_problem(words: list, keywords: dict) -> str | None:
+    """What is wrong with train()'s arguments as the command line's words, or None."""
+    example = 'train("data=modular", "model.n_layer=2")'
+    if keywords:
+        return f"overrides are words, one an argument: {example}; got the keyword {next(iter(keywords))}="
+    if wrong := [w for w in words if not isinstance(w, str)]:
+        return f"overrides are the command line's words (str), got {type(wrong[0]).__name__}"
+    if flags := [w for w in words if w in SWEEP_FLAGS]:
+        return f"{flags[0]} is the command line's (python train.py {flags[0]} ...); train() runs one run"
+    for word in words:
+        if re.search(r"\s[+~]?[A-Za-z_][\w.@/-]*=", word):  # ("data=modular model.n_layer=2": two in one)
+            return f"one override an argument: {example}; got {word!r}"
+        if "=" not in word and not word.startswith("~"):
+            return f"{word!r} is no key=value override (train() takes the words after python train.py)"
+    return None
 
 
 class _Kept(io.TextIOBase):

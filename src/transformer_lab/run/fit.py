@@ -166,6 +166,19 @@ def run(cfg: DictConfig, start_time: float | None = None, prepared: Prepared | N
     except SystemExit:  # SIGTERM (and Ctrl-C, made one by GracefulInterrupt) stop Lightning this way
         status = "interrupted"
         raise SystemExit(130 if interrupt.by_ctrl_c else 143) from None
+    except KeyboardInterrupt:  # a second Ctrl-C, which stops at once (callbacks/interrupt.py), or one before step 1
+        if trainer.global_step <= (resumed.step if resumed else 0):
+            raise  # (nothing trained: the directory goes back as it was claimed, as for a failure then)
+        status = "interrupted"
+        saved = Path(interrupt.ckpt_path)
+        log.info(
+            "interrupted at step %d by a second Ctrl-C; %s",
+            trainer.global_step,
+            f"{saved} holds the last step saved: resume with ckpt_path=last hydra.run.dir={output_dir}"
+            if saved.is_file()
+            else f"no checkpoint was saved: start it again with overwrite=true hydra.run.dir={output_dir}",
+        )
+        raise SystemExit(130) from None
     finally:
         result = {}
         # A run that failed before its first step leaves the run directory as it was claimed (main.py: a new
