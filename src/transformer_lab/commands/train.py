@@ -85,7 +85,7 @@ def train(main: Callable[[Trials], None], argv: list[str], process_ends: bool = 
         gc.freeze()
 
 
-SWEEP_FLAGS = ("-m", "--multirun", "--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--run", "-r")
+COMMAND_LINE_FLAGS = ("-m", "--multirun", "--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--run", "-r")
 
 
 def in_this_process(*overrides: str, **keywords) -> Run:
@@ -130,7 +130,7 @@ def in_this_process(*overrides: str, **keywords) -> Run:
             raise KeyboardInterrupt from None
         if exit.code:
             raise UserError(
-                errors.told() or f"train: python train.py {' '.join(words)} exited with {exit.code}"
+                errors.last or f"train: python train.py {' '.join(words)} exited with {exit.code}"
             ) from None
     finally:
         sys.argv, sys.stderr, handlers_before, level, environment = saved
@@ -155,7 +155,7 @@ def words_problem(words: list, keywords: dict) -> str | None:
         return f"overrides are words, one an argument: {example}; got the keyword {next(iter(keywords))}="
     if wrong := [w for w in words if not isinstance(w, str)]:
         return f"overrides are the command line's words (str), got {type(wrong[0]).__name__}"
-    if flags := [w for w in words if w in SWEEP_FLAGS]:
+    if flags := [w for w in words if w in COMMAND_LINE_FLAGS]:
         return f"{flags[0]} is the command line's (python train.py {flags[0]} ...); train() runs one run"
     for word in words:
         if re.search(r"\s[+~]?[A-Za-z_][\w.@/-]*=", word):  # ("data=modular model.n_layer=2": two in one)
@@ -166,7 +166,7 @@ def words_problem(words: list, keywords: dict) -> str | None:
 
 
 class _Kept(io.TextIOBase):
-    """A stream written through to another but for the command's `error: ` line, which is kept to be raised
+    """A stream written through to another but for the command's `error: ` line, kept in `last` to be raised
     (print writes the line and its newline apart)."""
 
     def __init__(self, stream):
@@ -194,9 +194,6 @@ class _Kept(io.TextIOBase):
     @property
     def encoding(self) -> str:
         return getattr(self.stream, "encoding", "utf-8")
-
-    def told(self) -> str | None:
-        return self.last
 
 
 def with_resumed_choices(arguments: list[str]) -> list[str]:
