@@ -334,3 +334,33 @@ def test_how_a_run_was_started_or_resumed_is_never_a_setting_a_group_or_a_label(
             f"error: {option}: {key} only says how a run was started or resumed, not what it trained: choose a "
             "setting of the runs' .hydra/config.yaml that does\n"
         )
+
+
+def test_a_run_without_a_summary_is_left_out_in_one_warning_line(seeded, capsys, monkeypatch):
+    """A job still training, or killed before its summary.json (its metrics.jsonl or checkpoints there), is not in
+    the table: compare and runs() say so in one line naming it; with nothing else to show, the error names it."""
+    import transformer_lab
+    from transformer_lab.commands.compare import main
+    from transformer_lab.errors import UserError
+
+    monkeypatch.setenv("COLUMNS", "200")
+    killed, training = seeded[0].parent / "killed", seeded[0].parent / "training"
+    (killed / "checkpoints").mkdir(parents=True)
+    (killed / "checkpoints" / "last.ckpt").write_bytes(b"")
+    training.mkdir()
+    (training / "metrics.jsonl").write_text('{"step": 5, "val/loss": 3.0}\n')
+    assert main([str(seeded[0].parent), "metrics=val/loss"]) == 0
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 2 + len(seeded)  # (the header, its rule, a row a run with a summary)
+    assert captured.err == (
+        f"warning: left out 2 run directories without a summary.json (still training, or killed before writing "
+        f"one): {killed}, {training}\n"
+    )
+    with pytest.warns(UserWarning, match=f"left out 2 run directories .*: {killed}, {training}$"):
+        assert len(transformer_lab.runs(seeded[0].parent)) == len(seeded)
+    with pytest.raises(UserError) as error:
+        transformer_lab.runs(killed)
+    assert str(error.value) == (
+        f"no run directories (with a summary.json) under {killed}; 1 run directory without a summary.json (still "
+        f"training, or killed before writing one): {killed}"
+    )

@@ -4,6 +4,8 @@ as a pandas DataFrame (a row a run, or a group of runs with group_by: each metri
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,7 +13,7 @@ from transformer_lab.config.schema import is_seed  # noqa: F401 (and the resolve
 from transformer_lab.errors import UserError
 from transformer_lab.store.files import BadFile, read_json, read_text
 from transformer_lab.store.history import read_history
-from transformer_lab.store.rundir import OVERWRITTEN, recover
+from transformer_lab.store.rundir import OVERWRITTEN, RUN_FILES, recover
 
 # Settings that only say how a run was started or resumed (the checkpoint it resumed, whether it made room for
 # itself, whether init_from had to fit whole), not what it trained: compare never shows, groups or labels runs
@@ -125,14 +127,39 @@ DEFAULT_METRICS = (
 )
 
 
-def found(paths) -> list[RunDir]:
-    """The runs under `paths` (one path or several), or one line saying there are none."""
+def unsummarised(paths: list[str]) -> list[Path]:
+    """The run directories under `paths` that have no summary.json (yet): a run still training, or one whose
+    process was killed before it wrote one (its metrics.jsonl or checkpoints are there)."""
+    scanned = [path for path in map(Path, paths) if not (path / "summary.json").exists()]  # (a run: itself alone)
+    marks = [p for path in scanned for name in RUN_FILES[1:] for p in [path / name, *path.rglob(name)]]
+    return sorted(
+        {
+            m.parent
+            for m in marks
+            if m.exists() and OVERWRITTEN not in m.parts and not (m.parent / "summary.json").exists()
+        }
+    )
+
+
+def found(paths, warn: Callable[[str], None]) -> list[RunDir]:
+    """The runs under `paths` (one path or several), or one line saying there are none; `warn` is told, in one
+    line, of the run directories left out for want of a summary.json."""
     paths = [str(paths)] if isinstance(paths, (str, Path)) else [str(p) for p in paths]
     if not paths:
         raise UserError("which runs? python -m transformer_lab compare RUN_DIR_OR_SWEEP ... (--help)")
-    runs = find_runs(paths)
+    runs, unfinished = find_runs(paths), unsummarised(paths)
+    left_out = (
+        f"{len(unfinished)} run director{'y' if len(unfinished) == 1 else 'ies'} without a summary.json (still "
+        f"training, or killed before writing one): {', '.join(map(str, unfinished[:4]))}"
+        f"{f' and {len(unfinished) - 4} more' if len(unfinished) > 4 else ''}"
+    )
     if not runs:
-        raise UserError(f"no run directories (with a summary.json) under {' '.join(paths)}")
+        raise UserError(
+            f"no run directories (with a summary.json) under {' '.join(paths)}"
+            + (f"; {left_out}" if unfinished else "")
+        )
+    if unfinished:
+        warn(f"left out {left_out}")
     return runs
 
 
@@ -246,7 +273,7 @@ def runs(paths, group_by=None, metrics=None, sort: str | None = None, descending
         raise UserError(f"descending: must be true or false, got {descending!r}")
     if sort is not None and not isinstance(sort, str):
         raise UserError(f"sort: a metric's name, got {sort!r}")
-    all_runs = found(paths)
+    all_runs = found(paths, lambda message: warnings.warn(message, stacklevel=3))
     metrics, sort = chosen_metrics(all_runs, list(metrics or []), sort)
     if group_by:
         keys = label_keys(all_runs, [group_by] if isinstance(group_by, str) else list(group_by), "group_by")

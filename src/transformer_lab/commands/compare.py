@@ -6,7 +6,8 @@
     python -m transformer_lab compare RUNS... group_by=optim.lr       # mean ± std per learning rate, n seeds
     python -m transformer_lab compare RUNS... plot=train/loss,val/acc logx=true out=curves.png label=optim.lr
 
-A run directory is one with a summary.json. The table shows the settings that differ between the runs'
+A run directory is one with a summary.json (one without, still training or killed before writing it, is left out
+with a warning naming it). The table shows the settings that differ between the runs'
 resolved configs (.hydra/config.yaml: a default that differs counts as much as an override; settings
 that only name the run's own directory are left out), then their results; a table wider than the
 terminal (100 columns when not one) is turned so that each run is a column, in groups that fit.
@@ -154,7 +155,7 @@ def compared(args: dict):
         raise UserError(f"band: must be one of {', '.join(BANDS)}, got {options['band']!r}")
     if options["out"] is not None and not options["plot"]:
         raise UserError("out: is where the plot goes: give plot=METRIC,... with it")
-    runs = found(options["paths"])
+    runs = found(options["paths"], warn)
     metrics, sort = chosen_metrics(runs, options["metrics"], options["sort"])
     width = shutil.get_terminal_size((100, 24)).columns
     group_by = label_keys(runs, options["group_by"], "group_by") if options["group_by"] else []
