@@ -75,10 +75,16 @@ def test_fill_reads_gaps_as_the_training_examples_show_them(trained):
     filled = run.fill("To be, or not <X0> be: that is the <X1>")
     assert filled.startswith("To be, or not ") and " be: that is the " in filled and "<X" not in filled
     warnings = []
-    assert run.fill(["<X100> is out of range", "no gap"], warn=warnings.append)[0] == ""
+    lines = ["<X100> is out of range", "no gap", "a <X1> b <X0>", "a <X0> b <X0>", "a <X1>"]
+    assert run.fill(lines, warn=warnings.append)[::2] == ["", "", ""]
     assert warnings == [
         "line 1: <X100>: this model has the sentinels <X0> to <X99>; its output line is empty",
         "line 2 has no gap (<X0>, <X1>, ...) to fill",
+        *(
+            f"line {n}: its gaps are {gaps}: number them <X0>, <X1>, ... from the left, each once, as training "
+            "does; its output line is empty"
+            for n, gaps in ((3, "<X1> <X0>"), (4, "<X0> <X0>"), (5, "<X1>"))
+        ),
     ]
 
 

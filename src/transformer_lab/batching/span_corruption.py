@@ -175,11 +175,17 @@ class SpanCorruption(FromTokenStreams):
 
     def encode(self, text: str) -> list[int]:
         """A corrupted input from text with gaps marked <X0>, <X1>, ... (as decode writes them), and <eos>."""
-        ids = []
-        for i, piece in enumerate(re.split(r"<X(\d+)>", text)):
+        ids, pieces = [], re.split(r"<X(\d+)>", text)
+        gaps = [int(piece) for piece in pieces[1::2]]
+        if any(g >= self.extra_ids for g in gaps):
+            raise ValueError(f"<X{max(gaps)}>: this model has the sentinels <X0> to <X{self.extra_ids - 1}>")
+        if gaps != list(range(len(gaps))):  # (the model learned its gaps numbered so: a fill maps spans by number)
+            raise ValueError(
+                f"its gaps are {' '.join(f'<X{g}>' for g in gaps)}: number them <X0>, <X1>, ... from the left, "
+                "each once, as training does"
+            )
+        for i, piece in enumerate(pieces):
             if i % 2:
-                if int(piece) >= self.extra_ids:
-                    raise ValueError(f"<X{piece}>: this model has the sentinels <X0> to <X{self.extra_ids - 1}>")
                 ids.append(self.vocab_size - 1 - int(piece))
             elif piece:
                 ids += self.streams.encode(piece)
