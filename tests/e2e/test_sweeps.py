@@ -89,3 +89,33 @@ def test_a_two_by_two_grid_gives_four_distinct_runs(tmp_path):
         ("data.p=11", "optim.lr=0.01"),
     }
     assert all(yaml.safe_load((j / "summary.json").read_text())["status"] == "completed" for j in jobs)
+
+
+def test_a_job_refused_a_directory_another_process_writes_leaves_that_runs_files_alone(tmp_path):
+    """A job whose directory another process is writing to (a second sweep into the same hydra.sweep.dir) fails
+    alone, and writes nothing there: not its record over the other run's .hydra/, nor its error into that run's
+    train.log; the sweep's last line names no log for it."""
+    import fcntl
+    import os
+
+    sweep = tmp_path / "sweep"
+    other = sweep / "0"
+    (other / ".hydra").mkdir(parents=True)
+    (other / ".hydra" / "config.yaml").write_text("the other run's record\n")
+    (other / "train.log").write_text("the other run's log\n")
+    (other / ".lock").write_text("4242\n")
+    held = os.open(other / ".lock", os.O_RDONLY)  # (another process's claim: a flock of its own)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    try:
+        result = run_train("-m", "data=modular", *SMALL, "seed=0,1", f"hydra.sweep.dir={sweep}")
+    finally:
+        os.close(held)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert result.stderr.splitlines()[-1] == (
+        f"error: 1 of 2 trials failed (the first: hydra.sweep.dir={other}: another process (pid 4242) is writing to "
+        "this run directory; wait for it to end, or choose another hydra.sweep.dir)"
+    )
+    assert (other / ".hydra" / "config.yaml").read_text() == "the other run's record\n"
+    assert (other / "train.log").read_text() == "the other run's log\n"
+    assert sorted(p.name for p in other.iterdir()) == [".hydra", ".lock", "train.log"]
+    assert (sweep / "1" / "summary.json").exists()

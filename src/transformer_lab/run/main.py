@@ -27,6 +27,7 @@ from transformer_lab.store.rundir import (
     claim,
     earlier_run,
     first_process,
+    holds,
     record,
     release,
     stop_on_sigterm,
@@ -92,12 +93,23 @@ class Trials:
                 )
         if not self.failed or not isinstance(error, (TrialFailed, ValueError, RuntimeError)):
             return None
-        logs = ", ".join(str(directory / "train.log") for directory, _ in self.failed)
-        first = self.failed[0][1]
+        logs = ", ".join(str(log) for log in self.logs_told())
+        first, told = self.failed[0][1], f"; their errors: {logs}" if logs else ""
         if not self.completed:
-            return f"every trial failed ({len(self.failed)}; the first: {first}); their errors: {logs}"
+            return f"every trial failed ({len(self.failed)}; the first: {first}){told}"
         total = len(self.failed) + len(self.completed)
-        return f"{len(self.failed)} of {total} trials failed (the first: {first}); their errors: {logs}"
+        return f"{len(self.failed)} of {total} trials failed (the first: {first}){told}"
+
+    def logs_told(self) -> list[Path]:
+        """The failed trials' log files that hold their error (not a trial refused a directory another run holds,
+        whose log is that run's)."""
+        told = []
+        for directory, error in self.failed:
+            log_file = directory / "train.log"
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                if f"error: {error}" in log_file.read_text():
+                    told.append(log_file)
+        return told
 
 
 def objective_value(cfg: DictConfig, summary: dict) -> float | None:
@@ -138,7 +150,8 @@ def main(cfg: DictConfig, start_time: float | None = None, trials: Trials | None
         except (UserError, TrialFailed) as e:  # (a multirun's job: the sweep goes on)
             if not multirun:
                 raise
-            if new or earlier_run(run_dir) is None:  # (its own directory keeps what was tried and why it failed)
+            # Its own directory keeps what was tried and why it failed; not one another process is writing to.
+            if (new or earlier_run(run_dir) is None) and (not first_process() or holds(run_dir)):
                 with record(run_dir, cfg, None):
                     log.error("error: %s", e)
             else:

@@ -80,6 +80,16 @@ def lock(run_dir: Path, key: str, write_pid: bool = True) -> None:
         mark_writer(run_dir)
 
 
+def holds(run_dir: Path) -> bool:
+    """Whether this process holds `run_dir`'s claim, taking it where no other process does: False while another
+    process writes there (what this one would write there, a failed job's record, goes elsewhere)."""
+    try:
+        lock(run_dir, "hydra.run.dir")
+    except UserError:
+        return False
+    return True
+
+
 def mark_writer(run_dir: Path) -> None:
     """This process's pid in the lock file it holds (what a second process's refusal names)."""
     fd = _held[Path(run_dir).absolute()]
