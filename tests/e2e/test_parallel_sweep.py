@@ -115,29 +115,37 @@ def test_a_failing_job_a_dead_one_and_the_exact_resume_of_a_job(alone, tmp_path)
             "hydra.launcher.jobs_per_gpu: Value 'two' of type 'str' could not be converted to Integer",
         ),  # (the schema's)
         ("threads_per_job=-1", "hydra.launcher.threads_per_job: must be an integer >= 1 or null, got -1"),
+        ("timeout_min=0", "hydra.launcher.timeout_min: must be an integer >= 1, got 0"),
+        (
+            "timeout_min=0.5",
+            "hydra.launcher.timeout_min: Value '0.5' of type 'float' could not be converted to Integer",
+        ),
     ],
 )
-def test_a_bad_launcher_setting_is_one_line_before_any_job(setting, message, tmp_path):
+def test_a_bad_launcher_setting_is_one_line_before_anything_is_written(setting, message, tmp_path):
     result = run_train("-m", "hydra/launcher=parallel", f"hydra.launcher.{setting}", *SETTINGS, "seed=0,1",
                        f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)  # fmt: skip
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
-    assert f"error: {message}" in result.stderr
-    assert not any((tmp_path / "sweep").glob("*/train.log"))
+    assert result.stderr.splitlines()[-1] == f"error: {message}"
+    assert not (tmp_path / "sweep").exists()  # (not even multirun.yaml)
 
 
 @pytest.mark.parametrize(
-    "settings, gpus, cores, jobs, slot_gpus, threads",
+    "settings, gpus, cores, launched, jobs, slot_gpus, threads",
     [
-        ({}, [], 16, 8, [None] * 8, 2),  # no GPU: cores // 2 jobs
-        ({}, [], 1, 1, [None], 1),
-        ({}, [0, 1], 16, 2, [0, 1], 8),  # one job per GPU
-        ({"jobs_per_gpu": 3}, [2, 5], 16, 6, [2, 5, 2, 5, 2, 5], 2),  # slot-wise round-robin, by the GPUs' own indices
-        ({"jobs": 4}, [0], 16, 4, [0, 0, 0, 0], 4),  # four on one GPU
-        ({"jobs": 3, "threads_per_job": 5}, [], 4, 3, [None] * 3, 5),
-        ({"jobs": 8}, [], 4, 8, [None] * 8, 1),  # at least one thread
+        ({}, [], 16, 16, 8, [None] * 8, 2),  # no GPU: cores // 2 jobs
+        ({}, [], 1, 16, 1, [None], 1),
+        ({}, [0, 1], 16, 16, 2, [0, 1], 8),  # one job per GPU
+        ({"jobs_per_gpu": 3}, [2, 5], 16, 16, 6, [2, 5, 2, 5, 2, 5], 2),  # slot-wise round-robin, by the GPUs' indices
+        ({"jobs": 4}, [0], 16, 16, 4, [0, 0, 0, 0], 4),  # four on one GPU
+        ({"jobs": 3, "threads_per_job": 5}, [], 4, 16, 3, [None] * 3, 5),
+        ({"jobs": 8}, [], 4, 16, 8, [None] * 8, 1),  # at least one thread
+        ({"jobs": 100}, [], 4, 10, 10, [None] * 10, 1),  # never more at once than there are jobs
+        ({"jobs": 4}, [], 2, 1, 1, [None], 2),  # one job: the machine's threads are its own
+        ({}, [], 2, 3, 1, [None], 2),  # the default on 2 cores: one at a time, with both
     ],
 )
-def test_how_the_machine_is_shared_out(settings, gpus, cores, jobs, slot_gpus, threads):
+def test_how_the_machine_is_shared_out(settings, gpus, cores, launched, jobs, slot_gpus, threads):
     defaults = {"jobs": None, "jobs_per_gpu": 1, "threads_per_job": None, "timeout_min": 240}
-    shares = plan({**defaults, **settings}, gpus, cores)
+    shares = plan({**defaults, **settings}, gpus, cores, launched)
     assert (shares.jobs, shares.slot_gpus, shares.threads) == (jobs, slot_gpus, threads)

@@ -51,7 +51,7 @@ class ParallelLauncherConf:
     jobs: Optional[int] = None
     jobs_per_gpu: int = 1
     threads_per_job: Optional[int] = None
-    timeout_min: int = 60
+    timeout_min: int = 240
     stderr_to_stdout: bool = False
 
 
@@ -111,17 +111,17 @@ class Plan:
     threads: int
 
 
-def plan(params: dict, gpus: list[int], cores: int) -> Plan:
-    """The keys checked (each mistake one line naming its key) and the machine shared out: by default one job per
-    GPU times jobs_per_gpu, or cores // 2 (at least 1) without a GPU; each job cores // jobs threads (at least 1)."""
+def plan(params: dict, gpus: list[int], cores: int, launched: int) -> Plan:
+    """The keys checked (each mistake one line naming its key) and the machine shared out among `launched` jobs:
+    by default one at a time per GPU times jobs_per_gpu, or cores // 2 (at least 1) without a GPU, never more at
+    once than there are jobs; each job the cores // (the jobs at once) threads (at least 1)."""
     jobs = whole_number(params, "jobs", allow_none=True)
     per_gpu = whole_number(params, "jobs_per_gpu", allow_none=False)
     threads = whole_number(params, "threads_per_job", allow_none=True)
-    timeout = params.get("timeout_min")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise config_error("timeout_min", f"must be a number of minutes > 0, got {timeout!r}")
+    whole_number(params, "timeout_min", allow_none=False)  # (submitit's: whole minutes)
     if jobs is None:
         jobs = len(gpus) * per_gpu if gpus else max(1, cores // 2)
+    jobs = min(jobs, launched)  # (a slot no job takes would take threads from those that run)
     slot_gpus = [gpus[slot % len(gpus)] if gpus else None for slot in range(jobs)]
     return Plan(jobs, slot_gpus, threads if threads is not None else max(1, cores // jobs))
 
@@ -157,6 +157,11 @@ class ParallelLauncher(LocalLauncher):
     """hydra-submitit-launcher's local launcher (its `__call__` runs one job in the job's process), with jobs
     started `jobs` at a time."""
 
+    def setup(self, **context: Any) -> None:
+        """Hydra's setup, then every key checked: before the sweeper writes anything (multirun.yaml)."""
+        super().setup(**context)
+        plan(self.params, [], 1, 1)
+
     def __call__(self, *arguments: Any) -> JobReturn:
         """One job, in its own process: what it was given is said first in its stdout (.submitit/ID/ID_0_log.out)."""
         import torch
@@ -174,7 +179,7 @@ class ParallelLauncher(LocalLauncher):
         import submitit  # (lazily, as the plugin's own launchers do: Hydra imports every plugin to find them)
 
         assert self.config is not None and len(job_overrides) > 0
-        shares = plan(self.params, visible_gpus(), cores())
+        shares = plan(self.params, visible_gpus(), cores(), len(job_overrides))
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         if "mode" in self.config.hydra.sweep:
