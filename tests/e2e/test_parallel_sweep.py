@@ -34,11 +34,15 @@ def results(run_dir):
     return {k: v for k, v in summary.items() if k not in NOT_COMPARED}
 
 
+def job_logs_by_folder(sweep):
+    """(folder, its submitit log: stdout and stderr) of each job under the sweep's .submitit/."""
+    return [(f, "".join(p.read_text() for p in sorted(f.glob("*_log.*")))) for f in (sweep / ".submitit").iterdir()]
+
+
 def job_logs(sweep):
     """Each job's submitit log (stdout and stderr), by its job number."""
     logs = {}
-    for folder in (sweep / ".submitit").iterdir():
-        text = "".join(p.read_text() for p in sorted(folder.glob("*_log.*")))
+    for _, text in job_logs_by_folder(sweep):
         if found := re.search(r"hydra/launcher=parallel: job #(\d+)", text):
             logs[int(found.group(1))] = text
     return logs
@@ -96,7 +100,12 @@ def test_a_failing_job_a_dead_one_and_the_exact_resume_of_a_job(alone, tmp_path)
         cwd=tmp_path, env=HELPERS,
     )  # fmt: skip
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
-    assert "ended without a result" in result.stderr.splitlines()[-1]  # (the sweep's last line: the dead job)
+    (output,) = [folder for folder, log in job_logs_by_folder(sweep) if "job #1" in log]
+    assert result.stderr.splitlines()[-1] == (  # (the sweep's last line: the dead job, how it goes on)
+        "error: job #1 ended without a result: its process was killed (kill -9, out of memory) or "
+        f"ran past hydra.launcher.timeout_min; its output: {output}; resume it: python train.py ckpt_path=last "
+        f"hydra.run.dir={sweep / '1'}"
+    )
     assert "error: model.n_embd: 32 is not divisible by model.n_head=3" in (sweep / "0" / "train.log").read_text()
     assert not (sweep / "2").exists()  # no job after the dead one
     assert not (sweep / "1" / "summary.json").exists()

@@ -198,7 +198,7 @@ class ParallelLauncher(LocalLauncher):
         pending = deque(enumerate(job_overrides))
         running: dict[int, tuple[int, Any]] = {}  # slot -> (the job's index in job_overrides, its submitit job)
         results: list[Optional[JobReturn]] = [None] * len(job_overrides)
-        lost: Optional[BaseException] = None  # the first job that ended without a result
+        lost: Optional[Exception] = None  # the first job that ended without a result, said in one line
 
         def start(slot: int, index: int, overrides: Sequence[str]) -> None:
             gpu = shares.slot_gpus[slot]
@@ -229,8 +229,8 @@ class ParallelLauncher(LocalLauncher):
                         del running[slot]
                         try:
                             results[index] = job.results()[0]
-                        except Exception as error:  # noqa: BLE001  (the job's process ended without a result)
-                            lost = lost or error
+                        except Exception:  # noqa: BLE001  (the job's process ended without a result)
+                            lost = lost or self.job_lost(initial_job_idx + index, job)
                             if pending:
                                 log.error("a job ended without a result: starting no more jobs (%d not started)",
                                           len(pending))  # fmt: skip
@@ -246,6 +246,27 @@ class ParallelLauncher(LocalLauncher):
             for result in results:
                 note_outcome(trials, result)
         return results  # type: ignore[return-value]  (every job returned)
+
+    def job_lost(self, number: int, job: Any) -> Exception:
+        """What ended the sweep when job #number's process ended without a result, in one line: the job, where its
+        output is, and how it goes on (its run directory resumes from the last checkpoint it saved)."""
+        from omegaconf import OmegaConf
+
+        from transformer_lab.run.main import JobLost
+
+        default_subdir = OmegaConf.to_container(self.config.hydra.sweep)["subdir"] == "${hydra.job.num}"
+        run_dir = Path(str(self.config.hydra.sweep.dir)) / str(number) if default_subdir else None
+        if run_dir is not None and (run_dir / "checkpoints" / "last.ckpt").is_file():
+            go_on = f"resume it: python train.py ckpt_path=last hydra.run.dir={run_dir}"
+        elif run_dir is not None and run_dir.is_dir():
+            go_on = f"it saved no checkpoint in {run_dir}: run it again"
+        else:
+            go_on = "its run directory keeps what it wrote"
+        return JobLost(
+            f"job #{number} ended without a result: its process was killed "
+            f"(kill -9, out of memory) or ran past hydra.launcher.timeout_min; its output: "
+            f"{Path(job.paths.stdout).parent}; {go_on}"
+        )
 
 
 @contextmanager

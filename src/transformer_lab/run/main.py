@@ -68,6 +68,11 @@ class TrialFailed(Exception):
     """A multirun job that could not produce its objective: the sweeper records it as failed and goes on."""
 
 
+class JobLost(Exception):
+    """A multirun job whose process ended without a result (killed, out of memory, past a time limit), in one line
+    naming the job and how to go on (hydra/launcher=parallel raises it)."""
+
+
 class Trials:
     """The jobs of one multirun run in this process (Hydra's basic launcher, Optuna's sweeper): the root
     train.py makes one per command and hands it to `main`, which notes each job's outcome here."""
@@ -81,6 +86,8 @@ class Trials:
         best trial; or some, with a sweeper that reports failures at the end or stops at one), or when a
         SLURM job ended without a result (scancel, a node failure, the time limit of a run that could not
         requeue). None otherwise."""
+        if isinstance(error, JobLost):
+            return str(error)
         if type(error).__name__ == "UncompletedJobError":  # submitit's (hydra/launcher=slurm)
             found = re.search(
                 r"Job (\S+) \(task: \d+\) with path (\S+)\s+has not produced any output \(state: ([^)]*)\)", str(error)
