@@ -237,6 +237,8 @@ class ParallelLauncher(LocalLauncher):
                                 pending.clear()
         except BaseException:  # Ctrl-C, SIGTERM: nothing of the sweep is left running
             stop([job for _, job in running.values()])
+            if pending:
+                log.error("not started: job %s", ", ".join(f"#{initial_job_idx + index}" for index, _ in pending))
             raise
         finally:
             signal.signal(signal.SIGTERM, previous_sigterm)

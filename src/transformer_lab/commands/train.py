@@ -39,6 +39,15 @@ if TYPE_CHECKING:
     from transformer_lab.api.run import Run
 
 
+MULTIRUN = {"-m", "--multirun"}
+SINGLE_STOPPED = "interrupted (Ctrl-C) before training started: nothing was trained"
+# (a job that was training stopped as a run does, with its last checkpoint; the launcher says which never started)
+MULTIRUN_STOPPED = (
+    "interrupted (Ctrl-C): the sweep stopped; a job that had trained resumes from its last checkpoint "
+    "(python train.py ckpt_path=last hydra.run.dir=SWEEP_DIR/N); those not started did not run"
+)
+
+
 def train(main: Callable[[Trials], None], argv: list[str], process_ends: bool = True) -> None:
     """The train command: `main(trials)` runs Hydra's app (the root train.py's), each of its jobs noted in `trials`.
     A mistake is one line and exit code 2, Ctrl-C before training exit code 130. process_ends: the process ends
@@ -65,8 +74,8 @@ def train(main: Callable[[Trials], None], argv: list[str], process_ends: bool = 
     trials = Trials()
     try:
         main(trials)
-    except KeyboardInterrupt:  # Ctrl-C before training took it over (callbacks/interrupt.py): nothing to save
-        print("interrupted (Ctrl-C) before training started: nothing was trained", file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C before training took it over (callbacks/interrupt.py), or a sweep's
+        print(MULTIRUN_STOPPED if MULTIRUN & set(arguments) else SINGLE_STOPPED, file=sys.stderr)
         sys.exit(130)
     except Exception as error:
         if (problem := composition_problem(error, config_dir, overrides)) is not None:
