@@ -29,3 +29,25 @@ def test_ctrl_c_that_reaches_the_command_says_what_was_stopped(argv, line, capsy
     with pytest.raises(SystemExit) as exit_:
         train(pressed_ctrl_c, argv, process_ends=False)
     assert exit_.value.code == 130 and capsys.readouterr().err == f"{line}\n"
+
+
+@pytest.mark.parametrize(
+    "swept, message",
+    [
+        (["model.n_layr=1,2"], "model.n_layr: no such key; did you mean model.n_layer?"),
+        (["model=gpt,gtp"], "model=gtp: no such option; model has: bert, encdec, gpt, t5"),
+        (["data=modular,shakespeare", "data.p=11"],  # (the second option's keys: shakespeare has no p)
+         "data.p: no such key; data has: _target_, name, data_dir, path, block_size, batch_size, val_batch_size, "
+         "val_fraction, seed, sample_prompt, model_defaults"),
+        (["hydra/launcher=parallel", "hydra.launcher.job=2", "seed=0,1"],
+         "hydra.launcher.job: no such key; did you mean hydra.launcher.jobs?"),
+    ],
+)  # fmt: skip
+def test_a_sweeps_mistake_in_a_swept_key_or_option_is_told_before_anything_is_written(swept, message, tmp_path):
+    """Hydra composes a sweep's jobs after its sweeper wrote multirun.yaml in the sweep's directory: a swept key
+    or option it could not compose is told first, in one line, and no directory is made."""
+    from helpers.runs import run_train
+
+    result = run_train("-m", "data=modular", *swept, f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.splitlines() == [f"error: {message}"], result.stderr[-2000:]
+    assert list(tmp_path.iterdir()) == []

@@ -6,6 +6,7 @@ the caller's process (`transformer_lab.train`, docs/python.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import io
 import logging
@@ -67,6 +68,9 @@ def train(main: Callable[[Trials], None], argv: list[str], process_ends: bool = 
         sys.exit(0)
     if problem := output_dir_problem(arguments) or searchpath_problem(overrides) or section_problem(overrides):
         print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
+    if MULTIRUN & set(arguments) and (problem := first_job_problem(config_dir, overrides)):
+        print(f"error: {problem}", file=sys.stderr)  # (before the sweeper writes anything: multirun.yaml)
         sys.exit(2)
     # What Hydra cannot compose, and what ends a sweep, come here (Hydra would print them in many lines), to be
     # told in one: whatever a user's shell sets (HYDRA_FULL_ERROR=0 makes Hydra print and exit 1 itself).
@@ -278,6 +282,37 @@ def print_help(config_dir: str, overrides: list[str]) -> None:
     print(OmegaConf.to_yaml(cfg))
 
 
+def first_job_problem(config_dir: str, overrides: list[str]) -> str | None:
+    """What Hydra could not compose of a sweep's first job (each swept key at its first value), as one line: Hydra
+    composes a sweep's jobs only after its sweeper has made the sweep's directory and written multirun.yaml, so a
+    mistyped swept key (`model.n_layr=1,2`) is told here first. None where it composes, or where the sweep's
+    values are not a list (Optuna's intervals)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+        first = [next(o.sweep_string_iterator()) if o.is_sweep_override() else None for o in parsed]
+    except Exception:  # noqa: BLE001  (Hydra says what it cannot parse, as it runs)
+        return None
+    if not any(o.is_sweep_override() for o in parsed):
+        return None
+    job = [o.input_line if value is None else f"{o.get_key_element()}={value}" for o, value in zip(parsed, first)]
+    jobs = [job]  # and each further option of a swept config group (data=modular,text): its keys are its own
+    for i, o in enumerate(parsed):
+        if o.is_sweep_override() and (Path(config_dir) / o.key_or_group).is_dir():
+            jobs += [
+                [*job[:i], f"{o.get_key_element()}={v}", *job[i + 1 :]] for v in list(o.sweep_string_iterator())[1:]
+            ]
+    for words in jobs:
+        try:
+            with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
+                compose("train", overrides=words)
+        except Exception as error:  # noqa: BLE001
+            return composition_problem(error, config_dir, words)  # (which composes again to name the keys)
+    return None
+
+
 def composition_problem(error: BaseException, config_dir: str, overrides: list[str]) -> str | None:
     """What Hydra could not compose from the command line, as one line (Hydra's own is several, and tells
     to add an unknown key with `+`, which only defers the error); None for an error of another kind.
@@ -305,10 +340,14 @@ def composition_problem(error: BaseException, config_dir: str, overrides: list[s
         from hydra import compose, initialize_config_dir
 
         parent = key.rpartition(".")[0]
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
         rest = [o for o in overrides if o not in culprits]
+        with contextlib.suppress(Exception):  # (a sweep's values compose one at a time: its keys are its first's)
+            rest = [o.input_line for o in OverridesParser.create().parse_overrides(rest) if not o.is_sweep_override()]
         try:
             with initialize_config_dir(config_dir=config_dir, version_base="1.3"):  # (on this error only)
-                composed = compose("train", overrides=rest)
+                composed = compose("train", overrides=rest, return_hydra_config=key.startswith("hydra."))
         except Exception:  # noqa: BLE001  (another override is wrong too: this one is told first)
             return f"{key}: no such key"
         known = OmegaConf.select(composed, parent, default=None) if parent else composed

@@ -293,4 +293,4 @@ def no_such_key(key: str, known) -> ConfigError:
     prefix = f"{parent}." if parent else ""
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.7)
     hint = f"did you mean {prefix}{close[0]}?" if close else f"{parent or 'the config'} has: {', '.join(known)}"
-    return ConfigError(key, f"no such key; {hint}")
+    return ConfigError(key, f"no such key; {hint}" if close or known else "no such key")
