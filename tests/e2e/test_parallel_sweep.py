@@ -125,6 +125,8 @@ def test_a_failing_job_a_dead_one_and_the_exact_resume_of_a_job(alone, tmp_path)
         ),  # (the schema's)
         ("threads_per_job=-1", "hydra.launcher.threads_per_job: must be an integer >= 1 or null, got -1"),
         ("timeout_min=0", "hydra.launcher.timeout_min: must be an integer >= 1, got 0"),
+        ("job=2", "hydra.launcher.job: no such key; did you mean hydra.launcher.jobs?"),
+        ("+hydra.launcher.job=2", "hydra.launcher.job: no such key; did you mean hydra.launcher.jobs?"),
         (
             "timeout_min=0.5",
             "hydra.launcher.timeout_min: Value '0.5' of type 'float' could not be converted to Integer",
@@ -132,7 +134,8 @@ def test_a_failing_job_a_dead_one_and_the_exact_resume_of_a_job(alone, tmp_path)
     ],
 )
 def test_a_bad_launcher_setting_is_one_line_before_anything_is_written(setting, message, tmp_path):
-    result = run_train("-m", "hydra/launcher=parallel", f"hydra.launcher.{setting}", *SETTINGS, "seed=0,1",
+    setting = setting if setting.startswith("+") else f"hydra.launcher.{setting}"
+    result = run_train("-m", "hydra/launcher=parallel", setting, *SETTINGS, "seed=0,1",
                        f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)  # fmt: skip
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert result.stderr.splitlines()[-1] == f"error: {message}"

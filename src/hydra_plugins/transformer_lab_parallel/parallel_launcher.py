@@ -26,7 +26,7 @@ import signal
 import time
 from collections import deque
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -160,6 +160,12 @@ class ParallelLauncher(LocalLauncher):
     def setup(self, **context: Any) -> None:
         """Hydra's setup, then every key checked: before the sweeper writes anything (multirun.yaml)."""
         super().setup(**context)
+        known = [f.name for f in fields(ParallelLauncherConf)]
+        for key in self.params:
+            if key not in known:  # (one added with +hydra.launcher.KEY=..., which the schema lets in)
+                from transformer_lab.config.checks import no_such_key
+
+                raise no_such_key(f"hydra.launcher.{key}", known)
         plan(self.params, [], 1, 1)
 
     def __call__(self, *arguments: Any) -> JobReturn:
