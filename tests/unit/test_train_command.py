@@ -51,3 +51,16 @@ def test_a_sweeps_mistake_in_a_swept_key_or_option_is_told_before_anything_is_wr
     result = run_train("-m", "data=modular", *swept, f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
     assert result.returncode == 2 and result.stderr.splitlines() == [f"error: {message}"], result.stderr[-2000:]
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("launcher", ["hydra/launcher=parallel", "hydra.launcher.jobs=0"])
+def test_a_launcher_for_a_single_run_is_one_line(launcher, tmp_path):
+    """Hydra launches a multirun's jobs: a launcher on a single run's command line would be ignored (the run going on
+    as if it were not there)."""
+    from helpers.runs import run_train
+
+    result = run_train("data=modular", launcher, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.splitlines() == [
+        f"error: {launcher}: a launcher runs the jobs of a multirun; add -m (python train.py -m ...)"
+    ]
+    assert list(tmp_path.iterdir()) == []

@@ -26,6 +26,7 @@ from transformer_lab.config.command_line import (
     added_setting,
     command_overrides,
     given_key,
+    launcher_problem,
     output_dir_problem,
     searchpath_problem,
     section_problem,
@@ -66,7 +67,12 @@ def train(main: Callable[[Trials], None], argv: list[str], process_ends: bool = 
             print(f"error: {problem}", file=sys.stderr)
             sys.exit(2)
         sys.exit(0)
-    if problem := output_dir_problem(arguments) or searchpath_problem(overrides) or section_problem(overrides):
+    if problem := (
+        output_dir_problem(arguments)
+        or searchpath_problem(overrides)
+        or section_problem(overrides)
+        or launcher_problem(arguments, overrides)
+    ):
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
     if MULTIRUN & set(arguments) and (problem := first_job_problem(config_dir, overrides)):

@@ -143,6 +143,17 @@ def optimizers() -> list[str]:
     return list(typing.get_type_hints(OptimConfig)["name"].__members__)
 
 
+def launcher_problem(argv: list[str], overrides: list[str]) -> str | None:
+    """A launcher chosen or set for a single run, which Hydra ignores (it launches a multirun's jobs): the run
+    would go on as if it were not there (`hydra/launcher=parallel` without -m)."""
+    if {"-m", "--multirun"} & set(argv):
+        return None
+    for override in overrides:
+        if override.lstrip("+~").startswith(("hydra/launcher", "hydra.launcher.")):
+            return f"{override}: a launcher runs the jobs of a multirun; add -m (python train.py -m ...)"
+    return None
+
+
 def section_problem(overrides: list[str]) -> str | None:
     """An override that deletes what a run needs (`~optim`, `~seed`) or gives a section of settings one value
     (`optim=muon`, `trainer=null`): told before Hydra composes it (its errors are tracebacks then)."""
