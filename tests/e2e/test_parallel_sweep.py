@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from helpers.runs import ROOT, TINY, run_train, train_in_a_process
-from hydra_plugins.transformer_lab_parallel.parallel_launcher import cores, plan
+from hydra_plugins.transformer_lab_parallel.parallel_launcher import cores, crowding, plan
 
 SETTINGS = [
     "data=modular",
@@ -161,3 +161,14 @@ def test_how_the_machine_is_shared_out(settings, gpus, cores, launched, jobs, sl
     defaults = {"jobs": None, "jobs_per_gpu": 1, "threads_per_job": None, "timeout_min": 240}
     shares = plan({**defaults, **settings}, gpus, cores, launched)
     assert (shares.jobs, shares.slot_gpus, shares.threads) == (jobs, slot_gpus, threads)
+
+
+def test_more_threads_at_once_than_cores_is_said():
+    defaults = {"jobs": None, "jobs_per_gpu": 1, "threads_per_job": None, "timeout_min": 240}
+    assert crowding(plan({**defaults, "jobs": 2}, [], 2, 8), 2) is None  # (1 thread each, 2 at once: the cores)
+    assert crowding(plan({**defaults, "jobs": 4}, [], 2, 8), 2) is None  # (1 each: jobs sharing a GPU, say)
+    crowded = plan({**defaults, "jobs": 4, "threads_per_job": 2}, [], 2, 8)
+    assert crowding(crowded, 2) == (
+        "4 jobs at once x 2 threads = 8 threads on 2 cores: each job runs slower than alone (threads_per_job=null "
+        "shares the cores out)"
+    )

@@ -126,6 +126,17 @@ def plan(params: dict, gpus: list[int], cores: int, launched: int) -> Plan:
     return Plan(jobs, slot_gpus, threads if threads is not None else max(1, cores // jobs))
 
 
+def crowding(shares: Plan, cores: int) -> Optional[str]:
+    """A line where threads_per_job makes the jobs at once run more threads than there are cores (each then slower
+    than alone). (More jobs than cores at one thread each is a choice: jobs sharing a GPU wait on it.)"""
+    if shares.jobs * shares.threads <= cores or shares.threads <= max(1, cores // shares.jobs):
+        return None
+    return (
+        f"{shares.jobs} jobs at once x {shares.threads} threads = {shares.jobs * shares.threads} threads on {cores} "
+        "cores: each job runs slower than alone (threads_per_job=null shares the cores out)"
+    )
+
+
 def trials_of(task_function) -> Any:
     """The `Trials` (transformer_lab.run.main) the task function notes its jobs' outcomes in, or None (an app of
     another shape). The root train.py's task function holds it; each job's process notes into its own copy, so
@@ -186,6 +197,8 @@ class ParallelLauncher(LocalLauncher):
 
         assert self.config is not None and len(job_overrides) > 0
         shares = plan(self.params, visible_gpus(), cores(), len(job_overrides))
+        if crowded := crowding(shares, cores()):
+            log.warning(crowded)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         if "mode" in self.config.hydra.sweep:
