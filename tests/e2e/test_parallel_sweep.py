@@ -73,6 +73,7 @@ def test_three_jobs_run_two_at_a_time_each_as_it_would_alone(alone, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep"]  # no stray run directories
     assert sorted(p.name for p in sweep.iterdir()) == [".submitit", "0", "1", "2", "multirun.yaml"]
+    assert "%j" not in [p.name for p in (sweep / ".submitit").iterdir()]  # (a folder a job, no other)
     for job in range(3):  # each job its own directory, with its own overrides
         assert f"seed={job}" in yaml.safe_load((sweep / str(job) / ".hydra" / "overrides.yaml").read_text())
         assert results(sweep / str(job))["status"] == "completed"

@@ -261,6 +261,8 @@ class ParallelLauncher(LocalLauncher):
             raise
         finally:
             signal.signal(signal.SIGTERM, previous_sigterm)
+            with suppress(OSError):  # (the executor makes its folder's pattern itself, `%j` and all: empty)
+                Path(self.params["submitit_folder"]).rmdir()
         if lost is not None:
             raise lost
         if (trials := trials_of(self.task_function)) is not None:
