@@ -108,7 +108,8 @@ def test_a_failing_job_a_dead_one_and_the_exact_resume_of_a_job(alone, tmp_path)
         f"hydra.run.dir={sweep / '1'}"
     )
     assert "error: model.n_embd: 32 is not divisible by model.n_head=3" in (sweep / "0" / "train.log").read_text()
-    assert not (sweep / "2").exists()  # no job after the dead one
+    assert not (sweep / "2").exists()  # no job after the dead one, and the sweep says which it left
+    assert re.search(r"starting no more jobs \(not started: #2 \(.*model.n_head=4.*\)\)", result.stdout + result.stderr)
     assert not (sweep / "1" / "summary.json").exists()
 
     resumed = run_train("ckpt_path=last", f"hydra.run.dir={sweep / '1'}", "+callbacks.kill.step=1000", env=HELPERS)
@@ -127,6 +128,10 @@ def test_a_failing_job_a_dead_one_and_the_exact_resume_of_a_job(alone, tmp_path)
         ("threads_per_job=-1", "hydra.launcher.threads_per_job: must be an integer >= 1 or null, got -1"),
         ("timeout_min=0", "hydra.launcher.timeout_min: must be an integer >= 1, got 0"),
         ("job=2", "hydra.launcher.job: no such key; did you mean hydra.launcher.jobs?"),
+        (
+            "submitit_folder=/proc/x",
+            "hydra.launcher.submitit_folder: /proc/x cannot be made (No such file or directory)",
+        ),
         ("+hydra.launcher.job=2", "hydra.launcher.job: no such key; did you mean hydra.launcher.jobs?"),
         (
             "timeout_min=0.5",

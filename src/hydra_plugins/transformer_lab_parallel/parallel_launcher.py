@@ -171,6 +171,12 @@ class ParallelLauncher(LocalLauncher):
     def setup(self, **context: Any) -> None:
         """Hydra's setup, then every key checked: before the sweeper writes anything (multirun.yaml)."""
         super().setup(**context)
+        folder = Path(str(self.params.get("submitit_folder")).split("%j")[0])
+        if not folder.is_relative_to(Path(str(context["config"].hydra.sweep.dir))):  # (one of the user's own)
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise config_error("submitit_folder", f"{folder} cannot be made ({error.strerror})") from None
         known = [f.name for f in fields(ParallelLauncherConf)]
         for key in self.params:
             if key not in known:  # (one added with +hydra.launcher.KEY=..., which the schema lets in)
@@ -251,13 +257,13 @@ class ParallelLauncher(LocalLauncher):
                         except Exception:  # noqa: BLE001  (the job's process ended without a result)
                             lost = lost or self.job_lost(initial_job_idx + index, job)
                             if pending:
-                                log.error("a job ended without a result: starting no more jobs (%d not started)",
-                                          len(pending))  # fmt: skip
+                                log.error("a job ended without a result: starting no more jobs (not started: %s)",
+                                          not_started(pending, initial_job_idx))  # fmt: skip
                                 pending.clear()
         except BaseException:  # Ctrl-C, SIGTERM: nothing of the sweep is left running
             stop([job for _, job in running.values()])
             if pending:
-                log.error("not started: job %s", ", ".join(f"#{initial_job_idx + index}" for index, _ in pending))
+                log.error("not started: %s", not_started(pending, initial_job_idx))
             raise
         finally:
             signal.signal(signal.SIGTERM, previous_sigterm)
@@ -290,6 +296,12 @@ class ParallelLauncher(LocalLauncher):
             f"(kill -9, out of memory) or ran past hydra.launcher.timeout_min; its output: "
             f"{Path(job.paths.stdout).parent}; {go_on}"
         )
+
+
+def not_started(pending, initial_job_idx: int) -> str:
+    """The jobs never started, each by its number and overrides (to run them again: the same sweep, the same
+    hydra.sweep.dir, whose finished jobs are refused and kept)."""
+    return "; ".join(f"#{initial_job_idx + i} ({' '.join(filter_overrides(o))})" for i, o in pending)
 
 
 @contextmanager
