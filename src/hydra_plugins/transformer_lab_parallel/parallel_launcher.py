@@ -178,11 +178,10 @@ class ParallelLauncher(LocalLauncher):
             except OSError as error:
                 raise config_error("submitit_folder", f"{folder} cannot be made ({error.strerror})") from None
         known = [f.name for f in fields(ParallelLauncherConf)]
-        for key in self.params:
-            if key not in known:  # (one added with +hydra.launcher.KEY=..., which the schema lets in)
-                from transformer_lab.config.checks import no_such_key
+        if unknown := [key for key in self.params if key not in known]:  # (+hydra.launcher.KEY=: the schema lets it in)
+            from transformer_lab.config.checks import no_such_key
 
-                raise no_such_key(f"hydra.launcher.{key}", known)
+            raise no_such_key(f"hydra.launcher.{unknown[0]}", known)
         plan(self.params, [], 1, 1)
 
     def __call__(self, *arguments: Any) -> JobReturn:

@@ -148,17 +148,15 @@ def found(paths, warn: Callable[[str], None]) -> list[RunDir]:
     if not paths:
         raise UserError("which runs? python -m transformer_lab compare RUN_DIR_OR_SWEEP ... (--help)")
     runs, unfinished = find_runs(paths), unsummarised(paths)
-    left_out = (
+    left_out = unfinished and (
         f"{len(unfinished)} run director{'y' if len(unfinished) == 1 else 'ies'} without a summary.json (still "
         f"training, or killed before writing one): {', '.join(map(str, unfinished[:4]))}"
         f"{f' and {len(unfinished) - 4} more' if len(unfinished) > 4 else ''}"
     )
     if not runs:
-        raise UserError(
-            f"no run directories (with a summary.json) under {' '.join(paths)}"
-            + (f"; {left_out}" if unfinished else "")
-        )
-    if unfinished:
+        none = f"no run directories (with a summary.json) under {' '.join(paths)}"
+        raise UserError(f"{none}; {left_out}" if left_out else none)
+    if left_out:
         warn(f"left out {left_out}")
     return runs
 

@@ -344,10 +344,9 @@ def composition_problem(error: BaseException, config_dir: str, overrides: list[s
     key, culprits = given_key(cause.full_key, overrides)
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)):  # a key the schema does not have
         from hydra import compose, initialize_config_dir
-
-        parent = key.rpartition(".")[0]
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
+        parent = key.rpartition(".")[0]
         rest = [o for o in overrides if o not in culprits]
         with contextlib.suppress(Exception):  # (a sweep's values compose one at a time: its keys are its first's)
             rest = [o.input_line for o in OverridesParser.create().parse_overrides(rest) if not o.is_sweep_override()]
