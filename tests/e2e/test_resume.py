@@ -156,6 +156,8 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(data, uninterrupted, tm
     resumed = train(crashed, "ckpt_path=last", "+callbacks.kill.step=1000")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "will be deleted" not in resumed.stdout + resumed.stderr  # (Lightning's CSV warning: the rows stay)
+    # (nor Lightning's doubt on a resume inside an epoch: each training stream declares its place the step count's)
+    assert "not resumable" not in resumed.stdout + resumed.stderr
 
     # The killed run trained steps 1..25; its last checkpoint is from step 20, so the resumed run trains
     # 21..60. Together, without the five lost steps, that is exactly the uninterrupted run's sequence.

@@ -8,6 +8,7 @@ from helpers.runs import SHAKESPEARE, needs_shakespeare
 from transformer_lab.batching.equations import AnswerClass, AnswerSequence, AnswerToken
 from transformer_lab.batching.windows import TextWindows
 from transformer_lab.data import shakespeare
+from transformer_lab.data.batches import for_this_rank
 from transformer_lab.data.download import ensure_file
 from transformer_lab.data.modular import OPS, ModularDataModule, make_equations
 from transformer_lab.data.shakespeare import SHA256, ShakespeareDataModule
@@ -125,6 +126,28 @@ def test_modular_split_is_disjoint_and_seeded():
     other = AnswerToken(ModularDataModule(p=17, op="*", train_fraction=0.3, split_seed=6), batch_size=1000)
     other.setup()
     assert {tuple(r) for r in next(iter(other.train_dataloader()))[0].tolist()} != train_rows
+
+
+def test_a_stream_placed_by_the_step_count_keeps_its_state_interface_in_each_ddp_share():
+    # (Lightning asks a training stream for state_dict/load_state_dict, else it warns on a resume inside an epoch
+    # that the stream "is not resumable"; tests/e2e/test_resume.py asserts the warning gone from a real resume)
+    dm = AnswerToken(ModularDataModule(p=17, op="*", train_fraction=0.3, split_seed=5), batch_size=8)
+    dm.setup()
+    alone = dm.train_dataloader()
+    dm.trainer = SimpleNamespace(
+        global_step=0,
+        accumulate_grad_batches=1,
+        world_size=2,
+        global_rank=1,
+        overfit_batches=0,
+        num_training_batches=10,
+    )
+    share = dm.train_dataloader()
+    for stream in (alone, share):
+        assert stream.state_dict() == {} and stream.load_state_dict({}) is None
+    assert len(share) == len(alone) and torch.equal(next(iter(share))[0], next(iter(alone))[0][1::2])
+    own = [(torch.zeros(2, 3), torch.zeros(2, 3))]  # a stream of one's own, placed however it is: not claimed
+    assert not hasattr(for_this_rank(own, dm.trainer), "state_dict")
 
 
 def equations_and_answers(dm, x, y):

@@ -13,7 +13,7 @@ import torch
 
 from transformer_lab.batching.base import FromTokenStreams
 from transformer_lab.data.base import DataModule
-from transformer_lab.data.batches import LazyBatches, for_this_rank
+from transformer_lab.data.batches import LazyBatches, ResumesAtStep, for_this_rank
 from transformer_lab.errors import require
 
 IGNORE = -100  # label of a position that carries no loss (F.cross_entropy's ignore_index)
@@ -45,7 +45,7 @@ def mask_tokens(
     return torch.cat([cls, inputs], 1), torch.cat([torch.full_like(cls, IGNORE), labels], 1)
 
 
-class MaskedLMBatches:
+class MaskedLMBatches(ResumesAtStep):
     """Endless batches of masked random windows: batch i (its windows and masks) comes from a generator
     seeded with (seed, i), so the stream is reproducible and resumable at any batch."""
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 
 from transformer_lab.batching.base import Batching
-from transformer_lab.data.batches import for_this_rank
+from transformer_lab.data.batches import ResumesAtStep, for_this_rank
 from transformer_lab.data.tokens import BOS, PAD, SEP
 from transformer_lab.errors import require
 
@@ -35,7 +35,7 @@ def prefix_lm(
     return sequence[:-1], targets
 
 
-class LengthGroupedBatches:
+class LengthGroupedBatches(ResumesAtStep):
     """Training batches of similar lengths, so little of each batch is padding. Each epoch a generator
     seeded with (seed, epoch) shuffles the pairs, sorts pools of 50 batches by length, cuts them into
     batches and shuffles the batches; `position()` gives (epoch, batches done) for an exact resume."""

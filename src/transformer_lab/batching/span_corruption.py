@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from transformer_lab.batching.base import FromTokenStreams
 from transformer_lab.batching.span_lengths import num_noise_spans, raw_and_target_length
 from transformer_lab.data.base import DataModule
-from transformer_lab.data.batches import LazyBatches, for_this_rank
+from transformer_lab.data.batches import LazyBatches, ResumesAtStep, for_this_rank
 
 
 def random_segmentation(num_items: int, num_segments: int, generator: torch.Generator) -> torch.Tensor:
@@ -81,7 +81,7 @@ def fill_spans(inputs: list[int], targets: list[int], first_sentinel: int, eos_i
     return out
 
 
-class SpanCorruptionBatches:
+class SpanCorruptionBatches(ResumesAtStep):
     """Batches of corrupted windows: batch i (random windows of the stream, and their noise masks) comes
     from a generator seeded with (seed, i), so the stream is reproducible and resumable at any batch.
     Every window has the same raw length, so inputs and targets need no padding."""

@@ -13,6 +13,19 @@ from collections.abc import Callable
 import torch
 
 
+class ResumesAtStep:
+    """A training stream whose place is the trainer's step count, which a checkpoint restores (`position()`, or the
+    `start` batch it is built with): a resumed run continues it at the next batch, so it has nothing of its own to
+    save. These two methods say so to Lightning, which otherwise warns on every resume inside an epoch that the
+    stream "is not resumable" (its `state_dict`/`load_state_dict` interface; the state it keeps is this empty one)."""
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
 class Batches:
     """Consecutive batches of rows of (x, y), in order (for evaluation)."""
 
@@ -43,7 +56,7 @@ class LazyBatches:
             yield self.make(range(start, min(start + self.batch_size, self.rows)))
 
 
-class ShuffledBatches:
+class ShuffledBatches(ResumesAtStep):
     """Batches of rows of (x, y), reshuffled each epoch by a generator seeded with (seed, epoch).
 
     `position()` says, when an epoch starts, which epoch it is and how many of its batches are already
@@ -66,7 +79,7 @@ class ShuffledBatches:
             yield self.x[rows], self.y[rows]
 
 
-class RandomWindows:
+class RandomWindows(ResumesAtStep):
     """An endless stream of batches of random windows of a token stream (nanoGPT's get_batch).
 
     Batch i is drawn from a generator seeded with (seed, i), so the stream is reproducible and can
@@ -105,8 +118,13 @@ class RankShard:
             yield tuple(t[self.rank :: self.world_size] for t in batch)
 
 
+class RankShardAtStep(RankShard, ResumesAtStep):
+    """This process's share of a stream placed by the step count: so placed too."""
+
+
 def for_this_rank(batches, trainer):
     """The training batches this process should see (all of them without DDP)."""
     if trainer is None or trainer.world_size == 1:
         return batches
-    return RankShard(batches, trainer.global_rank, trainer.world_size)
+    shard = RankShardAtStep if isinstance(batches, ResumesAtStep) else RankShard
+    return shard(batches, trainer.global_rank, trainer.world_size)
