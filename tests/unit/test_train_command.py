@@ -31,6 +31,17 @@ def test_ctrl_c_that_reaches_the_command_says_what_was_stopped(argv, line, capsy
     assert exit_.value.code == 130 and capsys.readouterr().err == f"{line}\n"
 
 
+def test_a_multirun_flag_among_the_overrides_is_read_as_if_written_first(tmp_path, monkeypatch):
+    """Hydra's parser takes the overrides only before its first flag: -m written after one left the rest
+    'unrecognized arguments'. Hydra's app is given the flag first, the overrides in their order."""
+    monkeypatch.setattr(sys, "argv", ["train.py"])
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "0")
+    given = []
+    sweep = f"hydra.sweep.dir={tmp_path / 'sweep'}"
+    train(lambda trials: given.append(sys.argv[1:]), ["data=modular", "seed=0,1", "-m", sweep], process_ends=False)
+    assert given == [["-m", "data=modular", "seed=0,1", sweep]] and list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     "swept, message",
     [

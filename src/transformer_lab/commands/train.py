@@ -54,7 +54,7 @@ def train(main: Callable[[Trials], None], argv: list[str], process_ends: bool = 
     """The train command: `main(trials)` runs Hydra's app (the root train.py's), each of its jobs noted in `trials`.
     A mistake is one line and exit code 2, Ctrl-C before training exit code 130. process_ends: the process ends
     after the command (train.py), so what it leaves is never collected (below)."""
-    arguments = with_resumed_choices(argv)  # (a resume's keys of its run's own data, model, task)
+    arguments = multirun_first(with_resumed_choices(argv))  # (a resume's keys of its run's own data, model, task)
     sys.argv[1:] = arguments
     overrides = command_overrides(arguments)
     config_dir = str(CONF)
@@ -102,6 +102,12 @@ def train(main: Callable[[Trials], None], argv: list[str], process_ends: bool = 
     # ~400k objects torch, Lightning and W&B leave behind, ~1 s of a process (experiments/shakespeare_char_cpu.md).
     if process_ends:
         gc.freeze()
+
+
+def multirun_first(arguments: list[str]) -> list[str]:
+    """-m (--multirun) wherever it was written, before the overrides: Hydra's parser reads its overrides up to its
+    first flag, so `python train.py seed=0,1 -m lr=...` left it 'unrecognized arguments' and its usage text."""
+    return [a for a in arguments if a in MULTIRUN] + [a for a in arguments if a not in MULTIRUN]
 
 
 COMMAND_LINE_FLAGS = ("-m", "--multirun", "--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--run", "-r")
