@@ -112,8 +112,8 @@ def test_a_job_refused_a_directory_another_process_writes_leaves_that_runs_files
         os.close(held)
     assert result.returncode == 1, result.stderr[-3000:]
     assert result.stderr.splitlines()[-1] == (
-        f"error: 1 of 2 trials failed (the first: hydra.sweep.dir={other}: another process (pid 4242) is writing to "
-        "this run directory; wait for it to end, or choose another hydra.sweep.dir)"
+        f"error: 1 of 2 trials failed (the first: the job's directory {other}: another process (pid 4242) is writing "
+        "to this run directory; wait for it to end, or choose another hydra.sweep.dir)"
     )
     assert (other / ".hydra" / "config.yaml").read_text() == "the other run's record\n"
     assert (other / "train.log").read_text() == "the other run's log\n"

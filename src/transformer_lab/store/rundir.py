@@ -72,7 +72,7 @@ def lock(run_dir: Path, key: str, write_pid: bool = True) -> None:
         holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
         os.close(fd)
         raise UserError(
-            f"{key}={run_dir}: another process (pid {holder}) is writing to this run directory; "
+            f"{named(run_dir, key)}: another process (pid {holder}) is writing to this run directory; "
             f"wait for it to end, or choose another {key}"
         ) from None
     _held[run_dir] = fd
@@ -168,7 +168,7 @@ def check_claim(run_dir: Path, key: str, resumes: Path | None, overwrite: bool) 
         except BlockingIOError:
             holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
             raise UserError(
-                f"{key}={run_dir}: another process (pid {holder}) is writing to this run directory; "
+                f"{named(run_dir, key)}: another process (pid {holder}) is writing to this run directory; "
                 f"wait for it to end, or choose another {key}"
             ) from None
         finally:
@@ -181,6 +181,12 @@ def check_claim(run_dir: Path, key: str, resumes: Path | None, overwrite: bool) 
         raise UserError(refusal(run_dir, key, held))
 
 
+def named(run_dir: Path, key: str) -> str:
+    """A run directory as a message names it: the setting that gave it, or a multirun job's own folder (its
+    hydra.sweep.dir is the sweep's, above it: `hydra.sweep.dir=SWEEP/0` would be read as another sweep)."""
+    return f"the job's directory {run_dir}" if key == "hydra.sweep.dir" else f"{key}={run_dir}"
+
+
 def refusal(run_dir: Path, key: str, held: str) -> str:
     if "completed" in held and "no checkpoint" not in held:
         advice = "train it further with ckpt_path=last and a higher trainer.max_steps"
@@ -189,7 +195,7 @@ def refusal(run_dir: Path, key: str, held: str) -> str:
     else:
         advice = "nothing there can be resumed"
     return (
-        f"{key}={run_dir} {held}; {advice}, start afresh there with overwrite=true (deleting what the "
+        f"{named(run_dir, key)} {held}; {advice}, start afresh there with overwrite=true (deleting what the "
         "run wrote once the new run starts training), "
         f"or choose another {key}"
     )
