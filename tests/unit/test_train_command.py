@@ -75,3 +75,20 @@ def test_a_launcher_for_a_single_run_is_one_line(launcher, tmp_path):
         f"error: {launcher}: a launcher runs the jobs of a multirun; add -m (python train.py -m ...)"
     ]
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [["hydra.run.dir="], ["hydra.run.dir=''"], ["-m", "seed=0,1", "hydra.sweep.dir="]],
+    ids=["run", "run-quoted", "sweep"],
+)
+def test_an_empty_run_directory_is_one_line_and_nothing_is_written_where_the_command_runs(arguments, tmp_path):
+    """Hydra takes an empty hydra.run.dir for the working folder: the run wrote its files among the user's."""
+    from helpers.runs import run_train
+
+    key = next(a for a in arguments if a.startswith("hydra.")).partition("=")[0]
+    result = run_train("data=modular", *arguments, cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.splitlines() == [
+        f"error: {key} is empty: name the folder the run writes in, e.g. {key}=outputs/NAME"
+    ]
+    assert list(tmp_path.iterdir()) == []

@@ -53,6 +53,8 @@ def output_dir_problem(argv: list[str]) -> str | None:
         if key.lstrip("+~") in ("hydra.run.dir", "hydra.sweep.dir")
     ]
     for key, value in dirs or [("hydra.run.dir", "outputs")]:
+        if value.strip().strip("'\"") == "":  # (Hydra would take the working folder, and the run would write there)
+            return f"{key} is empty: name the folder the run writes in, e.g. {key}=outputs/NAME"
         existing = Path(value.split("${")[0] or ".").absolute()
         if "${" not in value and existing.is_dir():
             continue  # (there already: whether this run may write in it is its claim's to say, store/rundir.py)
