@@ -574,3 +574,31 @@ def test_a_shell_setting_hydra_full_error_0_still_gets_one_line(tmp_path):
     result = run_train("model.n_layers=2", f"hydra.run.dir={tmp_path / 'run'}", env={"HYDRA_FULL_ERROR": "0"})
     assert result.returncode == 2, result.stderr[-2000:]
     assert result.stderr == "error: model.n_layers: no such key; did you mean model.n_layer?\n"
+
+
+def test_a_users_own_train_log_or_hydra_folder_is_never_replaced_by_a_new_run(tmp_path):
+    """A new run writes its record in .hydra/ and its log in train.log: where the folder holds a user's own (no run's
+    manifest lists them) it is refused in one line and they stay; what a run's attempt that never trained left there
+    (its manifest lists them) a new run replaces."""
+    run_dir = tmp_path / "run"
+    (run_dir / ".hydra").mkdir(parents=True)
+    (run_dir / ".hydra" / "mynotes.txt").write_text("mine\n")
+    (run_dir / "train.log").write_text("MY OWN LOG, keep\n")
+    settings = [*MODULAR, "trainer.max_steps=2", "logger=none", f"hydra.run.dir={run_dir}"]
+    refused = run_train(*settings)
+    assert refused.returncode == 2 and refused.stderr.splitlines()[-1] == (
+        f"error: hydra.run.dir={run_dir} holds .hydra and train.log, which no run wrote: a run writes its record and "
+        "log there (.hydra/, train.log); move them, or choose another hydra.run.dir"
+    )
+    assert sorted(p.name for p in run_dir.iterdir()) == [".hydra", "train.log"]
+    assert (run_dir / "train.log").read_text() == "MY OWN LOG, keep\n"
+    assert [p.name for p in (run_dir / ".hydra").iterdir()] == ["mynotes.txt"]
+
+    (run_dir / ".hydra" / "mynotes.txt").unlink()  # (now as a failed attempt leaves them: its manifest lists them)
+    (run_dir / ".hydra" / "config.yaml").write_text("the attempt's record\n")
+    (run_dir / "train.log").write_text("the attempt's error\n")
+    (run_dir / ".manifest").write_text(".hydra/config.yaml\n.hydra\ntrain.log\n")
+    trained = run_train(*settings)
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    assert "the attempt's error" not in (run_dir / "train.log").read_text()
+    assert (run_dir / ".hydra" / "config.yaml").read_text() != "the attempt's record\n"

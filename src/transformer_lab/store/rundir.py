@@ -179,6 +179,18 @@ def check_claim(run_dir: Path, key: str, resumes: Path | None, overwrite: bool) 
     resuming = resumes is not None and Path(resumes).absolute().is_relative_to(run_dir)
     if held is not None and not resuming and not overwrite:
         raise UserError(refusal(run_dir, key, held))
+    if held is None and not overwrite and (theirs := not_a_runs(run_dir)):
+        raise UserError(
+            f"{named(run_dir, key)} holds {' and '.join(theirs)}, which no run wrote: a run writes its record and "
+            f"log there (.hydra/, train.log); move {'them' if len(theirs) > 1 else 'it'}, or choose another {key}"
+        )
+
+
+def not_a_runs(run_dir: Path) -> list[str]:
+    """The names a run writes its record and log under (.hydra/, train.log) that `run_dir` holds but no run wrote
+    (its manifest does not list them): a user's own, which a new run would replace."""
+    listed = {Path(p).parts[0] for p in read_manifest(run_dir)}
+    return [name for name in (".hydra", "train.log") if (run_dir / name).exists() and name not in listed]
 
 
 def named(run_dir: Path, key: str) -> str:
@@ -388,9 +400,12 @@ def record(run_dir: Path, cfg, overrides: list[str] | None):
 
     if first_process():
         folder = run_dir / ".hydra"
-        if earlier_run(run_dir) is None:  # (a new run: what an attempt that never trained left goes)
-            _remove(folder)
-            (run_dir / "train.log").unlink(missing_ok=True)
+        if earlier_run(run_dir) is None:  # (a new run: what an attempt that never trained left goes, a user's stays)
+            listed = {Path(p).parts[0] for p in read_manifest(run_dir)}
+            if ".hydra" in listed:
+                _remove(folder)
+            if "train.log" in listed:
+                (run_dir / "train.log").unlink(missing_ok=True)
         if (folder / "config.yaml").exists():
             folder = folder / f"{datetime.now():%Y-%m-%d_%H-%M-%S}"
         given = overrides if overrides is not None else HydraConfig.get().overrides.task
