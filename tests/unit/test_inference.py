@@ -3,6 +3,7 @@ fill (T5), classify (BERT), and evaluate on a user's file; each reads its input 
 
 import itertools
 import math
+import shutil
 
 import pytest
 import torch
@@ -226,8 +227,10 @@ def test_evaluate_gives_each_models_best_validation_again(trained, tmp_path, nam
 
     run_dir = trained(name)
     summary = json.loads((run_dir / "summary.json").read_text())
-    result = evaluate(str(run_dir), "val", ["trainer.limit_val_batches=2"], str(tmp_path / "eval.json"))
-    assert result["checkpoint"].endswith("best.ckpt")
+    moved = tmp_path / "my run, café ☃'s"  # (a folder Hydra's grammar reads only quoted: the command quotes it)
+    shutil.copytree(run_dir, moved)
+    result = evaluate(str(moved), "val", ["trainer.limit_val_batches=2"], str(tmp_path / "eval.json"))
+    assert result["checkpoint"] == str(moved / "checkpoints" / "best.ckpt")
     assert result["metrics"]["val/loss"] == pytest.approx(summary["val/loss_best"], abs=1e-5)
 
 

@@ -70,6 +70,7 @@ def evaluate(
     from transformer_lab.run.resume import merge_overrides
     from transformer_lab.store.checkpoint import checkpoint_of, read_checkpoint
     from transformer_lab.store.origins import (
+        override,
         recorded_searchpath,
         restore_code,
         root_dir,
@@ -93,9 +94,12 @@ def evaluate(
         *(["task.sample.enabled=false"] if "sample" in meta["config"]["task"] else []),
         "trainer.limit_val_batches=1.0",
         "trainer.limit_test_batches=null",
-        f"paths.data_dir={meta['config']['paths']['data_dir']}",
+        override("paths.data_dir", meta["config"]["paths"]["data_dir"]),
     ]
-    fixed = [*(root_dir(meta, list(overrides)) or [f"paths.root_dir={Path.cwd()}"]), f"paths.output_dir={path.parent}"]
+    fixed = [
+        *(root_dir(meta, list(overrides)) or [override("paths.root_dir", Path.cwd())]),
+        override("paths.output_dir", path.parent),
+    ]
     restore_code(meta, str(path))
     recorded = with_searchpath(run_overrides(path, meta) or [], list(overrides))
     recorded_searchpath(recorded, str(path))  # (one given here replaces the run's)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import sys
 import sysconfig
 from pathlib import Path
@@ -131,7 +132,7 @@ def root_dir(meta: dict, given: list[str]) -> list[str]:
         or any(o.split("=", 1)[0].lstrip("+").startswith("paths.") for o in given)
     ):
         return []
-    return [f"paths.root_dir={recorded}"]
+    return [override("paths.root_dir", recorded)]
 
 
 def run_overrides(path: Path, meta: dict) -> list[str] | None:
@@ -145,6 +146,17 @@ def run_overrides(path: Path, meta: dict) -> list[str] | None:
             return None
         overrides = list(OmegaConf.load(record))
     return [o for o in overrides if override_key(o) not in ("init_from", "init_strict", "overwrite")]
+
+
+def override(key: str, value) -> str:
+    """`key=value` as Hydra's command-line grammar reads it back: a value of other characters than a bare word's
+    (a path with a space, an accent, a comma) quoted, so it is not read as a list, a sweep or a lexer error."""
+    text = str(value)
+    if re.fullmatch(r"[A-Za-z0-9_/.:+@%-]*", text):
+        return f"{key}={text}"
+    quoted = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", text)
+    quoted = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, quoted)  # (nor the closing quote escaped)
+    return f"{key}='{quoted}'"
 
 
 def override_key(override: str) -> str:
