@@ -413,6 +413,18 @@ CASES = [
         "error: seed: {ws}/prior/checkpoints/last.ckpt was trained with seed=1337, and a resume continues it",
     ),
     (
+        "resume-fast-dev-run",
+        ["ckpt_path={ws}/prior/checkpoints/last.ckpt", "debug=fast"],
+        "error: trainer.fast_dev_run: debug=fast runs a few batches of a new run and cannot continue "
+        "{ws}/prior/checkpoints/last.ckpt: resume without debug=fast, or smoke-test a new run in another hydra.run.dir\n",
+    ),
+    (  # (Lightning's refusal as fit starts, told in one line: its MisconfigurationException)
+        "resume-past-max-epochs",
+        ["ckpt_path={ws}/prior/checkpoints/last.ckpt", "trainer.max_steps=6", "trainer.max_epochs=2"],
+        "error: trainer: Lightning refuses this run's settings: You restored a checkpoint with current_epoch=3, but "
+        "you have set Trainer(max_epochs=2).\n",
+    ),
+    (
         "gpt-two-vocabularies",
         ["model=gpt", "data=translation", "data.shared_vocab=false"],
         "data.shared_vocab: a decoder-only model reads source and target as one sequence",

@@ -224,6 +224,12 @@ def check_resume(path: str, saved_config: dict, cfg: DictConfig, changes: dict[s
     KEPT_IN_THE_OPTIMIZER), and every change of the command line (`changes`; `typed`: the keys it gave) among
     CHANGEABLE_ON_RESUME."""
     check_compatible(saved_config, cfg, path)
+    if cfg.trainer.get("fast_dev_run"):  # (Lightning's smoke test starts at epoch 0 and stops after one)
+        raise ConfigError(
+            "trainer.fast_dev_run",
+            f"debug=fast runs a few batches of a new run and cannot continue {path}: resume without debug=fast, or "
+            "smoke-test a new run in another hydra.run.dir",
+        )
     saved_optimizer = (saved_config.get("optim") or {}).get("name")
     if saved_optimizer is not None and saved_optimizer != cfg.optim.name:
         raise ConfigError(

@@ -14,6 +14,7 @@ from pathlib import Path
 import lightning as L
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import ModelSummary, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -163,6 +164,10 @@ def run(cfg: DictConfig, start_time: float | None = None, prepared: Prepared | N
             "attention_kernel",
             f"{kernel} cannot serve this run's attention (torch: {first_line(e)} Likely {why}): use auto or math",
         ) from None
+    except MisconfigurationException as e:  # Lightning's refusal of the settings as fit starts: a mistake, one line
+        if trainer.global_step > (resumed.step if resumed else 0):
+            raise
+        raise ConfigError("trainer", f"Lightning refuses this run's settings: {first_line(e)}") from None
     except SystemExit:  # SIGTERM (and Ctrl-C, made one by GracefulInterrupt) stop Lightning this way
         status = "interrupted"
         raise SystemExit(130 if interrupt.by_ctrl_c else 143) from None
