@@ -183,6 +183,11 @@ CASES = [
     ),
     ("t5-sentinels", ["model=t5", "task.extra_ids=5"], "task.extra_ids: windows of 141 tokens have 7 noise spans"),
     ("task-option", ["task=lmm"], "task=lmm: no such option; task has: classify, lm, mlm, seq2seq, spans"),
+    (  # (an option in a list of them: Hydra names no options then)
+        "callbacks-list-option",
+        ["callbacks=[default,emaa]"],
+        "error: callbacks=emaa: no such option; callbacks has: attention, default, ema, grokfast, none, progress\n",
+    ),
     ("task-null", ["task=null"], "Config group override must be a string or a list. Got NoneType"),
     (
         "task-key",

@@ -325,6 +325,21 @@ def first_job_problem(config_dir: str, overrides: list[str]) -> str | None:
     return None
 
 
+def group_options(config_dir: str, group: str, overrides: list[str]) -> list[str] | None:
+    """The options of a config group, the search path's too (Hydra names them for a group=option it cannot find,
+    not for an option in a list of them: callbacks=[default,emaa])."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    searchpath = [o for o in overrides if o.split("=", 1)[0].lstrip("+") == "hydra.searchpath"]
+    try:
+        with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
+            loader = GlobalHydra.instance().config_loader()
+            return loader.get_group_options(group, config_name="train", overrides=searchpath) or None
+    except Exception:  # noqa: BLE001  (the search path itself is wrong: Hydra's own line then)
+        return None
+
+
 def composition_problem(error: BaseException, config_dir: str, overrides: list[str]) -> str | None:
     """What Hydra could not compose from the command line, as one line (Hydra's own is several, and tells
     to add an unknown key with `+`, which only defers the error); None for an error of another kind.
@@ -337,10 +352,11 @@ def composition_problem(error: BaseException, config_dir: str, overrides: list[s
         return str(mistake)
     if (unreadable := unreadable_config(error, config_dir, overrides)) is not None:
         return unreadable  # ours, raised while Hydra composed or resolved (a resolver: config.tasks_per_node)
-    if isinstance(error, MissingConfigException):  # data=imagenet
-        if error.missing_cfg_file and error.options is not None:
-            group, _, option = error.missing_cfg_file.rpartition("/")
-            return f"{group}={option}: no such option; {group} has: {', '.join(error.options)}"
+    if isinstance(error, MissingConfigException):  # data=imagenet; callbacks=[default,emaa]
+        group, _, option = (error.missing_cfg_file or "").rpartition("/")
+        options = error.options if error.options is not None else group_options(config_dir, group, overrides)
+        if group and options:
+            return f"{group}={option}: no such option; {group} has: {', '.join(options)}"
         return str(error).split("\n")[0]
     cause = error.__cause__ if isinstance(error.__cause__, OmegaConfBaseException) else None
     if cause is None or not cause.full_key:
