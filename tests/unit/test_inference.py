@@ -350,6 +350,18 @@ def test_the_grammars_words_and_values():
     assert parse(["a,b"], command("compare"))["paths"] == ["a,b"] and parse(["paths=a,b"], command("compare"))[
         "paths"
     ] == ["a", "b"]
+    # a command that takes the run's config keys too: one a letter away from its own option is that option's typo
+    evaluate = command("evaluate")
+    with pytest.raises(UserError) as typo:
+        parse(["run", "splt=test"], evaluate)
+    assert str(typo.value) == (
+        "unknown option 'splt' (did you mean split?); evaluate takes: ckpt, split, out, weights, predictions, overwrite "
+        "(--help)"
+    )
+    assert parse(["run", "seed=3", "task.decode.beam_size=2"], evaluate)["overrides"] == [
+        "seed=3",
+        "task.decode.beam_size=2",
+    ]
 
 
 def test_a_path_holding_an_equals_sign_is_a_path(tmp_path, monkeypatch):

@@ -11,6 +11,7 @@ prints the command's page and its options. A mistake is one `error:` line and ex
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import sys
@@ -61,10 +62,11 @@ def parse(argv: list[str], cmd: Command) -> dict:
             given[key] = value if text else _value(key, value, cmd.options[key])
         elif key in given:
             raise UserError(f"{key} is given twice")
-        elif cmd.overrides:
-            overrides.append(item)
+        elif cmd.overrides and not (close := "." not in key and difflib.get_close_matches(key, cmd.options, 1, 0.75)):
+            overrides.append(item)  # (a key of the run's config; one a letter away from an option is that option's)
         else:
-            raise UserError(f"unknown option {key!r}; {cmd.name} takes: {', '.join(cmd.options)} (--help)")
+            maybe = f" (did you mean {close[0]}?)" if cmd.overrides and close else ""
+            raise UserError(f"unknown option {key!r}{maybe}; {cmd.name} takes: {', '.join(cmd.options)} (--help)")
     for word in words:
         if word.startswith("-"):
             raise UserError(f"unknown flag {word!r}: options are key=value; {cmd.name} takes: {', '.join(cmd.options)}")
