@@ -213,6 +213,47 @@ def test_interrupt_saves_a_checkpoint_and_resumes(signum, uninterrupted, tmp_pat
     assert summary(stopped)["val/loss"] == summary(whole)["val/loss"]
 
 
+@needs_shakespeare
+@pytest.mark.parametrize("signum", ["SIGINT", "SIGKILL"])
+def test_a_run_stopped_inside_a_validation_resumes_and_validates_that_step_again(signum, uninterrupted, tmp_path):
+    """Lightning resumes a checkpoint saved as a step ended past that step's validation: last.ckpt never holds a
+    step whose validation has not run (callbacks/last_checkpoint.py), so the stopped validation is run again and
+    nothing of the uninterrupted run's record is missing (its line, the best checkpoint's choice)."""
+    stopped = tmp_path / "stopped"
+    _, whole = uninterrupted("shakespeare")  # (its validations are 3 batches: stopped after the first)
+    result = train(
+        stopped,
+        *DATA["shakespeare"],
+        *COMMON,
+        "+callbacks.stop._target_=helpers.callbacks.SignalInValidationAt",
+        "+callbacks.stop.step=40",  # (validated every 20 steps, saved every 10: step 40 is both)
+        f"+callbacks.stop.sent={tmp_path / 'sent'}",
+        f"+callbacks.stop.signum={signum}",
+        own_process=True,
+    )
+    assert result.returncode == (130 if signum == "SIGINT" else -9), result.stderr[-3000:]
+    assert sorted(p.name for p in (stopped / "checkpoints").iterdir()) == (
+        ["best.ckpt", "last.ckpt"] if signum == "SIGINT" else ["best.ckpt", "last.ckpt", "last.pending.ckpt"]
+    )
+    assert torch.load(stopped / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 30
+
+    resumed = train(stopped, "ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    log = batches(stopped)
+    assert [int(s) for s, _ in log] == [*range(1, 41), *range(31, 61)]  # steps 31..40 trained again
+    assert log[:30] + log[40:] == batches(whole)
+    assert history(stopped) == history(whole)  # step 40's validation too
+    assert csv_rows(stopped) == csv_rows(whole)
+    a, b = summary(whole), summary(stopped)
+    for key in a.keys() - NOT_COMPARED:
+        assert b[key] == (a[key] if isinstance(a[key], str) else pytest.approx(a[key], rel=0, abs=1e-6)), key
+    assert sorted(p.name for p in (stopped / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
+    assert torch.equal(
+        torch.load(stopped / "checkpoints" / "best.ckpt", weights_only=True)["state_dict"]["model.lm_head.weight"],
+        torch.load(whole / "checkpoints" / "best.ckpt", weights_only=True)["state_dict"]["model.lm_head.weight"],
+    )
+
+
 def test_nonfinite_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(tmp_path):
     # lr 1e4 without clipping sends the weights to inf within a few steps.
     diverge = [
@@ -544,12 +585,12 @@ def test_a_refused_run_leaves_the_lock_file_and_a_nothing_to_do_resume_leaves_no
 
 def test_a_new_run_replaces_what_an_attempt_that_never_trained_left(tmp_path):
     """A directory holding only the record and log of a run refused before training (a failed trial of an
-    earlier sweep) is a new run's: its .hydra/ says what ran, its train.log holds no stale error."""
-    run = tmp_path / "run"
+    earlier sweep, listed in its manifest: a run's, not a user's) is a new run's: its .hydra/ says what ran, its
+    train.log holds no stale error."""
+    run = tmp_path / "sweep" / "0"
     tiny = [*TINY, "data=modular", "data.p=11", "logger=none", "trainer.max_steps=2", "trainer.val_check_interval=2"]
-    (run / ".hydra").mkdir(parents=True)
-    (run / ".hydra" / "config.yaml").write_text("optim: {lr: -1}\n")
-    (run / "train.log").write_text("error: optim.lr: must be positive\n")
+    failed = run_train("-m", *tiny, "optim.lr=-1", f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert failed.returncode == 1 and "error: optim.lr" in (run / "train.log").read_text()
     assert run_train(*tiny, "seed=5", f"hydra.run.dir={run}").returncode == 0
     assert sorted(p.name for p in (run / ".hydra").iterdir()) == ["config.yaml", "hydra.yaml", "overrides.yaml"]
     assert "seed: 5" in (run / ".hydra" / "config.yaml").read_text()

@@ -93,3 +93,16 @@ class CtrlCTwiceAt(L.Callback):
 
     def on_exception(self, trainer, pl_module, exception):
         os.kill(os.getpid(), signal.SIGINT)
+
+
+class SignalInValidationAt(L.Callback):
+    """Sends its own process `signum` inside the validation after step `step` (its first batch), once a run
+    directory (`sent`, a file it writes): the resumed run goes on."""
+
+    def __init__(self, step: int, sent: str, signum: str = "SIGINT"):
+        self.step, self.sent, self.signum = step, sent, getattr(signal, signum)
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        if trainer.global_step == self.step and not trainer.sanity_checking and not os.path.exists(self.sent):
+            open(self.sent, "w").close()
+            os.kill(os.getpid(), self.signum)

@@ -90,8 +90,8 @@ class GracefulInterrupt(L.Callback):
             saved = f"saved {self.ckpt_path}"
         elif trainer.testing:  # after training, whose end last.ckpt holds
             saved = f"testing stopped; {self.ckpt_path} holds the end of training, and resuming it tests"
-        else:  # mid-validation, whose partial metrics a checkpoint cannot hold: keep the last periodic one
-            saved = f"kept {self.ckpt_path} from before the validation"
+        else:  # mid-validation, whose partial metrics a checkpoint cannot hold: the save before (last_checkpoint.py)
+            saved = f"kept {self.ckpt_path}, saved before this step (a resume trains it again and validates it)"
         if self.ckpt_path.is_file():
             log.info(
                 "interrupted at step %d; %s. Resume with ckpt_path=last hydra.run.dir=%s",

@@ -1,15 +1,84 @@
-"""checkpoints/last.ckpt every N steps and when training ends."""
+"""checkpoints/last.ckpt every N steps and when training ends, never holding a step whose validation has not run."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.trainer.states import TrainerFn
+
+from transformer_lab.store.atomic import note_written
 
 
 class LastCheckpoint(ModelCheckpoint):
-    """ModelCheckpoint(save_last=True, every_n_train_steps=N) that also writes last.ckpt when training ends.
-    Lightning's writes it then only if it never wrote it before: a 150-step run with N = 100 would keep
-    step 100's weights in last.ckpt, and resuming or evaluating it would miss the last 50 steps."""
+    """ModelCheckpoint(save_last=True, every_n_train_steps=N): checkpoints/last.ckpt, what `ckpt_path=last` resumes.
+
+    Lightning resumes a checkpoint saved as a step ended past that step's validation, taking it for done. So the
+    state of every N-th step waits in last.pending.ckpt until it is known whether the step is validated: if not,
+    it becomes last.ckpt as the next step starts; if so, the state after the validation (the one that recorded it:
+    metrics.jsonl's line, the best checkpoint's choice) is saved as last.ckpt instead. A run stopped inside a
+    validation (Ctrl-C, kill -9) resumes from the save before and validates that step again, as the
+    uninterrupted run did. Also written when training ends (Lightning's writes it then only if it never wrote it
+    before: a 150-step run with N = 100 would keep step 100's weights, and resuming it would miss 50 steps)."""
+
+    def __init__(self, *args, every_n_train_steps: int | None = None, **kwargs):
+        super().__init__(*args, every_n_train_steps=every_n_train_steps, **kwargs)
+        self.every_n = every_n_train_steps or 0
+        self.pending_step: int | None = None  # the step last.pending.ckpt holds
+        self.settled_step: int | None = None  # the step a pending save made last.ckpt of
+
+    @property
+    def pending_path(self) -> Path:
+        return Path(self.dirpath) / f"{self.CHECKPOINT_NAME_LAST}.pending{self.FILE_EXTENSION}"
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        self.pending_step = self.settled_step = None
+        if trainer.is_global_zero:  # (a killed run's: its step's validation never ran, or it was never settled)
+            self.pending_path.unlink(missing_ok=True)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        training = not trainer.fast_dev_run and trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking
+        if (
+            training
+            and self.every_n
+            and step % self.every_n == 0
+            and step not in (self.pending_step, self.settled_step)
+        ):
+            trainer.save_checkpoint(self.pending_path, weights_only=False)  # (the whole state; a step: once)
+            self.pending_step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._settle(trainer)  # (the pending step was not validated: it is the last)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if self.pending_step == trainer.global_step and not trainer.sanity_checking:
+            self._drop(trainer)  # (the step's state is the one after its validation)
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+        super().on_validation_end(trainer, pl_module)
 
     def on_train_end(self, trainer, pl_module) -> None:
-        if self.save_last and not trainer.fast_dev_run and self._last_global_step_saved != trainer.global_step:
+        self._settle(trainer)
+        saved = (self._last_global_step_saved, self.settled_step)
+        if self.save_last and not trainer.fast_dev_run and trainer.global_step not in saved:
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        super().on_exception(trainer, pl_module, exception)
+        self._drop(trainer)  # (stopped inside the step's validation, or before it was settled: the save before)
+
+    def _settle(self, trainer) -> None:
+        if self.pending_step is None:
+            return
+        last = Path(self.dirpath) / f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}"
+        if trainer.is_global_zero:
+            os.replace(self.pending_path, last)
+            note_written(last)
+        self.settled_step, self.pending_step = self.pending_step, None
+        self.last_model_path = str(last)
+
+    def _drop(self, trainer) -> None:
+        if trainer.is_global_zero:
+            self.pending_path.unlink(missing_ok=True)
+        self.pending_step = None
