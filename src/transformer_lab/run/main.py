@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 
 from transformer_lab.errors import UserError, exit_on_user_error
 from transformer_lab.run.prepare import build_run, prepare
-from transformer_lab.store.atomic import MANIFEST
+from transformer_lab.store.atomic import MANIFEST, recording
 from transformer_lab.store.files import read_json
 from transformer_lab.store.rundir import (
     LOCK,
@@ -159,7 +159,7 @@ def main(cfg: DictConfig, start_time: float | None = None, trials: Trials | None
                 raise
             # Its own directory keeps what was tried and why it failed; not one another process is writing to.
             if (new or earlier_run(run_dir) is None) and (not first_process() or holds(run_dir)):
-                with record(run_dir, cfg, None):
+                with recording(run_dir), record(run_dir, cfg, None):  # (in its manifest: a run's, not a user's)
                     log.error("error: %s", e)
             else:
                 log.error("error: %s", e)

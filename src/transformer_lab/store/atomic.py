@@ -72,6 +72,17 @@ def stop_recording(run_dir: str | os.PathLike) -> None:
     _recording.pop(Path(run_dir).absolute(), None)
 
 
+@contextmanager
+def recording(run_dir: str | os.PathLike) -> Iterator[None]:
+    """What this process writes into `run_dir` while inside is listed in its manifest, outside a claim (a failed
+    job's record: a run's, which a new run replaces; not a user's)."""
+    start_recording(run_dir)
+    try:
+        yield
+    finally:
+        stop_recording(run_dir)
+
+
 def note_written(path: str | os.PathLike) -> None:
     """Lists `path` (a file or folder this process wrote, itself or through a library) in the manifest of the
     claimed run directory it lies in; nothing outside one."""
