@@ -603,6 +603,7 @@ def test_a_users_own_train_log_or_hydra_folder_is_never_replaced_by_a_new_run(tm
     (run_dir / "train.log").write_text("MY OWN LOG, keep\n")
     settings = [*MODULAR, "trainer.max_steps=2", "logger=none", f"hydra.run.dir={run_dir}"]
     refused = run_train(*settings)
+    assert run_train(*settings, "overwrite=true").stderr == refused.stderr  # (it replaces a run's files only)
     assert refused.returncode == 2 and refused.stderr.splitlines()[-1] == (
         f"error: hydra.run.dir={run_dir} holds .hydra and train.log, which no run wrote: a run writes its record and "
         "log there (.hydra/, train.log); move them, or choose another hydra.run.dir"
@@ -619,3 +620,21 @@ def test_a_users_own_train_log_or_hydra_folder_is_never_replaced_by_a_new_run(tm
     assert trained.returncode == 0, trained.stderr[-2000:]
     assert "the attempt's error" not in (run_dir / "train.log").read_text()
     assert (run_dir / ".hydra" / "config.yaml").read_text() != "the attempt's record\n"
+
+
+def test_a_resume_below_the_step_of_a_run_that_did_not_complete_is_one_line_and_changes_nothing(workspace, tmp_path):
+    """Lightning would stop at once and the run would be called completed, having trained nothing (a completed run
+    so resumed has nothing to do: said so, exit 0)."""
+    import shutil
+
+    run = tmp_path / "stopped"
+    shutil.copytree(workspace / "prior", run)
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "status": "interrupted"}))  # (as a Ctrl-C at step 3)
+    before = snapshot(run)
+    refused = run_train("ckpt_path=last", "trainer.max_steps=2", f"hydra.run.dir={run}")
+    assert refused.returncode == 2 and refused.stderr.splitlines() == [
+        f"error: trainer.max_steps: {run}/checkpoints/last.ckpt is at step 3, past trainer.max_steps=2: a resume "
+        "trains on from its step; give a higher trainer.max_steps, or leave it out (the run's own)"
+    ]
+    assert snapshot(run) == before

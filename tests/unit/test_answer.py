@@ -175,12 +175,12 @@ def test_evaluate_writes_each_examples_prediction(trained, tmp_path):
     assert sum(r["exact"] for r in records) / len(records) == pytest.approx(result["metrics"]["val/acc"])
     # a file that exists is kept unless overwrite=true, before anything is evaluated
     with pytest.raises(UserError, match=rf"^predictions={file}: the file exists; give another name, or overwrite=true"):
-        evaluate(str(run_dir), "val", [], str(tmp_path / "eval.json"), predictions=str(file))
+        evaluate(str(run_dir), "val", [], str(tmp_path / "other.json"), predictions=str(file))
     file.write_text("mine\n")
     evaluate(str(run_dir), "val", [], str(tmp_path / "eval.json"), predictions=str(file), overwrite=True)
     assert [json.loads(line) for line in file.read_text().splitlines()] == records
     with pytest.raises(UserError, match=rf"^predictions={tmp_path}: give a file name"):
-        evaluate(str(run_dir), "val", [], str(tmp_path / "eval.json"), predictions=str(tmp_path))
+        evaluate(str(run_dir), "val", [], str(tmp_path / "other.json"), predictions=str(tmp_path))
 
 
 def test_evaluate_refuses_predictions_for_a_run_that_scores_no_example(trained, tmp_path):

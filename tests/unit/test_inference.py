@@ -298,6 +298,13 @@ def test_evaluate_writes_into_a_folder_it_creates(trained, tmp_path):
     out = tmp_path / "new" / "folder" / "eval.json"
     evaluate(str(trained("gpt_equations")), out=str(out))
     assert out.is_file() and "val/loss" in out.read_text()
+    mine = tmp_path / "mine.json"  # (a file that exists is the user's: kept, as predictions= keeps one)
+    mine.write_text("mine\n")
+    with pytest.raises(UserError, match=rf"^out={mine}: the file exists; give another name, or overwrite=true to"):
+        evaluate(str(trained("gpt_equations")), out=str(mine))
+    assert mine.read_text() == "mine\n"
+    evaluate(str(trained("gpt_equations")), out=str(mine), overwrite=True)
+    assert "val/loss" in mine.read_text()
 
 
 def test_an_encode_failing_its_own_way_is_that_lines_warning():

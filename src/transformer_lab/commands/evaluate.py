@@ -13,8 +13,8 @@ checkpoint's run's (its overrides, as resume uses them) with these overrides on 
 data is read with the checkpoint's vocabulary, so `data.path=FILE` evaluates on a file of yours (a text
 file for a model trained on text, a TSV of pairs for translation, a text<TAB>label file for a classifier),
 all of it whatever the split (a label the classifier never saw is refused, naming it). The
-metrics are printed and written to eval.json beside the checkpoint (or `out=FILE`); nothing else in the
-run directory changes. A run with callbacks=[default,ema] saves the average of the weights, evaluated by
+metrics are printed and written to eval.json beside the checkpoint (or `out=FILE`, kept if it exists unless
+overwrite=true); nothing else in the run directory changes. A run with callbacks=[default,ema] saves the average of the weights, evaluated by
 default, and the trained weights beside it: `weights=trained` evaluates those (what the average bought).
 `predictions=FILE` writes each example's prediction as a JSON line, in the split's order: {"input": ...,
 "prediction": ..., "reference": ..., "exact": true|false} (an equation and the model's answer, a source and its
@@ -53,6 +53,8 @@ def evaluate(
         raise UserError(f"weights must be trained (or left out: the checkpoint's own), got {weights!r}")
     if out is not None and (out == "" or Path(out).is_dir()):
         raise UserError(f"out={out}: give a file name (eval.json's contents go there)")
+    if out is not None and Path(out).exists() and not overwrite:  # (a file of the user's: as predictions=)
+        raise UserError(f"out={out}: the file exists; give another name, or overwrite=true to replace it")
     if not isinstance(overwrite, bool):
         raise UserError(f"overwrite: must be true or false, got {overwrite!r}")
     if predictions is not None:

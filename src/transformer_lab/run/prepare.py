@@ -20,6 +20,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from transformer_lab.config.checks import validate
+from transformer_lab.errors import ConfigError
 from transformer_lab.store.checkpoint import nothing_to_do
 from transformer_lab.store.rundir import check_claim, first_process
 
@@ -140,5 +141,11 @@ def settled_before_building(prepared: Prepared, run_dir: Path, key: str) -> bool
             file=sys.stderr,
         )
         return True
+    if resumed is not None and 0 < cfg.trainer.max_steps < resumed.step:  # (Lightning would stop at once: "completed")
+        raise ConfigError(
+            "trainer.max_steps",
+            f"{resumed.path} is at step {resumed.step}, past trainer.max_steps={cfg.trainer.max_steps}: a resume "
+            "trains on from its step; give a higher trainer.max_steps, or leave it out (the run's own)",
+        )
     check_claim(run_dir, key, Path(resumed.path) if resumed else None, bool(cfg.get("overwrite")))
     return False

@@ -179,7 +179,7 @@ def check_claim(run_dir: Path, key: str, resumes: Path | None, overwrite: bool) 
     resuming = resumes is not None and Path(resumes).absolute().is_relative_to(run_dir)
     if held is not None and not resuming and not overwrite:
         raise UserError(refusal(run_dir, key, held))
-    if held is None and not overwrite and (theirs := not_a_runs(run_dir)):
+    if held is None and (theirs := not_a_runs(run_dir)):  # (overwrite=true too: it replaces a run's files only)
         raise UserError(
             f"{named(run_dir, key)} holds {' and '.join(theirs)}, which no run wrote: a run writes its record and "
             f"log there (.hydra/, train.log); move {'them' if len(theirs) > 1 else 'it'}, or choose another {key}"
