@@ -92,3 +92,24 @@ def test_an_empty_run_directory_is_one_line_and_nothing_is_written_where_the_com
         f"error: {key} is empty: name the folder the run writes in, e.g. {key}=outputs/NAME"
     ]
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "held, what", [("multirun.yaml", "another sweep (its multirun.yaml)"), ("summary.json", "a run")]
+)
+def test_a_sweep_into_a_folder_holding_another_sweep_or_a_run_is_one_line_before_anything_is_written(
+    held, what, tmp_path
+):
+    """Hydra's sweeper would write its multirun.yaml over the other sweep's and put its jobs' folders beside that
+    sweep's (those numbered alike refused one by one, the others run): a mixed sweep, its record gone."""
+    from helpers.runs import run_train
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / held).write_text("the earlier one's\n")
+    result = run_train("-m", "data=modular", "seed=5,6,7", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.splitlines() == [
+        f"error: hydra.sweep.dir={sweep} holds {what}: choose another hydra.sweep.dir (a job of a sweep resumes "
+        f"alone: python train.py ckpt_path=last hydra.run.dir={sweep}/N)"
+    ]
+    assert [p.name for p in sweep.iterdir()] == [held] and (sweep / held).read_text() == "the earlier one's\n"

@@ -30,6 +30,7 @@ from transformer_lab.config.command_line import (
     output_dir_problem,
     searchpath_problem,
     section_problem,
+    sweep_dir_problem,
     task_having,
     unreadable_config,
 )
@@ -75,7 +76,9 @@ def train(main: Callable[[Trials], None], argv: list[str], process_ends: bool = 
     ):
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
-    if MULTIRUN & set(arguments) and (problem := first_job_problem(config_dir, overrides)):
+    if MULTIRUN & set(arguments) and (
+        problem := sweep_dir_problem(arguments) or first_job_problem(config_dir, overrides)
+    ):
         print(f"error: {problem}", file=sys.stderr)  # (before the sweeper writes anything: multirun.yaml)
         sys.exit(2)
     # What Hydra cannot compose, and what ends a sweep, come here (Hydra would print them in many lines), to be

@@ -69,6 +69,25 @@ def output_dir_problem(argv: list[str]) -> str | None:
     return None
 
 
+def sweep_dir_problem(argv: list[str]) -> str | None:
+    """A multirun's hydra.sweep.dir that holds another sweep (its multirun.yaml, which Hydra's sweeper would write
+    over, its jobs' folders beside the new ones) or a single run: named before anything is written."""
+    given = [v for k, _, v in (a.partition("=") for a in argv) if k.lstrip("+") == "hydra.sweep.dir" and "${" not in v]
+    if not given or not Path(given[-1]).is_dir():
+        return None
+    folder = Path(given[-1])
+    if (folder / "multirun.yaml").is_file():
+        held = "another sweep (its multirun.yaml)"
+    elif any((folder / name).exists() for name in ("summary.json", "checkpoints", ".hydra")):
+        held = "a run"
+    else:
+        return None
+    return (
+        f"hydra.sweep.dir={given[-1]} holds {held}: choose another hydra.sweep.dir (a job of a sweep resumes alone: "
+        f"python train.py ckpt_path=last hydra.run.dir={given[-1]}/N)"
+    )
+
+
 def given_key(key: str, overrides: list[str]) -> tuple[str, list[str]]:
     """The whole key OmegaConf's error names, and the overrides that set it. A dict-valued override
     (`optim={muon_lrr: 0.1}`) is merged into its section, and OmegaConf names the key inside it alone."""
