@@ -638,3 +638,15 @@ def test_a_resume_below_the_step_of_a_run_that_did_not_complete_is_one_line_and_
         "trains on from its step; give a higher trainer.max_steps, or leave it out (the run's own)"
     ]
     assert snapshot(run) == before
+
+
+def test_resuming_a_run_that_saved_no_checkpoint_says_so(tmp_path):
+    run = tmp_path / "stopped"  # (as a run stopped before its first checkpoint leaves itself: summary.json, no ckpt)
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"status": "interrupted", "global_step": 10}))
+    refused = run_train("ckpt_path=last", f"hydra.run.dir={run}")
+    assert refused.returncode == 2 and refused.stderr.splitlines() == [
+        f"error: ckpt_path: `last` means {run}/checkpoints/last.ckpt, and the run in {run} saved no checkpoint (it "
+        "stopped before its first): nothing to resume; start it again with overwrite=true"
+    ]
+    assert sorted(p.name for p in run.iterdir()) == ["summary.json"]

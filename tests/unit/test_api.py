@@ -111,6 +111,8 @@ def test_runs_mistakes_are_compares_one_line(seeded, tmp_path):
     with pytest.raises(UserError, match=rf"^no run directories \(with a summary.json\) under {tmp_path / 'empty'}$"):
         (tmp_path / "empty").mkdir()
         transformer_lab.runs(tmp_path / "empty")
+    with pytest.raises(UserError, match=rf"^{tmp_path / 'nothere'}: no such file or directory$"):
+        transformer_lab.runs(tmp_path / "nothere")
 
 
 def test_answer_is_the_answer_commands_code(trained, capsys):

@@ -156,6 +156,26 @@ def test_a_checkpoint_of_another_kind_is_refused_naming_the_command_for_it(train
         verb(*text.values())
 
 
+def test_the_command_a_refusal_names_is_one_to_paste_whatever_the_path(trained, tmp_path):
+    import shlex
+    import shutil
+
+    from transformer_lab.commands.cli import command as declared
+
+    moved = tmp_path / "a b, c é's"
+    shutil.copytree(trained("gpt_equations"), moved)
+    with pytest.raises(UserError) as refused:
+        list(declared("sample").run({"ckpt": str(moved)}))
+    pasted = str(refused.value).rpartition("cannot use: ")[2]
+    assert shlex.split(pasted) == [
+        "python",
+        "-m",
+        "transformer_lab",
+        "answer",
+        str(moved / "checkpoints" / "best.ckpt"),
+    ]
+
+
 @needs_shakespeare
 def test_evaluate_on_a_users_text_file(trained, tmp_path):
     from transformer_lab.commands.evaluate import evaluate
@@ -365,6 +385,8 @@ def test_the_grammars_words_and_values():
         "unknown option 'splt' (did you mean split?); evaluate takes: ckpt, split, out, weights, predictions, overwrite "
         "(--help)"
     )
+    with pytest.raises(UserError, match=r"^unknown option 'promt' \(did you mean prompt\?\); sample takes: "):
+        parse(["run", "promt=ROMEO:"], sample)
     assert parse(["run", "seed=3", "task.decode.beam_size=2"], evaluate)["overrides"] == [
         "seed=3",
         "task.decode.beam_size=2",

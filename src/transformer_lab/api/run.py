@@ -16,6 +16,7 @@ a line the model cannot take gives an empty output and a warning (warnings.warn,
 
 from __future__ import annotations
 
+import shlex
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -115,10 +116,11 @@ class Run:
         does = self.datamodule.command  # the batches it was trained on decide (batching/base.py)
         if does != command:
             config = self.meta["config"]
+            where = shlex.quote(str(self.checkpoint))  # (a command to paste: a path with a space, quoted)
             hint = (
-                f"python -m transformer_lab {does} {self.checkpoint}"
+                f"python -m transformer_lab {does} {where}"
                 if does
-                else f"it has no inference command; python -m transformer_lab evaluate {self.checkpoint} gives its metrics"
+                else f"it has no inference command; python -m transformer_lab evaluate {where} gives its metrics"
             )
             raise UserError(
                 f"{self.checkpoint} holds a model={config['model']['name']} data={config['data']['name']} checkpoint, "

@@ -154,6 +154,8 @@ def found(paths, warn: Callable[[str], None]) -> list[RunDir]:
         f"{f' and {len(unfinished) - 4} more' if len(unfinished) > 4 else ''}"
     )
     if not runs:
+        if missing := [p for p in paths if not Path(p).exists()]:
+            raise UserError(f"{' '.join(missing)}: no such file or directory")
         none = f"no run directories (with a summary.json) under {' '.join(paths)}"
         raise UserError(f"{none}; {left_out}" if left_out else none)
     if left_out:

@@ -65,7 +65,8 @@ def parse(argv: list[str], cmd: Command) -> dict:
         elif cmd.overrides and not (close := "." not in key and difflib.get_close_matches(key, cmd.options, 1, 0.75)):
             overrides.append(item)  # (a key of the run's config; one a letter away from an option is that option's)
         else:
-            maybe = f" (did you mean {close[0]}?)" if cmd.overrides and close else ""
+            close = difflib.get_close_matches(key, cmd.options, 1, 0.75)
+            maybe = f" (did you mean {close[0]}?)" if close else ""
             raise UserError(f"unknown option {key!r}{maybe}; {cmd.name} takes: {', '.join(cmd.options)} (--help)")
     for word in words:
         if word.startswith("-"):

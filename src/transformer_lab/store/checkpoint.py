@@ -109,6 +109,12 @@ def checkpoint_path(cfg: DictConfig) -> Path | None:
     if cfg.ckpt_path == "last":
         recover(Path(cfg.paths.output_dir))  # (a run an unfinished overwrite=true set aside: put back)
         path = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
+        if not path.exists() and (path.parent.parent / "summary.json").is_file():  # (a run stopped before its first)
+            raise ConfigError(
+                "ckpt_path",
+                f"`last` means {path}, and the run in {path.parent.parent} saved no checkpoint (it stopped before its "
+                "first): nothing to resume; start it again with overwrite=true",
+            )
         if not path.exists():
             raise ConfigError(
                 "ckpt_path",
