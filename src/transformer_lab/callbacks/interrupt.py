@@ -99,6 +99,8 @@ class GracefulInterrupt(L.Callback):
                 saved,
                 run_dir,
             )
+        elif trainer.global_step == 0:  # (its claim is taken back: an earlier run overwrite=true set aside returns)
+            log.info("interrupted before the first step: nothing was trained; %s goes back to what it was", run_dir)
         else:
             log.info(
                 "interrupted at step %d, before any checkpoint was written: nothing to resume. "
