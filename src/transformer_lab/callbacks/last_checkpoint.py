@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.trainer.states import TrainerFn
 
 from transformer_lab.store.atomic import note_written
 
@@ -29,8 +28,12 @@ class LastCheckpoint(ModelCheckpoint):
         self.settled_step: int | None = None  # the step a pending save made last.ckpt of
 
     @property
+    def last_path(self) -> Path:
+        return Path(self.dirpath) / f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}"
+
+    @property
     def pending_path(self) -> Path:
-        return Path(self.dirpath) / f"{self.CHECKPOINT_NAME_LAST}.pending{self.FILE_EXTENSION}"
+        return self.last_path.with_suffix(f".pending{self.FILE_EXTENSION}")
 
     def on_fit_start(self, trainer, pl_module) -> None:
         self.pending_step = self.settled_step = None
@@ -39,9 +42,9 @@ class LastCheckpoint(ModelCheckpoint):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
-        training = not trainer.fast_dev_run and trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking
+        skip = self._should_skip_saving_checkpoint(trainer)  # (Lightning's own: debug=fast, sanity check, saved)
         if (
-            training
+            not skip
             and self.every_n
             and step % self.every_n == 0
             and step not in (self.pending_step, self.settled_step)
@@ -71,12 +74,11 @@ class LastCheckpoint(ModelCheckpoint):
     def _settle(self, trainer) -> None:
         if self.pending_step is None:
             return
-        last = Path(self.dirpath) / f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}"
         if trainer.is_global_zero:
-            os.replace(self.pending_path, last)
-            note_written(last)
+            os.replace(self.pending_path, self.last_path)
+            note_written(self.last_path)
         self.settled_step, self.pending_step = self.pending_step, None
-        self.last_model_path = str(last)
+        self.last_model_path = str(self.last_path)
 
     def _drop(self, trainer) -> None:
         if trainer.is_global_zero:

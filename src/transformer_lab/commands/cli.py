@@ -62,10 +62,11 @@ def parse(argv: list[str], cmd: Command) -> dict:
             given[key] = value if text else _value(key, value, cmd.options[key])
         elif key in given:
             raise UserError(f"{key} is given twice")
-        elif cmd.overrides and not (close := "." not in key and difflib.get_close_matches(key, cmd.options, 1, 0.75)):
-            overrides.append(item)  # (a key of the run's config; one a letter away from an option is that option's)
         else:
             close = difflib.get_close_matches(key, cmd.options, 1, 0.75)
+            if cmd.overrides and ("." in key or not close):
+                overrides.append(item)  # (a key of the run's config; one a letter away from an option is that option's)
+                continue
             maybe = f" (did you mean {close[0]}?)" if close else ""
             raise UserError(f"unknown option {key!r}{maybe}; {cmd.name} takes: {', '.join(cmd.options)} (--help)")
     for word in words:

@@ -53,10 +53,10 @@ def evaluate(
         raise UserError(f"weights must be trained (or left out: the checkpoint's own), got {weights!r}")
     if out is not None and (out == "" or Path(out).is_dir()):
         raise UserError(f"out={out}: give a file name (eval.json's contents go there)")
-    if out is not None and Path(out).exists() and not overwrite:  # (a file of the user's: as predictions=)
-        raise UserError(f"out={out}: the file exists; give another name, or overwrite=true to replace it")
     if not isinstance(overwrite, bool):
         raise UserError(f"overwrite: must be true or false, got {overwrite!r}")
+    if out is not None and Path(out).exists() and not overwrite:  # (a file of the user's: as predictions=)
+        raise UserError(f"out={out}: the file exists; give another name, or overwrite=true to replace it")
     if predictions is not None:
         check_predictions_file(predictions, overwrite)
     import lightning as L

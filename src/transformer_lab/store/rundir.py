@@ -401,11 +401,10 @@ def record(run_dir: Path, cfg, overrides: list[str] | None):
     if first_process():
         folder = run_dir / ".hydra"
         if earlier_run(run_dir) is None:  # (a new run: what an attempt that never trained left goes, a user's stays)
-            listed = {Path(p).parts[0] for p in read_manifest(run_dir)}
-            if ".hydra" in listed:
-                _remove(folder)
-            if "train.log" in listed:
-                (run_dir / "train.log").unlink(missing_ok=True)
+            users = not_a_runs(run_dir)
+            for name in (".hydra", "train.log"):
+                if name not in users:
+                    _remove(run_dir / name)
         if (folder / "config.yaml").exists():
             folder = folder / f"{datetime.now():%Y-%m-%d_%H-%M-%S}"
         given = overrides if overrides is not None else HydraConfig.get().overrides.task
