@@ -4,6 +4,7 @@ cross-attention target by source; and its refusals, one line each."""
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +18,12 @@ from transformer_lab.errors import UserError
 SHORT = [*TINY, "trainer.max_steps=3", "trainer.val_check_interval=3", "logger=csv", "callbacks.throughput=null"]
 
 
+@pytest.fixture(autouse=True)
+def in_a_folder_of_its_own(tmp_path, monkeypatch):
+    """The command's default folder (attention/N) and compare's plot are the current folder's."""
+    monkeypatch.chdir(tmp_path)
+
+
 def train(run, *overrides):
     result = run_train(*SHORT, *overrides, f"hydra.run.dir={run}")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -25,7 +32,8 @@ def train(run, *overrides):
 
 def drawn(run, **options):
     lines = list(attention({"ckpt": str(run), **{k: str(v) if k == "out" else v for k, v in options.items()}}))
-    folder = (run / "attention" / "1") if "out" not in options else options["out"]
+    folder = Path(lines[-1]).parent  # (out=, or attention/N in the current folder)
+    assert folder == Path(options.get("out", folder)) and not (run / "attention").exists()  # (never into the run)
     maps = load_file(folder / "attention.safetensors")
     tokens = json.loads((folder / "tokens.json").read_text())
     assert lines[-1] == str(folder / "attention.safetensors")
@@ -42,7 +50,8 @@ def test_gpt_on_equations_and_bert_classifier(tmp_path):
     assert set(maps) == {"blocks.0.attn"} and maps["blocks.0.attn"].shape == (2, 4, 4)  # heads, queries, keys
     assert (maps["blocks.0.attn"].triu(1) == 0).all()  # causal
     again = list(attention({"ckpt": str(gpt), "text": "1 + 2 ="}))
-    assert again[0] == str(gpt / "attention" / "2" / "blocks.attn.png")  # a new folder, nothing overwritten
+    assert again[0] == str(Path("attention", "2", "blocks.attn.png"))  # a new folder, nothing overwritten
+    assert not (gpt / "attention").exists()  # (a read never writes into the run)
 
     bert = train(tmp_path / "bert", "data=modular", "data.p=11", "model=bert")
     pngs, maps, tokens = drawn(bert, text="3 + 5 =", out=tmp_path / "mine")
@@ -97,12 +106,12 @@ def test_characters_are_labelled_as_themselves_and_a_text_too_long_is_one_line(t
     with pytest.raises(UserError) as info:  # (the command line's one `error:` line: the GRU's test, test_extension)
         list(attention({"ckpt": str(run), "text": "x" * 40}))
     assert str(info.value) == "text: 40 tokens, more than the model reads (16, model.block_size): shorten it"
-    assert [p.name for p in (run / "attention").iterdir()] == ["1"]  # (the first call's)
+    assert [p.name for p in Path("attention").iterdir()] == ["1"]  # (the first call's)
 
     mlm = train(tmp_path / "mlm", "data=shakespeare", "data.block_size=16", "model=bert", "task=mlm")
     tokens, maps = (
         drawn(mlm, text="Ro[MASK]eo")[2]["source"],
-        load_file(mlm / "attention" / "1" / "attention.safetensors"),
+        load_file(Path("attention", "2", "attention.safetensors")),  # (the second call's)
     )
     assert tokens == ["[CLS]", "R", "o", "[MASK]", "e", "o"] and maps["encoder.0.self_attn"].shape == (2, 6, 6)
 
@@ -128,7 +137,7 @@ def test_what_cannot_be_drawn_is_refused_and_nothing_is_half_written(tmp_path, m
     monkeypatch.setattr(analysis, "draw", interrupted)  # (the command imports it where it runs)
     with pytest.raises(KeyboardInterrupt):
         list(attention({"ckpt": str(run), "text": "3 + 5 ="}))
-    assert not (run / "attention").exists() or not any((run / "attention").iterdir())
+    assert not Path("attention").exists() or not any(Path("attention").iterdir())
 
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "theirs.png").write_text("another call's")
@@ -156,7 +165,7 @@ def test_callbacks_log_attention_maps_and_the_fourier_spectrum_as_wandb_images(t
     assert [r["step"] for r in measured] == [2, 4] and all(r["progress/key_frequencies"] >= 1 for r in measured)
     assert all(sum(r[f"progress/embed_freq_{k}"] for k in range(1, 6)) == pytest.approx(1) for r in measured)
     lines = list(compared({"paths": [str(run)], "plot": ["progress/excluded_loss", "progress/restricted_loss"]}))
-    assert lines[-1] == f"plot: {run / 'compare.png'}" and (run / "compare.png").stat().st_size > 1000
+    assert lines[-1] == "plot: compare.png" and Path("compare.png").stat().st_size > 1000  # (the current folder's)
 
 
 def test_without_wandb_the_images_are_pngs_in_the_run(tmp_path):

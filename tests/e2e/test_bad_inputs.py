@@ -152,9 +152,13 @@ CASES = [
     (
         "ckpt-before-tasks",
         [*MODULAR, "ckpt_path={ws}/before-tasks.ckpt"],
-        "before-tasks.ckpt was written before the objective became the `task` config group",
+        "before-tasks.ckpt was written by an earlier transformer-lab (checkpoint format 0, this one reads 1): train",
     ),
-    ("init-before-tasks", [*MODULAR, "init_from={ws}/before-tasks.ckpt"], "was written before the objective became"),
+    (
+        "init-before-tasks",
+        [*MODULAR, "init_from={ws}/before-tasks.ckpt"],
+        "was written by an earlier transformer-lab (checkpoint format 0",
+    ),
     (
         "ckpt-other-model",
         [*MODULAR, "model.n_embd=64", "ckpt_path={ws}/prior/checkpoints/last.ckpt"],
@@ -445,10 +449,9 @@ def workspace(tmp_path_factory):
     checkpoint = (ws / "prior" / "checkpoints" / "last.ckpt").read_bytes()
     (ws / "corrupt.ckpt").write_bytes(checkpoint[: len(checkpoint) // 3])
     (ws / "empty.ckpt").write_bytes(b"")
-    # as written before the objective was the task group: model.layout and top-level task sections
+    # as an earlier transformer-lab wrote it: no checkpoint format
     old = torch.load(ws / "prior" / "checkpoints" / "last.ckpt", weights_only=True)
-    config = old["transformer_lab"]["config"]
-    config["model"]["layout"], config["sample"] = None, config.pop("task")["sample"]
+    del old["transformer_lab"]["format"]
     torch.save(old, ws / "before-tasks.ckpt")
     (ws / "empty").mkdir()
     (ws / "corrupt" / "shakespeare").mkdir(parents=True)
@@ -605,8 +608,8 @@ def test_a_users_own_train_log_or_hydra_folder_is_never_replaced_by_a_new_run(tm
     refused = run_train(*settings)
     assert run_train(*settings, "overwrite=true").stderr == refused.stderr  # (it replaces a run's files only)
     assert refused.returncode == 2 and refused.stderr.splitlines()[-1] == (
-        f"error: hydra.run.dir={run_dir} holds .hydra and train.log, which no run wrote: a run writes its record and "
-        "log there (.hydra/, train.log); move them, or choose another hydra.run.dir"
+        f"error: hydra.run.dir={run_dir} holds .hydra and train.log, which no run wrote: a run writes its own files "
+        "under those names; move them, or choose another hydra.run.dir"
     )
     assert sorted(p.name for p in run_dir.iterdir()) == [".hydra", "train.log"]
     assert (run_dir / "train.log").read_text() == "MY OWN LOG, keep\n"

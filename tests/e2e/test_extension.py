@@ -489,10 +489,17 @@ def test_each_documented_form_trains_and_its_command_runs_from_the_run_directory
         assert "n_layer: 1" in (run / ".hydra" / "config.yaml").read_text() or summary["n_params"] < 20_000
     # Elsewhere, with neither PYTHONPATH nor the search path: the run directory is enough.
     evaluated = in_folder(
-        documented, "-m", "transformer_lab", "evaluate", run, "trainer.limit_val_batches=4", cwd=tmp_path
+        documented,
+        "-m",
+        "transformer_lab",
+        "evaluate",
+        run,
+        "trainer.limit_val_batches=4",
+        "out=eval.json",
+        cwd=tmp_path,
     )  # (the batches its training validated on: its best.ckpt's val/loss again)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
-    assert json.loads((run / "checkpoints" / "eval.json").read_text())["metrics"]["val/loss"] == pytest.approx(
+    assert json.loads((tmp_path / "eval.json").read_text())["metrics"]["val/loss"] == pytest.approx(
         summary["val/loss_best"], rel=1e-4
     )
     served = in_folder(documented, "-m", "transformer_lab", command[0], run, *command[1:], cwd=tmp_path, env={})

@@ -7,6 +7,7 @@ A model implementing no such layer is refused in one line naming the protocol.""
 
 import json
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -80,9 +81,10 @@ def by_hand(run) -> tuple[dict[str, torch.Tensor], dict[str, tuple[torch.Tensor,
     return weights, products
 
 
-def test_the_command_draws_the_linear_attentions_own_weights(run):
+def test_the_command_draws_the_linear_attentions_own_weights(run, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # (its default folder, attention/N, is the current folder's: never the run's)
     lines = list(attention({"ckpt": str(run), "text": TEXT}))
-    folder = run / "attention" / "1"
+    folder = Path("attention", "1")
     assert lines == [str(folder / "blocks.attn.png"), str(folder / "attention.safetensors")]
     assert (folder / "blocks.attn.png").stat().st_size > 1000
     assert json.loads((folder / "tokens.json").read_text()) == {"text": TEXT, "source": ["3", "+", "5", "="]}

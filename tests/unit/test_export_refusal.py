@@ -93,10 +93,12 @@ def test_the_command_says_it_in_one_line_and_writes_nothing(tmp_path, capsys):
     from transformer_lab.commands.export import main
     from transformer_lab.pretrained.load import MODELS
     from transformer_lab.pretrained.twin import settings_of
+    from transformer_lab.store.checkpoint import FORMAT
 
     model = gpt(norm="rmsnorm", qk_norm=True, logit_softcap=30.0)
     meta = {
-        "config": {"model": {"_target_": MODELS["gpt"], "name": "gpt", **settings_of(model)}, "task": {"batches": {}}},
+        "format": FORMAT,
+        "config": {"model": {"_target_": MODELS["gpt"], "name": "gpt", **settings_of(model)}, "task": {}},
         "model_args": {},
         "vocab": [chr(c) for c in range(32, 32 + V)],
     }

@@ -10,14 +10,16 @@ import subprocess
 import pytest
 
 from transformer_lab.errors import UserError
-from transformer_lab.store.atomic import _HOST, atomic_write, remove_stale_temporaries
+from transformer_lab.store.atomic import _HOST, MANIFEST, atomic_write, remove_stale_temporaries
 from transformer_lab.store.files import read_json, read_jsonl, read_text
 from transformer_lab.store.rundir import (
+    DISCARDED,
     LOCK,
     OVERWRITTEN,
     claim,
     discard_overwritten,
     lock,
+    readable,
     release,
     restore_overwritten,
 )
@@ -100,6 +102,11 @@ def test_a_run_directory_has_one_writer_and_a_dead_writers_lock_frees_it(tmp_pat
     release(run)
 
 
+def listed(run):
+    """The files of `run` in its manifest, as a run lists what it writes (store/atomic.py)."""
+    (run / MANIFEST).write_text("".join(f"{p.relative_to(run).as_posix()}\n" for p in run.rglob("*") if p.is_file()))
+
+
 @pytest.mark.parametrize(
     "summary, last, message",
     [
@@ -125,6 +132,7 @@ def test_a_directory_holding_a_run_is_refused_unless_resumed_or_overwritten(tmp_
         (run / "summary.json").write_text(json.dumps(summary))
     if last:
         (run / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+    listed(run)
     stale = run / "checkpoints" / f".last.ckpt.{dead_pid()}@{_HOST}.a.tmp"
     stale.write_bytes(b"half")
     with pytest.raises(UserError) as error:
@@ -142,9 +150,12 @@ def test_a_directory_holding_a_run_is_refused_unless_resumed_or_overwritten(tmp_
     assert sorted(p.name for p in run.iterdir()) == [LOCK, OVERWRITTEN, "checkpoints", "corpus.txt"]
     assert [p.name for p in (run / "checkpoints").iterdir()] == ["my_resnet.pt"]
     aside = sorted(str(p.relative_to(run / OVERWRITTEN)) for p in (run / OVERWRITTEN).rglob("*") if p.is_file())
-    assert aside == ["checkpoints/best.ckpt", *(["checkpoints/last.ckpt"] if last else []), "metrics.jsonl"] + (
-        ["summary.json"] if summary else []
-    )
+    assert aside == [
+        MANIFEST,
+        "checkpoints/best.ckpt",
+        *(["checkpoints/last.ckpt"] if last else []),
+        "metrics.jsonl",
+    ] + (["summary.json"] if summary else [])
     release()
 
 
@@ -155,6 +166,7 @@ def test_an_overwrite_that_fails_before_training_puts_the_earlier_run_back(tmp_p
     (run / "summary.json").write_text('{"status": "completed", "global_step": 30}')
     (run / ".hydra").mkdir()
     (run / ".hydra" / "config.yaml").write_text("old: record\n")
+    listed(run)
     (run / "notes.md").write_text("mine\n")
     before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
     claim(run, "hydra.run.dir", None, overwrite=True)
@@ -174,4 +186,27 @@ def test_an_overwrite_that_fails_before_training_puts_the_earlier_run_back(tmp_p
     claim(run, "hydra.run.dir", None, overwrite=True)
     discard_overwritten(run)  # the new run started training
     assert sorted(p.name for p in run.iterdir()) == [LOCK, "notes.md"]  # (checkpoints/, emptied, went too)
+    release()
+
+
+def test_what_a_started_run_replaced_is_never_put_back_even_half_deleted(tmp_path):
+    """The earlier run's files are renamed to DISCARDED in one step as the new run starts training: a kill -9 while
+    they are deleted leaves part of them there, which the next claim deletes and no read finds."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "best.ckpt").write_bytes(b"the earlier run's")
+    (run / "summary.json").write_text('{"status": "completed", "global_step": 30}')
+    listed(run)
+    claim(run, "hydra.run.dir", None, overwrite=True)
+    assert readable(run / "checkpoints" / "best.ckpt") == run / OVERWRITTEN / "checkpoints" / "best.ckpt"
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"the new run's")  # (it trains: what it replaced goes)
+    os.replace(run / OVERWRITTEN, run / DISCARDED)  # (discard_overwritten's one step; then killed mid-delete)
+    (run / DISCARDED / "summary.json").unlink()
+    release()
+    assert readable(run / "checkpoints" / "best.ckpt") == run / "checkpoints" / "best.ckpt"  # (not there: not found)
+    claim(run, "hydra.run.dir", run / "checkpoints" / "last.ckpt", overwrite=False)  # (its resume)
+    assert sorted(p.name for p in run.iterdir()) == [LOCK, "checkpoints"]
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["last.ckpt"]
+    discard_overwritten(run)
     release()

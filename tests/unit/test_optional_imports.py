@@ -66,10 +66,12 @@ def test_without_safetensors_export_says_it_in_one_line_and_writes_nothing(tmp_p
     from transformer_lab.models.gpt import GPT, GPTConfig
     from transformer_lab.pretrained.load import MODELS
     from transformer_lab.pretrained.twin import settings_of
+    from transformer_lab.store.checkpoint import FORMAT
 
     model = GPT(GPTConfig(vocab_size=V, block_size=16, n_layer=1, n_head=2, n_embd=16))
     meta = {
-        "config": {"model": {"_target_": MODELS["gpt"], "name": "gpt", **settings_of(model)}, "task": {"batches": {}}},
+        "format": FORMAT,
+        "config": {"model": {"_target_": MODELS["gpt"], "name": "gpt", **settings_of(model)}, "task": {}},
         "model_args": {},
         "vocab": [chr(c) for c in range(32, 32 + V)],
     }

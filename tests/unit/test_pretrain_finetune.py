@@ -8,6 +8,7 @@ import torch
 from transformer_lab.models.bert import Bert, BertConfig
 from transformer_lab.models.t5 import T5, T5Config
 from transformer_lab.run.build import init_weights
+from transformer_lab.store.checkpoint import FORMAT
 from transformer_lab.tasks.optim import adamw
 
 VOCABULARY = {"tokenizer": "the same BPE"}
@@ -16,7 +17,7 @@ VOCABULARY = {"tokenizer": "the same BPE"}
 def checkpoint_of(model, path, vocabulary=VOCABULARY):
     """A checkpoint as train.py writes one (the task's `model.` prefix and the run's metadata)."""
     state = {f"model.{k}": v for k, v in model.state_dict().items()}
-    torch.save({"state_dict": state, "transformer_lab": {"config": {"task": {"batches": {}}}, **vocabulary}}, path)
+    torch.save({"state_dict": state, "transformer_lab": {"format": FORMAT, "config": {"task": {}}, **vocabulary}}, path)
     return path
 
 

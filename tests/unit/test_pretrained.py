@@ -15,6 +15,7 @@ from helpers.runs import compose_cfg  # noqa: E402
 from transformer_lab.config.classes import import_class  # noqa: E402
 from transformer_lab.errors import ConfigError  # noqa: E402
 from transformer_lab.pretrained.load import MODELS, load_state, open_checkpoint  # noqa: E402
+from transformer_lab.store.checkpoint import FORMAT  # noqa: E402
 
 V = 99
 
@@ -254,9 +255,10 @@ def our_checkpoint(model, tmp_path, tokenizer):
 
     option = next(name for name, target in MODELS.items() if target.endswith(type(model).__qualname__))
     meta = {
+        "format": FORMAT,
         "config": {
             "model": {"_target_": MODELS[option], "name": option, **settings_of(model)},
-            "task": {"batches": {}},
+            "task": {},
         },
         "model_args": {},
         "tokenizer": HFTokenizer(tokenizer, "</s>").to_json(),

@@ -185,6 +185,7 @@ def test_a_completed_runs_refusal_advises_what_its_files_allow(tmp_path, checkpo
     (run / "summary.json").write_text('{"status": "completed", "global_step": 4}')
     if checkpoint:
         (run / "checkpoints" / "last.ckpt").write_bytes(b"")
+    (run / MANIFEST).write_text("summary.json\ncheckpoints\n")  # (what a run lists as it writes)
     with pytest.raises(UserError) as refused:
         check_claim(run, "hydra.run.dir", None, False)
     held, advice = (
@@ -215,6 +216,7 @@ def test_check_claim_refuses_what_claim_would_before_anything_is_built(tmp_path)
     (run / "checkpoints").mkdir(parents=True)
     (run / "checkpoints" / "last.ckpt").write_bytes(b"x")
     (run / "summary.json").write_text('{"status": "completed", "global_step": 30}')
+    (run / MANIFEST).write_text("summary.json\ncheckpoints/last.ckpt\n")
     with pytest.raises(UserError) as before:
         check_claim(run, "hydra.run.dir", None, False)
     with pytest.raises(UserError) as at:
@@ -330,28 +332,6 @@ def test_export_on_a_full_disk_is_one_line_and_leaves_the_earlier_export_and_no_
     assert str(refused.value) == f"export: cannot write {out} (No space left on device); nothing there was changed"
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "ours.ckpt", "out"]
-
-
-def test_a_failed_resume_of_a_run_from_before_the_manifest_keeps_its_files(tmp_path):
-    """A run written before runs kept a manifest: its train.log and logger folders are noted by the resume that
-    fails, but being there before the claim they stay (only what the attempt added goes)."""
-    run = tmp_path / "run"
-    (run / "checkpoints").mkdir(parents=True)
-    (run / "checkpoints" / "last.ckpt").write_bytes(b"x")
-    (run / "csv").mkdir()
-    (run / "csv" / "metrics.csv").write_text("step,val/loss\n")
-    (run / "train.log").write_text("the earlier run's log\n")
-    claim(run, "hydra.run.dir", run / "checkpoints" / "last.ckpt", False)
-    note_written(run / "train.log")
-    note_written(run / "csv")
-    with atomic_path(run / ".hydra" / "2026-11-26_10-00-00" / "config.yaml") as tmp:
-        tmp.write_text("a: 1\n")
-    note_written(run / ".hydra" / "2026-11-26_10-00-00")
-    unwind(run)
-    release(run)
-    assert (run / "train.log").read_text() == "the earlier run's log\n" and (run / "csv" / "metrics.csv").exists()
-    assert not (run / ".hydra").exists() or not any((run / ".hydra").iterdir())
-    assert not (run / MANIFEST).exists()
 
 
 def test_an_existing_run_directory_is_not_written_to_find_out_whether_it_can_be(tmp_path, monkeypatch):

@@ -13,7 +13,7 @@ from transformer_lab.config.schema import is_seed  # noqa: F401 (and the resolve
 from transformer_lab.errors import UserError
 from transformer_lab.store.files import BadFile, read_json, read_text
 from transformer_lab.store.history import read_history
-from transformer_lab.store.rundir import OVERWRITTEN, RUN_FILES, recover
+from transformer_lab.store.rundir import OVERWRITTEN, RUN_FILES, readable
 
 # Settings that only say how a run was started or resumed (the checkpoint it resumed, whether it made room for
 # itself, whether init_from had to fit whole), not what it trained: compare never shows, groups or labels runs
@@ -92,16 +92,14 @@ def resolved_settings(run_dir: Path) -> dict[str, str]:
 
 
 def find_runs(paths: list[str]) -> list[RunDir]:
-    """The runs under `paths`; a run an unfinished overwrite=true set aside is put back first (rundir.recover),
-    and what such a run set aside is not a run of its own."""
+    """The runs under `paths`: a run an overwrite=true set aside (not yet training, or killed) is read where it is,
+    RUN/.overwritten, while RUN holds no summary of the run replacing it."""
     runs, seen = [], set()
     for path in map(Path, paths):
-        for run_dir in [path, *(p.parent.parent for p in path.rglob(f"{OVERWRITTEN}/summary.json"))]:
-            recover(run_dir)
-        for summary in sorted(
-            [path / "summary.json"] if (path / "summary.json").exists() else path.rglob("summary.json")
-        ):
-            if OVERWRITTEN not in summary.parts and summary.parent.resolve() not in seen:  # (each run once)
+        top = readable(path / "summary.json")
+        for summary in sorted([top] if top.exists() else path.rglob("summary.json")):
+            replaced = summary.parent.name == OVERWRITTEN and (summary.parent.parent / "summary.json").exists()
+            if not replaced and summary.parent.resolve() not in seen:  # (each run once)
                 seen.add(summary.parent.resolve())
                 runs.append(RunDir(summary.parent, read_json(summary), resolved_settings(summary.parent)))
     return runs

@@ -14,7 +14,7 @@ translation's alignment) are those of the model translating it.
 Each kind of attention is one PNG: a grid of heatmaps, a row per layer and a column per head, the queries down
 and the keys across, each labelled with its token; `attention.safetensors` holds the weights themselves
 ({layer: (heads, queries, keys)}) and `tokens.json` the tokens. They go to `out` (a new or empty folder;
-default: the run's attention/N/, the next free N), all at once: an interrupted call leaves nothing. The weights
+default: attention/N/ in the current folder, the next free N: a read never writes into the run), all at once: an interrupted call leaves nothing. The weights
 are those each layer adds while captured (`attention_maps` in models/layers.py): ours, the model's own
 softmax(QKᵀ/√d + mask), computed beside its attention; the output is unchanged. A text longer than the model
 reads is refused, not cut; so are more than MOST_TOKENS tokens a side (the drawing of a longer one would not be
@@ -36,18 +36,17 @@ DEFAULTS = {"ckpt": None, "text": None, "target": None, "out": None, "max_extra_
 MINIMUMS = {"max_extra_len": 1}
 
 
-def out_folder(args: dict, checkpoint: Path) -> tuple[Path, bool]:
-    """(`out`, new or empty, True; or the run's attention/N/ with the next free N, False)."""
+def out_folder(args: dict) -> tuple[Path, bool]:
+    """(`out`, new or empty, True; or attention/N/ in the current folder with the next free N, False)."""
     if args["out"] is not None:
         out = Path(args["out"])
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise UserError(f"out={out}: exists and is not an empty folder; give a new one (nothing is overwritten)")
         return out, True
-    run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
     n = 1
-    while (run_dir / "attention" / str(n)).exists():
+    while Path("attention", str(n)).exists():
         n += 1
-    return run_dir / "attention" / str(n), False
+    return Path("attention", str(n)), False
 
 
 def put_in_place(folder: Path, out: Path, given: bool) -> Path:
@@ -83,13 +82,14 @@ def attention(args: dict) -> Iterator[str]:
         raise UserError(
             f"max_extra_len: at most {MOST_TOKENS} (the maps of longer targets are not drawn), got {args['max_extra_len']}"
         )
-    checkpoint = checkpoint_of(args["ckpt"]) if args["ckpt"] else None
+    if args["ckpt"]:
+        checkpoint_of(args["ckpt"])  # (a path that holds no run is told before a missing text)
     if args["text"] is None:
         raise UserError('text: which input? give text="..."')
     trained = load(args["ckpt"], args["device"])
     model, datamodule = trained.model, trained.datamodule
     check_model(model)
-    out, given = out_folder(args, checkpoint)
+    out, given = out_folder(args)
     weights, sides, kinds = captured(model, datamodule, args)
     # Written aside (the one writer's staging folder: gone on any error, Ctrl-C or SIGTERM) and renamed into place.
     with staging_folder(out, "out" if given else None) as folder:

@@ -21,8 +21,8 @@ Curves come from metrics.jsonl. Runs that differ only in their seeds (`seed`, `*
 mean at each step, with a band: `band=std` (mean ± sample std, the default), `band=minmax` (the lowest
 to the highest run) or `band=none` (the mean alone); a group's label ends in its number of runs. Labels
 hold the settings that vary across the groups (a setting that only follows another, as data.seed follows
-seed, is left out), or those `label=KEY[,KEY]` names. The plot goes to the first run's directory unless
-`out=FILE` says where.
+seed, is left out), or those `label=KEY[,KEY]` names. The plot goes to compare.png in the current folder
+unless `out=FILE` says where (a read never writes into a run).
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ checkpoint's run's (its overrides, as resume uses them) with these overrides on 
 data is read with the checkpoint's vocabulary, so `data.path=FILE` evaluates on a file of yours (a text
 file for a model trained on text, a TSV of pairs for translation, a text<TAB>label file for a classifier),
 all of it whatever the split (a label the classifier never saw is refused, naming it). The
-metrics are printed and written to eval.json beside the checkpoint (or `out=FILE`, kept if it exists unless
-overwrite=true); nothing else in the run directory changes. A run with callbacks=[default,ema] saves the average of the weights, evaluated by
+metrics are printed, and written as JSON to `out=FILE` where one is given (kept if it exists unless
+overwrite=true); nothing in the run directory changes (a read never writes there). A run with callbacks=[default,ema] saves the average of the weights, evaluated by
 default, and the trained weights beside it: `weights=trained` evaluates those (what the average bought).
 `predictions=FILE` writes each example's prediction as a JSON line, in the split's order: {"input": ...,
 "prediction": ..., "reference": ..., "exact": true|false} (an equation and the model's answer, a source and its
@@ -103,7 +103,7 @@ def evaluate(
         override("paths.output_dir", path.parent),
     ]
     restore_code(meta, str(path))
-    recorded = with_searchpath(run_overrides(path, meta) or [], list(overrides))
+    recorded = with_searchpath(run_overrides(meta) or [], list(overrides))
     recorded_searchpath(recorded, str(path))  # (one given here replaces the run's)
     recorded_searchpath(list(overrides), None)
     given = merge_overrides(merge_overrides(recorded, defaults), list(overrides))
@@ -159,7 +159,6 @@ def evaluate(
         "overrides": list(overrides),
         "metrics": {name: float(value) for name, value in sorted(metrics.items()) if name != "step"},
     }
-    out_path = Path(out) if out else path.parent / "eval.json"
     from transformer_lab.store.atomic import atomic_write
 
     if predictions is not None:
@@ -170,10 +169,11 @@ def evaluate(
             raise UserError(f"predictions={predictions}: cannot write it ({e.strerror})") from None
         result["predictions"] = {"file": str(predictions), "examples": len(task.predictions)}
     try:
-        with atomic_write(out_path, "w", key="out") as f:
-            f.write(json.dumps(result, indent=2) + "\n")
+        if out:
+            with atomic_write(out, "w", key="out") as f:
+                f.write(json.dumps(result, indent=2) + "\n")
     except OSError as e:
-        raise UserError(f"out={out_path}: cannot write it ({e.strerror})") from None
+        raise UserError(f"out={out}: cannot write it ({e.strerror})") from None
     return result
 
 
@@ -211,7 +211,8 @@ def evaluated(args: dict):
         yield f"  {name:<{width}}  {value:.4f}"
     if "predictions" in result:
         yield f"{result['predictions']['examples']} predictions written to {result['predictions']['file']}"
-    yield f"written to {Path(args['out']) if args.get('out') else Path(result['checkpoint']).parent / 'eval.json'}"
+    if args.get("out"):
+        yield f"written to {args['out']}"
 
 
 COMMAND = Command(

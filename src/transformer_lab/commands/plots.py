@@ -94,8 +94,8 @@ def plot(
 
 
 def plot_file(out: str | None, runs: list[RunDir]) -> Path:
-    """Where the plot goes: out=FILE (a folder: its compare.png; no extension: .png), else the first run's
-    directory; a file type matplotlib cannot write is refused before anything is drawn."""
+    """Where the plot goes: out=FILE (a folder: its compare.png; no extension: .png), else compare.png in the
+    current folder (a read never writes into a run); a file type matplotlib cannot write is refused before anything is drawn."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -103,7 +103,7 @@ def plot_file(out: str | None, runs: list[RunDir]) -> Path:
     from matplotlib.figure import Figure
 
     if out is None:
-        return runs[0].path / "compare.png"
+        return Path("compare.png")
     path = Path(out)
     if path.is_dir():
         return path / "compare.png"

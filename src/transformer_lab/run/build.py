@@ -22,7 +22,7 @@ from transformer_lab.config.classes import (
 )
 from transformer_lab.data.base import DATA_DECIDED
 from transformer_lab.errors import ConfigError, UserError, first_line
-from transformer_lab.store.checkpoint import checkpoint_of, model_state, read_checkpoint
+from transformer_lab.store.checkpoint import FORMAT, checkpoint_of, model_state, read_checkpoint
 from transformer_lab.store.origins import code_roots, restore_code
 from transformer_lab.tasks.metrics import Metric
 
@@ -122,6 +122,7 @@ def build(
     task_cls, named = task_class(cfg), (cfg.task.get("metrics") or {}).get(datamodule.form) or []
     metrics = [import_class(path, "task.metrics", Metric) for path in named]
     meta = {
+        "format": FORMAT,
         "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
         "model_args": from_data,
         "overrides": overrides,

@@ -3,7 +3,6 @@ the resolved config and the vocabulary, so sampling from one needs no other file
 
 from __future__ import annotations
 
-import os
 import pickle
 import zipfile
 from dataclasses import dataclass
@@ -14,26 +13,12 @@ from omegaconf import DictConfig
 from transformer_lab.errors import ConfigError, UserError, first_line
 from transformer_lab.store.files import existing_file, read_json
 from transformer_lab.store.origins import recorded_searchpath, restore_code, root_dir, run_overrides, with_searchpath
-from transformer_lab.store.rundir import LOCK, OVERWRITTEN, recover
+from transformer_lab.store.rundir import readable, recover
 
-# Classes a checkpoint's config names that have moved since it was written: read as their new paths, so a run
-# trained before the package took its folders (run/, store/, config/, commands/) resumes and loads as it was.
-MOVED_CLASSES = {
-    "transformer_lab.csv_logger.CSVLogger": "transformer_lab.run.loggers.CSVLogger",
-    "transformer_lab.wandb_logger.WandbLogger": "transformer_lab.run.loggers.WandbLogger",
-}
-
-
-def moved_classes(config):
-    """A stored config (nested dicts and lists) with every `_target_` of MOVED_CLASSES at its new path."""
-    if isinstance(config, dict):
-        return {
-            k: MOVED_CLASSES.get(v, v) if k == "_target_" and isinstance(v, str) else moved_classes(v)
-            for k, v in config.items()
-        }
-    if isinstance(config, list):
-        return [moved_classes(v) for v in config]
-    return config
+# The layout of what a checkpoint carries (`transformer_lab`: config, overrides, vocabulary, data files, code roots).
+# A checkpoint of another layout is refused in one line: nothing was released before 0.1.0, so there is no older
+# layout to read; a change to the layout raises it.
+FORMAT = 1
 
 
 def read_checkpoint(path: str | Path, mmap: bool = False) -> dict:
@@ -59,41 +44,27 @@ def read_checkpoint(path: str | Path, mmap: bool = False) -> dict:
     meta = checkpoint.get("transformer_lab") if isinstance(checkpoint, dict) else None
     if not meta or "state_dict" not in checkpoint:
         raise UserError(f"{path} was not written by transformer-lab's train.py (no config inside)")
-    if "batches" not in ((meta.get("config") or {}).get("task") or {}):
+    if meta.get("format") != FORMAT:
         raise UserError(
-            f"{path} was written before the objective became the `task` config group, which makes the "
-            "batches from the data's raw splits (model.layout, and the top-level sample/decode/span/mlm sections, "
-            "are task=NAME and task.* now): train it again, or use the transformer-lab it was written with"
+            f"{path} was written by an earlier transformer-lab (checkpoint format {meta.get('format', 0)}, this one "
+            f"reads {FORMAT}): train it again, or use the transformer-lab it was written with"
         )
-    meta["config"] = moved_classes(meta["config"])
     return checkpoint
-
-
-def recover_enclosing(path: str | Path) -> None:
-    """The run directory `path` is in or names (the nearest of it and the folders above it with a .lock or
-    an .overwritten/), put right first where an overwrite=true was killed while it had the earlier run's
-    files set aside (rundir.recover): RUN/checkpoints/best.ckpt is then there again to be read."""
-    path = Path(os.path.abspath(path))
-    for folder in [path, *path.parents]:
-        if (folder / OVERWRITTEN).is_dir() or (folder / LOCK).exists():
-            recover(folder)
-            return
 
 
 def checkpoint_of(target: str | Path) -> Path:
     """A checkpoint file, or a run directory's checkpoints/best.ckpt (last.ckpt where there is no best; its
-    checkpoints/ folder given, the same); the run it is in put right first (recover_enclosing). The one
-    resolution of every command that reads a checkpoint."""
-    path = Path(target)
-    recover_enclosing(path)
+    checkpoints/ folder given, the same), where it is now (rundir.readable: an earlier run an overwrite=true set
+    aside is read there, never moved). The one resolution of every command that reads a checkpoint."""
+    path = readable(Path(target))
     if path.is_dir():
         for folder in (path / "checkpoints", path):
             for name in ("best.ckpt", "last.ckpt"):
-                if (folder / name).is_file():
-                    return folder / name
-        raise UserError(f"{path} has no checkpoints/best.ckpt or checkpoints/last.ckpt: not a run directory?")
+                if (found := readable(folder / name)).is_file():
+                    return found
+        raise UserError(f"{target} has no checkpoints/best.ckpt or checkpoints/last.ckpt: not a run directory?")
     if not path.is_file():
-        raise UserError(f"no run directory or checkpoint file at {path}")
+        raise UserError(f"no run directory or checkpoint file at {target}")
     return path
 
 
@@ -106,8 +77,8 @@ def checkpoint_path(cfg: DictConfig) -> Path | None:
     """The checkpoint `ckpt_path` names (`last`: the run directory's last.ckpt), which must exist."""
     if cfg.ckpt_path is None:
         return None
+    recover(Path(cfg.paths.output_dir))  # (this run starts there: what an overwrite=true killed set aside goes back)
     if cfg.ckpt_path == "last":
-        recover(Path(cfg.paths.output_dir))  # (a run an unfinished overwrite=true set aside: put back)
         path = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
         if not path.exists() and (path.parent.parent / "summary.json").is_file():  # (a run stopped before its first)
             raise ConfigError(
@@ -121,8 +92,7 @@ def checkpoint_path(cfg: DictConfig) -> Path | None:
                 f"`last` means {path}, which does not exist; point hydra.run.dir at the directory of the run to resume",
             )
         return path
-    path = Path(cfg.ckpt_path)
-    recover_enclosing(path)
+    path = readable(Path(cfg.ckpt_path))
     if not path.is_file():
         raise ConfigError("ckpt_path", f"no checkpoint file at {path}")
     return path
@@ -151,7 +121,7 @@ def open_resumed(path: Path, given: list[str] | None, root: str) -> Resumed:
         checkpoint = read_checkpoint(path, mmap=True)  # its settings and shapes; Lightning reads the tensors
         meta = checkpoint["transformer_lab"]
         restore_code(meta, str(path))  # the run's own code and config groups, wherever this command runs
-        stored = run_overrides(path, meta)
+        stored = run_overrides(meta)
         if stored is not None:  # (a search path this command gives replaces the run's)
             stored = with_searchpath(stored, given or [])
             recorded_searchpath(stored, str(path))

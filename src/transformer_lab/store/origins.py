@@ -135,17 +135,12 @@ def root_dir(meta: dict, given: list[str]) -> list[str]:
     return [override("paths.root_dir", recorded)]
 
 
-def run_overrides(path: Path, meta: dict) -> list[str] | None:
-    """The overrides the checkpoint's run was composed from, less those that only started it (the weights
-    it was initialised from: a checkpoint of the run holds its own; overwrite=true, which made room for it)."""
-    if meta.get("overrides") is not None:
-        overrides = list(meta["overrides"])
-    else:
-        record = path.parent.parent / ".hydra" / "overrides.yaml"
-        if not record.is_file():
-            return None
-        overrides = list(OmegaConf.load(record))
-    return [o for o in overrides if override_key(o) not in ("init_from", "init_strict", "overwrite")]
+def run_overrides(meta: dict) -> list[str] | None:
+    """The overrides the checkpoint's run was composed from (None: built without a command line), less those that
+    only started it (the weights it was initialised from: a checkpoint of the run holds its own; overwrite=true)."""
+    if meta.get("overrides") is None:
+        return None
+    return [o for o in meta["overrides"] if override_key(o) not in ("init_from", "init_strict", "overwrite")]
 
 
 def override(key: str, value) -> str:

@@ -3,12 +3,12 @@ kill -9 cannot leave it stuck), and a directory holding another run's files is r
 resumes that run (`ckpt_path=last`) or asks to start afresh there (`overwrite=true`).
 
 What a run writes there is listed in the directory's manifest (store/atomic.py, the one writer: every file it puts
-in a claimed directory, and what the loggers and Hydra's record write). `overwrite=true` removes only that (and,
-for runs written before the manifest, RUN_WRITES: named files, and in its folders the files a run names so),
+in a claimed directory, and what the loggers and Hydra's record write). `overwrite=true` removes only that,
 and not at once: those are moved into OVERWRITTEN inside the directory when it is claimed, and
-removed once the new run starts training (its data read, its model built: callbacks/started.py). A run
-that fails or is stopped before then (an error, Ctrl-C, SIGTERM) puts them back, and a run killed outright
-(kill -9) is put right by the next command that claims or reads the directory (`recover`)."""
+removed once the new run starts training (its data read, its model built: callbacks/started.py): renamed to
+DISCARDED in one step first, so a kill -9 while they are deleted leaves garbage, never half a run to put back. A run
+that fails or is stopped before then (an error, Ctrl-C, SIGTERM) puts them back; a run killed outright (kill -9)
+is put right by the next run that claims the directory (`recover`), and read where they are until then (`readable`)."""
 
 from __future__ import annotations
 
@@ -36,21 +36,13 @@ from transformer_lab.store.atomic import (
 
 LOCK = ".lock"  # holds the writer's pid; an advisory flock on it is the claim
 RUN_FILES = ("summary.json", "metrics.jsonl", "checkpoints")  # what makes a directory a run's
-# What a run writes into its directory (Hydra's record and log, ours, the loggers'), as patterns relative to
-# it; anything else there (a user's notes, a corpus, their own checkpoints/my_model.pt) is left alone.
-RUN_WRITES = (
-    "summary.json", "metrics.jsonl", "train.log", ".hydra",
-    "checkpoints/best*.ckpt", "checkpoints/last*.ckpt", "checkpoints/eval*.json", "checkpoints/.*.tmp",
-    "translations/val-step*.jsonl", "translations/test-step*.jsonl",
-    "csv/metrics.csv", "csv/hparams.yaml", "tensorboard/events.out.tfevents.*", "tensorboard/hparams.yaml",
-    "wandb/run-*", "wandb/offline-run-*", "wandb/latest-run", "wandb/debug*.log",
-)  # fmt: skip
 OVERWRITTEN = ".overwritten"  # an earlier run's files while the run replacing it has not started training
+DISCARDED = ".overwritten.discarded"  # the same once that run started: being deleted, never put back
 _held: dict[Path, int] = {}  # run directory -> the open lock file of this process's claim
 _aside: set[Path] = set()  # run directories whose earlier run this process set aside and has not settled
 _resumed: dict[Path, tuple[int, set[str]]] = {}  # a resume's directory -> train.log's size, .hydra's entries
 _claimed: dict[Path, tuple[list[str] | None, set[str]]] = {}  # a claim not yet training -> its manifest then
-# (None: there was none) and what the directory held then (a run from before manifests: not to be taken back)
+# (None: there was none) and what the directory held then (a folder of the user's there before stays)
 
 
 def first_process() -> bool:
@@ -138,6 +130,7 @@ def claim(run_dir: Path, key: str, resumes: Path | None, overwrite: bool, keep: 
         return
     run_dir = Path(run_dir).absolute()
     lock(run_dir, key, write_pid=False)  # (a refused claim leaves the lock file as it was)
+    shutil.rmtree(run_dir / DISCARDED, ignore_errors=True)  # (a run killed while deleting what it replaced)
     restore_overwritten(run_dir)  # (a run killed with an earlier run set aside: it goes back first)
     remove_stale_temporaries(run_dir / "checkpoints")  # of a writer killed mid-write
     held = earlier_run(run_dir)
@@ -181,16 +174,20 @@ def check_claim(run_dir: Path, key: str, resumes: Path | None, overwrite: bool) 
         raise UserError(refusal(run_dir, key, held))
     if held is None and (theirs := not_a_runs(run_dir)):  # (overwrite=true too: it replaces a run's files only)
         raise UserError(
-            f"{named(run_dir, key)} holds {' and '.join(theirs)}, which no run wrote: a run writes its record and "
-            f"log there (.hydra/, train.log); move {'them' if len(theirs) > 1 else 'it'}, or choose another {key}"
+            f"{named(run_dir, key)} holds {' and '.join(theirs)}, which no run wrote: a run writes its own files under "
+            f"{'those names' if len(theirs) > 1 else 'that name'}; move {'them' if len(theirs) > 1 else 'it'}, or "
+            f"choose another {key}"
         )
 
 
+RUN_NAMES = (".hydra", "train.log", "summary.json", "metrics.jsonl", "checkpoints/best.ckpt", "checkpoints/last.ckpt")
+
+
 def not_a_runs(run_dir: Path) -> list[str]:
-    """The names a run writes its record and log under (.hydra/, train.log) that `run_dir` holds but no run wrote
-    (its manifest does not list them): a user's own, which a new run would replace."""
-    listed = {Path(p).parts[0] for p in read_manifest(run_dir)}
-    return [name for name in (".hydra", "train.log") if (run_dir / name).exists() and name not in listed]
+    """The names a run writes under (RUN_NAMES) that `run_dir` holds but no run wrote (its manifest does not list
+    them): a user's own, which a new run would replace."""
+    listed = {q.as_posix() for p in read_manifest(run_dir) for q in [Path(p), *Path(p).parents]}
+    return [name for name in RUN_NAMES if (run_dir / name).exists() and name not in listed]
 
 
 def named(run_dir: Path, key: str) -> str:
@@ -214,11 +211,10 @@ def refusal(run_dir: Path, key: str, held: str) -> str:
 
 
 def written_by_a_run(run_dir: Path, keep: tuple[str, ...] = ()) -> list[Path]:
-    """What of `run_dir` a run wrote, relative to it, less `keep`: what its manifest lists (and the manifest),
-    and for runs written before there was one, RUN_WRITES. A folder listed stands for what is inside it."""
+    """What of `run_dir` a run wrote, relative to it, less `keep`: what its manifest lists (and the manifest).
+    A folder listed stands for what is inside it."""
     listed = [Path(p) for p in read_manifest(run_dir) if (run_dir / p).exists() or (run_dir / p).is_symlink()]
-    found = {p.relative_to(run_dir) for pattern in RUN_WRITES for p in run_dir.glob(pattern)}
-    found |= set(listed) | ({Path(MANIFEST)} if (run_dir / MANIFEST).is_file() else set())
+    found = set(listed) | ({Path(MANIFEST)} if (run_dir / MANIFEST).is_file() else set())
     outermost = {p for p in found if not any(q in found for q in p.parents if q != Path("."))}
     return sorted(p for p in outermost if p.parts[0] not in keep)
 
@@ -278,11 +274,11 @@ def _prune_empty(run_dir: Path, folder: Path, kept: set[str] = frozenset()) -> N
 
 
 def discard_overwritten(run_dir: Path) -> None:
-    """The run replacing an earlier one has started training: the earlier one's files go."""
+    """The run replacing an earlier one has started training: the earlier one's files go, decided in one rename."""
     _aside.discard(Path(run_dir))
-    aside = Path(run_dir) / OVERWRITTEN
-    if aside.is_dir():
-        shutil.rmtree(aside)
+    if (Path(run_dir) / OVERWRITTEN).is_dir():
+        os.replace(Path(run_dir) / OVERWRITTEN, Path(run_dir) / DISCARDED)
+    shutil.rmtree(Path(run_dir) / DISCARDED, ignore_errors=True)
 
 
 def recover(run_dir: Path) -> None:
@@ -301,6 +297,18 @@ def recover(run_dir: Path) -> None:
         pass
     finally:
         release(run_dir)
+
+
+def readable(path: Path) -> Path:
+    """Where a run's file is read: `path` itself, or where an overwrite=true that has not started training (or was
+    killed) set it aside, RUN/.overwritten/REL for RUN/REL. Reads never move it back: a run started there does."""
+    if Path(path).exists():
+        return Path(path)
+    absolute = Path(os.path.abspath(path))
+    for folder in absolute.parents:
+        if (aside := folder / OVERWRITTEN / absolute.relative_to(folder)).exists():
+            return aside
+    return Path(path)
 
 
 def note_resume(run_dir: Path) -> None:

@@ -230,10 +230,8 @@ class Task(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         # (before configure_optimizers: a resumed run that started with init_from has its pretrained_lr groups)
-        self.pretrained = set(checkpoint.get("pretrained", self.pretrained))
-        rng = checkpoint.get("rng")
-        if rng is None:
-            return
+        self.pretrained = set(checkpoint["pretrained"])
+        rng = checkpoint["rng"]
         torch.set_rng_state(rng["torch"])
         if rng["cuda"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
