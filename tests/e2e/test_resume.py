@@ -547,11 +547,15 @@ def test_an_overwrite_stopped_before_it_trains_leaves_the_earlier_run_as_it_was(
         assert "Traceback" not in stderr, stderr[-2000:]
         assert snapshot(run) == finished
         return
-    assert (run / ".overwritten").is_dir()  # killed outright: the next command that reads the run puts it back
+    assert (run / ".overwritten").is_dir()  # killed outright: reads find the earlier run there, moving nothing
+    aside = snapshot(run)
     evaluated = run_command("evaluate", run)
-    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    assert evaluated.returncode == 0 and "val/loss" in evaluated.stdout, evaluated.stderr[-2000:]
+    assert snapshot(run) == aside
+    refused = run_train(*short, "trainer.max_steps=20", f"hydra.run.dir={run}")  # the next run there puts it back
+    assert refused.returncode == 2 and "holds a completed run (step 10)" in refused.stderr, refused.stderr[-2000:]
     assert not (run / ".overwritten").exists()
-    assert {k: v for k, v in snapshot(run).items() if k.parts[0] != ".hydra" and k.name != "eval.json"} == {
+    assert {k: v for k, v in snapshot(run).items() if k.parts[0] != ".hydra"} == {
         k: v for k, v in finished.items() if k.parts[0] != ".hydra"
     }  # (the killed run's own .hydra record aside)
 

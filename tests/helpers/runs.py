@@ -28,6 +28,7 @@ import runpy
 import signal
 import subprocess
 import sys
+import time
 import traceback
 import warnings
 from pathlib import Path
@@ -66,14 +67,20 @@ def train_in_process(cfg) -> None:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict
 
-    from transformer_lab.run.fit import run
+    from transformer_lab.run.fit import best_checkpoint, fitting, trainer_for
+    from transformer_lab.run.prepare import build_run, prepare
 
     HydraConfig.instance().set_config(cfg)
     with open_dict(cfg):
         del cfg["hydra"]
     logging.disable(logging.WARNING)
-    try:
-        run(cfg)
+    try:  # (run/main.py's fit, without its run directory's claim)
+        prepared = build_run(prepare(cfg))
+        trainer = trainer_for(prepared)
+        with fitting(trainer, prepared, time.time()):
+            trainer.fit(prepared.task, datamodule=prepared.datamodule)
+            if prepared.datamodule.has_test_split:
+                trainer.test(prepared.task, datamodule=prepared.datamodule, ckpt_path=best_checkpoint(trainer))
     finally:
         logging.disable(logging.NOTSET)
         HydraConfig.instance().cfg = None

@@ -1,5 +1,6 @@
-"""The run, once prepare.prepare has checked its config (main.check_and_run): build data, model, task, logger and
-callbacks, fit, write summary.json."""
+"""What run/main.py's `main` fits with: the Trainer of a checked and built run (its loggers, the run's own callbacks
+beside the config's), and `fitting`, around trainer.fit and trainer.test: a refusal told in one line, a stop said,
+summary.json written."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import ModelSummary, ProgressBar
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from transformer_lab.callbacks import (
@@ -34,7 +35,7 @@ from transformer_lab.config.trainer import trainer_arguments
 from transformer_lab.errors import ConfigError, UserError, first_line
 from transformer_lab.run.launch import ddp_process_command  # noqa: F401  (importing it patches Lightning's DDP launcher)
 from transformer_lab.run.loggers import build_loggers, logger_versions
-from transformer_lab.run.prepare import Prepared, build_run, prepare
+from transformer_lab.run.prepare import Prepared
 from transformer_lab.store.atomic import atomic_write, note_written
 from transformer_lab.store.files import read_json
 
@@ -79,17 +80,10 @@ def earlier_summary(output_dir: Path) -> dict:
         return {}
 
 
-def run(cfg: DictConfig, start_time: float | None = None, prepared: Prepared | None = None) -> dict:
-    """Train one configuration and return its summary (also written to summary.json in the run dir).
-    `prepared`: what prepare.prepare checked and built for this run before its directory existed."""
-    start_time = start_time or time.time()
-    prepared = prepared or build_run(prepare(cfg))
-    if prepared.model is None:
-        build_run(prepared)
-    resumed = prepared.resumed
-    if prepared.recomposed:  # a resume's config, composed from its checkpoint (recorded in .hydra/: rundir.record)
-        cfg = prepared.cfg
-    output_dir = Path(cfg.paths.output_dir)
+def trainer_for(prepared: Prepared) -> L.Trainer:
+    """The Trainer of a run that prepare.prepare checked and build_run built: its loggers (a resume's continue its
+    runs), the config's callbacks and the run's own (its summary, history, interrupt handling), its settings."""
+    cfg, output_dir = prepared.cfg, Path(prepared.cfg.paths.output_dir)
     log.info("run directory: %s", output_dir)
     if "SLURM_JOB_ID" in os.environ and "SLURM_PROCID" in os.environ:  # a task of a SLURM job (srun)
         env = os.environ
@@ -101,17 +95,13 @@ def run(cfg: DictConfig, start_time: float | None = None, prepared: Prepared | N
             env.get("SLURM_NTASKS", "?"),
             env.get("SLURMD_NODENAME", "?"),
         )
-    # built and checked before the run directory was claimed (prepare.build_run)
-    datamodule, model, task = prepared.datamodule, prepared.model, prepared.task
-    task.translations_dir = output_dir / "translations"
-    summary = Summary()
-    interrupt = GracefulInterrupt(output_dir / "checkpoints" / "last.ckpt")
-    callbacks = [*prepared.callbacks]
-    callbacks += [
-        summary,
+    prepared.task.translations_dir = output_dir / "translations"
+    callbacks = [
+        *prepared.callbacks,
+        Summary(),
         History(output_dir / "metrics.jsonl"),
         StepAxis(),
-        interrupt,
+        GracefulInterrupt(output_dir / "checkpoints" / "last.ckpt"),
         TrainingStarted(output_dir),
         MovedRun(output_dir),
     ]
@@ -119,16 +109,13 @@ def run(cfg: DictConfig, start_time: float | None = None, prepared: Prepared | N
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     if not cfg.trainer.enable_model_summary:  # and a model summary
         callbacks = [c for c in callbacks if not isinstance(c, ModelSummary)]
-    throughput = next((c for c in callbacks if isinstance(c, Throughput)), None)
-    loggers, logger_settings = build_loggers(cfg, logger_versions(cfg, resumed))
+    loggers, logger_settings = build_loggers(cfg, logger_versions(cfg, prepared.resumed))
     for logger in loggers.values():  # what the loggers write, in the run's manifest (store/atomic.py)
-        folder = getattr(logger, "log_dir", None) or Path(logger.save_dir or output_dir) / "wandb"
-        note_written(folder)
+        note_written(getattr(logger, "log_dir", None) or Path(logger.save_dir or output_dir) / "wandb")
     callbacks.append(LoggerVersions(loggers, logger_settings))
-    loggers = list(loggers.values())
     trainer = L.Trainer(
         **trainer_arguments(cfg),
-        logger=loggers or False,
+        logger=list(loggers.values()) or False,
         callbacks=callbacks,
         plugins=[AtomicCheckpointIO()],
         default_root_dir=str(output_dir),
@@ -138,18 +125,33 @@ def run(cfg: DictConfig, start_time: float | None = None, prepared: Prepared | N
             logger.log_hyperparams(
                 {**OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "logger": logger_settings}
             )
+    return trainer
 
-    status = "failed"
+
+def best_checkpoint(trainer: L.Trainer) -> str | None:
+    """The best checkpoint the run saved (trainer.test evaluates its weights), or None: the weights as they are."""
+    return next((c.best_model_path for c in trainer.checkpoint_callbacks if c.best_model_path), None)
+
+
+def callback(trainer: L.Trainer, kind: type):
+    return next((c for c in trainer.callbacks if isinstance(c, kind)), None)
+
+
+@contextlib.contextmanager
+def fitting(trainer: L.Trainer, prepared: Prepared, start_time: float):
+    """Around trainer.fit and trainer.test (under `attention_kernel`'s SDPA kernel): torch's and Lightning's
+    refusals of the settings as fit starts told in one line, a stop (Ctrl-C, SIGTERM) as its exit code, and
+    summary.json written for a run that trained (its summary is the dict yielded, filled on the way out)."""
+    cfg, resumed, output_dir = prepared.cfg, prepared.resumed, Path(prepared.cfg.paths.output_dir)
+    result, status = {}, "failed"
+    summary, interrupt, throughput = (callback(trainer, kind) for kind in (Summary, GracefulInterrupt, Throughput))
     kernel = cfg.get("attention_kernel", "auto")
     attention = (
         contextlib.nullcontext() if kernel == "auto" else sdpa_kernel(getattr(SDPBackend, ATTENTION_KERNELS[kernel]))
     )
     try:
         with attention:
-            trainer.fit(task, datamodule=datamodule, ckpt_path=resumed.path if resumed else None, weights_only=True)
-            if datamodule.has_test_split:  # evaluated once, with the best weights
-                best = next((c.best_model_path for c in trainer.checkpoint_callbacks if c.best_model_path), None)
-                trainer.test(task, datamodule=datamodule, ckpt_path=best, weights_only=True)
+            yield result
         status = "completed"
     except RuntimeError as e:  # torch's refusal of a kernel that cannot serve a call (e.g. flash, attention dropout)
         if kernel == "auto" or not str(e).startswith(("No available kernel", "No viable backend")):
@@ -185,38 +187,39 @@ def run(cfg: DictConfig, start_time: float | None = None, prepared: Prepared | N
         )
         raise SystemExit(130) from None
     finally:
-        result = {}
         # A run that failed before its first step leaves the run directory as it was claimed (main.py: a new
         # run's goes, a resume's summary.json stays as it was); a failure after it trained is recorded.
         untouched = status == "failed" and trainer.global_step <= (resumed.step if resumed else 0)
         if trainer.is_global_zero and not untouched:
-            result = summary.write(
-                output_dir / "summary.json",
-                earlier_summary(output_dir) if resumed else None,
-                status=status,
-                tokens_per_sec=throughput.tokens_per_sec if throughput else None,
-                flops_per_token=round(throughput.flops_per_token)
-                if throughput and throughput.flops_per_token
-                else None,
-                mfu=throughput.mfu if throughput else None,
-                train_time_s=round(throughput.train_time_s, 3) if throughput and throughput.train_time_s else None,
-                wall_time_s=round(time.time() - start_time, 3),
-                peak_mem_mb=round(peak_memory_mb(), 1),
-                n_params=sum(p.numel() for p in model.parameters()),  # a tied weight counts once
-                global_step=trainer.global_step,
-                **(
-                    {"padding_fraction": round(datamodule.padding_fraction, 4)}
-                    if datamodule.padding_fraction is not None
-                    else {}
-                ),
+            model, datamodule = prepared.model, prepared.datamodule
+            result.update(
+                summary.write(
+                    output_dir / "summary.json",
+                    earlier_summary(output_dir) if resumed else None,
+                    status=status,
+                    tokens_per_sec=throughput.tokens_per_sec if throughput else None,
+                    flops_per_token=round(throughput.flops_per_token)
+                    if throughput and throughput.flops_per_token
+                    else None,
+                    mfu=throughput.mfu if throughput else None,
+                    train_time_s=round(throughput.train_time_s, 3) if throughput and throughput.train_time_s else None,
+                    wall_time_s=round(time.time() - start_time, 3),
+                    peak_mem_mb=round(peak_memory_mb(), 1),
+                    n_params=sum(p.numel() for p in model.parameters()),  # a tied weight counts once
+                    global_step=trainer.global_step,
+                    **(
+                        {"padding_fraction": round(datamodule.padding_fraction, 4)}
+                        if datamodule.padding_fraction is not None
+                        else {}
+                    ),
+                )
             )
             log.info("summary: %s", output_dir / "summary.json")
-        if any(type(logger).__name__ == "WandbLogger" for logger in loggers) and trainer.is_global_zero:
+        if any(type(logger).__name__ == "WandbLogger" for logger in trainer.loggers) and trainer.is_global_zero:
             # Otherwise the next job of a multirun would log into this run (WandbLogger reuses an open run).
             import wandb
 
             wandb.finish(exit_code=0 if status == "completed" else 1)
-    return result
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

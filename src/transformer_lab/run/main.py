@@ -1,9 +1,8 @@
-"""The train command's entry (the root train.py): Hydra composes the config and calls `main`, the task
-function, for a single run and for each job of a multirun alike. Hydra has made the run's directory and
-written nothing in it (conf/hydra/default.yaml: no record, no log file), so `main` checks the run first
-(run/prepare.py: the one validation pass, then everything built and checked), claims the directory
-(store/rundir.py), then records the run there (.hydra/, train.log) and trains it (run/fit.py). The config is
-checked with OmegaConf and the settings dataclasses before torch and Lightning load."""
+"""The run, top to bottom: `main` is Hydra's task function (the root train.py's), for a single run and for each
+job of a multirun alike. Hydra has composed the config and made the run's directory, writing nothing in it
+(conf/hydra/default.yaml: no record, no log file); `main` checks the run (run/prepare.py: a resume's config, every
+part's checks, before torch and Lightning load), builds it, claims the directory (store/rundir.py), records the
+run there (.hydra/, train.log), fits it (run/fit.py) and returns its objective."""
 
 from __future__ import annotations
 
@@ -12,6 +11,7 @@ import logging
 import logging.handlers
 import re
 import shutil
+import time
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
@@ -19,7 +19,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from transformer_lab.errors import UserError, exit_on_user_error
-from transformer_lab.run.prepare import build_run, prepare
+from transformer_lab.run.prepare import Prepared, build_run, prepare
 from transformer_lab.store.atomic import MANIFEST, recording
 from transformer_lab.store.files import read_json
 from transformer_lab.store.rundir import (
@@ -31,6 +31,7 @@ from transformer_lab.store.rundir import (
     record,
     release,
     stop_on_sigterm,
+    unwind,
 )
 
 log = logging.getLogger(__name__)
@@ -53,15 +54,6 @@ def remove_if_unused(run_dir: Path | None) -> None:
                 folder.rmdir()
             else:
                 break
-
-
-def unwind_claim(run_dir: Path) -> None:
-    """A run that failed or was stopped before it trained: its directory goes back to what it was when claimed
-    (rundir.unwind). Only the process that claimed the directory does it."""
-    from transformer_lab.store.rundir import unwind
-
-    if first_process():
-        unwind(run_dir)
 
 
 class TrialFailed(Exception):
@@ -131,29 +123,20 @@ def objective_value(cfg: DictConfig, summary: dict) -> float | None:
 
 
 @contextlib.contextmanager
-def distributed_job():
-    """A multirun's job: its DDP processes and SLURM tasks (run/launch.py), which leave nothing for the next job."""
-    from transformer_lab.run.launch import distributed_job, submitit_tasks_as_processes
-
-    with distributed_job():
-        submitit_tasks_as_processes()
-        yield
-
-
-def main(cfg: DictConfig, start_time: float | None = None, trials: Trials | None = None) -> float | None:
-    """Hydra's task function: check, claim, record, train. A user's mistake becomes one clear message and
-    exit code 2; in a multirun it fails only its own job (the sweep goes on; `trials` notes it). Returns the
-    objective for sweepers."""
-    trials = trials if trials is not None else Trials()
+def job(cfg: DictConfig, trials: Trials):
+    """Hydra's runtime, read here alone: the run directory, the setting that names it and whether this is a
+    multirun's job. A user's mistake is one line and exit code 2; in a multirun it fails its own job only (its
+    directory keeps what was tried and why, the sweep goes on; `trials` notes it); a directory this run made and
+    left unused goes, whatever stopped it. A multirun's DDP processes and SLURM tasks leave nothing for the next job."""
     hydra = HydraConfig.get()
     multirun = hydra.mode == RunMode.MULTIRUN
     run_dir = Path(hydra.runtime.output_dir)
     new = run_dir.is_dir() and not any(run_dir.iterdir())  # (Hydra made it for this run)
+    stop_on_sigterm()  # (until training starts: a SystemExit, and what was claimed goes back)
     with distributed_job() if multirun else contextlib.nullcontext():
         try:
             with contextlib.nullcontext() if multirun else exit_on_user_error():
-                summary = check_and_run(cfg, run_dir, "hydra.sweep.dir" if multirun else "hydra.run.dir", start_time)
-            value = objective_value(cfg, summary) if summary else None  # (the other DDP processes have none)
+                yield run_dir, "hydra.sweep.dir" if multirun else "hydra.run.dir", multirun
         except (UserError, TrialFailed) as e:  # (a multirun's job: the sweep goes on)
             if not multirun:
                 raise
@@ -165,48 +148,70 @@ def main(cfg: DictConfig, start_time: float | None = None, trials: Trials | None
                 log.error("error: %s", e)
             trials.failed.append((run_dir, str(e)))
             raise TrialFailed(str(e)) from None
-        except BaseException:  # (a directory this run made and left unused goes, whatever stopped it)
+        except BaseException:
             release(run_dir)
             remove_if_unused(run_dir if new else None)
             raise
         finally:
             release(run_dir)
-        if summary is None:  # (nothing to do)
-            remove_if_unused(run_dir if new else None)
+        remove_if_unused(run_dir if new else None)  # (a resume with nothing to do, into a new directory)
         if multirun:
             trials.completed.append(run_dir)
-        return value
 
 
-def check_and_run(cfg: DictConfig, run_dir: Path, key: str, start_time: float | None) -> dict | None:
-    """The run's summary (summary.json): `prepare` (validation, the data module), the directory's claim,
-    the run's record in it, then the run. A resume with nothing to do gives the summary it has."""
-    # What the checks log goes into the run's log file once there is one (a refused run writes none).
-    early = logging.handlers.MemoryHandler(capacity=1_000, flushLevel=logging.CRITICAL + 1)
-    logging.getLogger().addHandler(early)
-    stop_on_sigterm()  # (until training starts: a SystemExit, and what was claimed goes back)
-    try:
-        prepared = prepare(cfg, run_dir, key)  # (a mistake is told before torch and Lightning are imported)
-        if prepared.settled:
-            return read_json(run_dir / "summary.json") if key == "hydra.sweep.dir" else None
-        from transformer_lab.run.fit import run  # (its Lightning settings, before anything is built)
+@contextlib.contextmanager
+def distributed_job():
+    """A multirun's job: its DDP processes and SLURM tasks (run/launch.py), which leave nothing for the next job."""
+    from transformer_lab.run.launch import distributed_job, submitit_tasks_as_processes
 
-        build_run(prepared)  # every check that needs the data, the model or the callbacks
-        resumes = Path(prepared.resumed.path) if prepared.resumed else None
-        claim(run_dir, key, resumes, bool(prepared.cfg.get("overwrite")))  # (the job's first process's)
-    finally:
-        logging.getLogger().removeHandler(early)
+    with distributed_job():
+        submitit_tasks_as_processes()
+        yield
 
+
+def main(cfg: DictConfig, start_time: float | None = None, trials: Trials | None = None) -> float | None:
+    """Hydra's task function: check, build, claim, record, fit, finish. Returns the objective, for sweepers."""
+    with job(cfg, trials if trials is not None else Trials()) as (run_dir, key, multirun):
+        early = logging.handlers.MemoryHandler(capacity=1_000, flushLevel=logging.CRITICAL + 1)
+        logging.getLogger().addHandler(early)  # (what the checks log goes into the run's log file once there is one)
+        try:
+            prepared = prepare(cfg, run_dir, key)  # a resume's config; every check (a mistake before torch loads)
+            if prepared.settled:  # (a resume with nothing to do)
+                return objective_value(cfg, read_json(run_dir / "summary.json")) if multirun else None
+            from transformer_lab.run.fit import best_checkpoint, fitting, trainer_for  # (Lightning's settings, first)
+
+            build_run(prepared)  # data, model, task and callbacks, each built once, and the checks that need them
+            claim(run_dir, key, prepared.resumed and prepared.resumed.path, bool(prepared.cfg.get("overwrite")))
+        finally:
+            logging.getLogger().removeHandler(early)
+        with recorded(run_dir, prepared, early):  # .hydra/ and train.log; a failure before training unwinds the claim
+            start, trainer = start_time if not multirun else None, trainer_for(prepared)  # (a job's from its own start)
+            with fitting(trainer, prepared, start or time.time()) as summary:  # summary.json on the way out
+                task, data = prepared.task, prepared.datamodule
+                trainer.fit(
+                    task, datamodule=data, ckpt_path=prepared.resumed and prepared.resumed.path, weights_only=True
+                )
+                if data.has_test_split:  # evaluated once, with the best weights
+                    trainer.test(task, datamodule=data, ckpt_path=best_checkpoint(trainer), weights_only=True)
+        return objective_value(cfg, summary) if summary else None  # (the other DDP processes have none)
+
+
+@contextlib.contextmanager
+def recorded(run_dir: Path, prepared: Prepared, early: logging.handlers.MemoryHandler):
+    """The run's record in its claimed directory (.hydra/: a resume's recomposed config; train.log, which gets what
+    the checks logged before it existed) for as long as the run lasts; a mistake's one line is in the log too. A run
+    that fails or is stopped before it trained puts the directory back as it was claimed (rundir.unwind)."""
     try:
         with record(run_dir, prepared.cfg, prepared.overrides if prepared.recomposed else None) as log_handler:
             early.setTarget(log_handler)  # (None: no log file, the records go)
             early.close()  # (flushed into the log file)
             try:
-                return run(cfg, None if key == "hydra.sweep.dir" else start_time, prepared)  # (a job's own start)
+                yield
             except UserError as e:  # (the console's one line, in the run's log too)
                 if log_handler is not None:
                     log_handler.handle(log.makeRecord(log.name, logging.ERROR, __file__, 0, "error: %s", (e,), None))
                 raise
     except BaseException:
-        unwind_claim(run_dir)
+        if first_process():  # (the directory is the claiming process's to put back)
+            unwind(run_dir)
         raise
