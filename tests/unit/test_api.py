@@ -59,6 +59,8 @@ def test_a_verb_takes_one_text_a_list_or_a_stream(trained):
         (lambda run: run.classify("3 + 5 =", top=0), ConfigError, "top: must be an integer >= 1, got 0"),
         (lambda run: run.classify("3 + 5 =", beam_size=2), UserError, "unknown option(s) ['beam_size']; options: top, batch_size"),
         (lambda run: run.classify("3 + 5 =", top="2"), ConfigError, "top: must be an integer >= 1, got '2'"),
+        # what Python's API takes and no command line gives: an infinity, nan, an integer past 64 bits
+        (lambda run: run.classify("3 + 5 =", batch_size=float("inf")), ConfigError, "batch_size: must be an integer >= 1, got inf"),
     ],
 )  # fmt: skip
 def test_an_options_mistake_is_the_commands_one_line(trained, call, error, message):
@@ -66,6 +68,18 @@ def test_an_options_mistake_is_the_commands_one_line(trained, call, error, messa
     with pytest.raises(error) as raised:
         call(run)
     assert str(raised.value) == message
+
+
+def test_what_python_gives_and_no_command_line_does_is_one_line_too(trained):
+    run = transformer_lab.load(trained("gpt_text"))
+    for options, message in [
+        ({"prompt": None}, "prompt: must be text, got None"),  # (it sampled the text "None")
+        ({"temperature": float("nan")}, "temperature: must be a number >= 0, got nan"),
+        ({"seed": 2**70}, f"seed: must be an integer >= 0, got {2**70}"),  # (torch's overflow traceback)
+    ]:
+        with pytest.raises(ConfigError) as raised:
+            run.generate(**{"prompt": "RO", **options})
+        assert str(raised.value) == message
 
 
 def test_loading_what_is_not_a_run_or_on_a_missing_device_is_one_line(trained, tmp_path):

@@ -4,6 +4,7 @@ checked against its default's kind, its minimum, and the device against torch's,
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from transformer_lab.errors import ConfigError, UserError, require
@@ -29,7 +30,8 @@ def with_defaults(args: dict, defaults: dict, minimums: dict | None = None, null
 
 
 def check_option(key: str, value, default, minimum: float | None, nullable: bool = False) -> None:
-    """One option's value: of its default's kind, at least `minimum`; text given explicitly is not empty."""
+    """One option's value: of its default's kind, at least `minimum`, a number finite and within 64 bits (Python's
+    API takes what no command line gives: nan, 2**70); text given explicitly is not empty, nor None for text."""
     number = int if isinstance(default, int) and not isinstance(default, float) else float
     if isinstance(default, bool):
         require(isinstance(value, bool), key, f"must be true or false, got {value!r}")
@@ -40,9 +42,10 @@ def check_option(key: str, value, default, minimum: float | None, nullable: bool
         kinds = (int,) if number is int else (int, float)
         what = "an integer" if number is int else "a number"
         bound = f" >= {minimum}" if minimum is not None else ""
-        ok = isinstance(value, kinds) and not isinstance(value, bool) and (minimum is None or value >= minimum)
+        ok = isinstance(value, kinds) and not isinstance(value, bool) and math.isfinite(value) and abs(value) < 2**63
+        ok = ok and (minimum is None or value >= minimum)
         require(ok, key, f"must be {what}{bound}{' or null' if nullable else ''}, got {value!r}")
-    elif value is not None:
+    elif value is not None or isinstance(default, str):
         require(isinstance(value, str), key, f"must be text, got {value!r}")
         require(value != "", key, "is empty")
 
