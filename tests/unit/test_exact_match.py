@@ -74,6 +74,7 @@ class Logged(SimpleNamespace):
         super().__init__(
             trainer=SimpleNamespace(sanity_checking=False, is_global_zero=True),
             answers=task.answers,
+            greedy_answers=getattr(task, "greedy_answers", None),
             reference_ids=getattr(task, "reference_ids", None),
             predictions=predictions,
             global_step=0,
@@ -113,6 +114,29 @@ def test_exact_match_of_answers_of_two_tokens_by_hand():
         {"input": "7 + 8 =", "prediction": "1 5", "reference": "1 5", "exact": True},
         {"input": "9 + 4 =", "prediction": "1 2", "reference": "1 3", "exact": False},
     ]
+
+
+def test_a_record_gives_the_models_own_answer_where_teacher_forcing_would_not():
+    """A first token wrong: teacher forcing's second token follows the right one, the model's own answer its own
+    first token (api/answer.py's greedy answers): the record is the model's."""
+    datamodule = AnswerToken(TwoDigitSums(), batch_size=2)
+    datamodule.setup()
+    torch.manual_seed(0)
+    task = LanguageModelTask(GPT(GPTConfig(vocab_size=12, block_size=5, n_layer=1, n_head=2, n_embd=16)), OPTIM)
+    task.model.eval()
+    x = torch.tensor([[7, 10, 8, 11, 1], [9, 10, 4, 11, 1]])
+    y = torch.full_like(x, -100)
+    y[:, -2:] = torch.tensor([[1, 5], [1, 3]])
+    with torch.no_grad():
+        logits = task.model(x)
+        own = list(answers(task.model, datamodule, ["7 + 8 =", "9 + 4 ="]))
+    forced = [datamodule.decode(row) for row in logits[:, -2:].argmax(-1).tolist()]
+    records = []
+    metric = AnswerAccuracy({}, datamodule, task.model)
+    with torch.no_grad():
+        metric.step(Logged(task, records), (x, y), logits)
+    assert [r["prediction"] for r in records] == own
+    assert own != forced  # (an untrained model's own answers are not teacher forcing's, here)
 
 
 def test_an_encoder_decoders_answer_is_the_tokens_between_bos_and_eos():
@@ -175,4 +199,5 @@ def test_exact_match_of_a_tiny_model_trained_on_two_digit_sums_rises_above_chanc
     truth = [f"{sum(map(int, e.rstrip(' =').split(' + '))):02d}" for e in equations]
     right = [g.replace(" ", "") == t for g, t in zip(given, truth)]
     assert [r["exact"] for r in task.predictions] == right
+    assert [r["prediction"] for r in task.predictions] == given  # (its own answers, not teacher forcing's tokens)
     assert metrics["val/exact_match"] == pytest.approx(sum(right) / len(right))

@@ -54,6 +54,10 @@ class LanguageModelTask(Task):
         k = int((y[0] != -100).sum())
         return x[:, : x.size(1) - k + 1], logits[:, -k:].argmax(-1), y[:, -k:]
 
+    def greedy_answers(self, questions: torch.Tensor, k: int) -> torch.Tensor:
+        """The model's own answers (B, k): greedy continuations of the equations (as `answer` gives them)."""
+        return self.model.generate(questions, k, temperature=0)[:, -k:]
+
     def reference_ids(self, batch) -> list[list[int]]:
         """Each row's target ids after `<sep>`, up to its <eos> (left out): what a continuation must give to
         match exactly (Bleu's exact match)."""

@@ -168,6 +168,13 @@ class AnswerAccuracy(Metric):
             self.exact.update(predicted, expected)
         rows = (predicted == expected) if predicted.dim() == 1 else (predicted == expected).all(1)
         keep = task.predictions is not None
+        if keep and predicted.dim() == 2:  # (the records: the model's own answers, not teacher forcing's)
+            # Teacher forcing's tokens after a wrong one follow the right prefix, not the model's own: where an answer
+            # goes wrong before its last token, the model's answer is decoded (the task's greedy_answers).
+            redo = ((predicted != expected)[:, :-1].any(1)).nonzero().flatten()
+            if len(redo):
+                predicted = predicted.clone()
+                predicted[redo] = task.greedy_answers(questions[redo], predicted.size(1)).to(predicted)
         if keep or (not self.examples and not task.trainer.sanity_checking):
             shown = len(questions) if keep else min(4, len(questions))
             for row in range(shown):

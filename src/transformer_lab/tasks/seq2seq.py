@@ -62,6 +62,13 @@ class Seq2SeqTask(Task):
         k = batch[1].size(1) - 2
         return batch[0], logits[:, :k].argmax(-1), batch[1][:, 1 : k + 1]
 
+    def greedy_answers(self, questions: torch.Tensor, k: int) -> torch.Tensor:
+        """The model's own answers (B, k): greedy decoding of the sources up to <eos> or k tokens (as `answer`
+        gives them), <eos> after an early one."""
+        eos = self.specials.eos
+        outputs = decoding.decode(self.model, questions, 1, k, self.specials.bos, eos).outputs
+        return torch.tensor([ids[:k] + [eos] * (k - len(ids[:k])) for ids in outputs], device=questions.device)
+
     def reference_ids(self, batch) -> list[list[int]]:
         """Each row's target ids after <bos>, up to its <eos> (left out): what an output must be to match
         exactly (Bleu's exact match)."""
