@@ -97,8 +97,9 @@ def test_an_empty_run_directory_is_one_line_and_nothing_is_written_where_the_com
 @pytest.mark.parametrize(
     "held, what", [("multirun.yaml", "another sweep (its multirun.yaml)"), ("summary.json", "a run")]
 )
+@pytest.mark.parametrize("by", ["command line", "preset"])
 def test_a_sweep_into_a_folder_holding_another_sweep_or_a_run_is_one_line_before_anything_is_written(
-    held, what, tmp_path
+    held, what, by, tmp_path
 ):
     """Hydra's sweeper would write its multirun.yaml over the other sweep's and put its jobs' folders beside that
     sweep's (those numbered alike refused one by one, the others run): a mixed sweep, its record gone."""
@@ -107,7 +108,14 @@ def test_a_sweep_into_a_folder_holding_another_sweep_or_a_run_is_one_line_before
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     (sweep / held).write_text("the earlier one's\n")
-    result = run_train("-m", "data=modular", "seed=5,6,7", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    where = [f"hydra.sweep.dir={sweep}"]
+    if by == "preset":  # (a preset of one's own that names its sweep's folder: it was not checked)
+        (tmp_path / "mine" / "experiment").mkdir(parents=True)
+        (tmp_path / "mine" / "experiment" / "mysweep.yaml").write_text(
+            f"# @package _global_\nhydra:\n  sweep:\n    dir: {sweep}\n"
+        )
+        where = [f"hydra.searchpath=[file://{tmp_path / 'mine'}]", "experiment=mysweep"]
+    result = run_train("-m", "data=modular", "seed=5,6,7", *where, cwd=tmp_path)
     assert result.returncode == 2 and result.stderr.splitlines() == [
         f"error: hydra.sweep.dir={sweep} holds {what}: choose another hydra.sweep.dir (a job of a sweep resumes "
         f"alone: python train.py ckpt_path=last hydra.run.dir={sweep}/N)"

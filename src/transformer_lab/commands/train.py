@@ -76,9 +76,7 @@ def train(main: Callable[[Trials], None], argv: list[str], process_ends: bool = 
     ):
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
-    if MULTIRUN & set(arguments) and (
-        problem := sweep_dir_problem(arguments) or first_job_problem(config_dir, overrides)
-    ):
+    if MULTIRUN & set(arguments) and (problem := first_job_problem(config_dir, overrides)):
         print(f"error: {problem}", file=sys.stderr)  # (before the sweeper writes anything: multirun.yaml)
         sys.exit(2)
     # What Hydra cannot compose, and what ends a sweep, come here (Hydra would print them in many lines), to be
@@ -298,10 +296,12 @@ def print_help(config_dir: str, overrides: list[str]) -> None:
 
 
 def first_job_problem(config_dir: str, overrides: list[str]) -> str | None:
-    """What Hydra could not compose of a sweep's first job (each swept key at its first value), as one line: Hydra
-    composes a sweep's jobs only after its sweeper has made the sweep's directory and written multirun.yaml, so a
-    mistyped swept key (`model.n_layr=1,2`) is told here first. None where it composes, or where the sweep's
-    values are not a list (Optuna's intervals)."""
+    """What would make a sweep's first job (each swept key at its first value) fail or write over another sweep, as one
+    line: Hydra composes a sweep's jobs only after its sweeper has made the sweep's directory and written
+    multirun.yaml, so a mistyped swept key (`model.n_layr=1,2`) and a hydra.sweep.dir that holds a sweep or a run
+    (given on the command line or by a preset) are told here first. Each further option of a swept config group
+    (data=modular,text) is composed too: its keys are its own. None where all compose, or where the sweep's values
+    are not a list (Optuna's intervals)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -310,10 +310,8 @@ def first_job_problem(config_dir: str, overrides: list[str]) -> str | None:
         first = [next(o.sweep_string_iterator()) if o.is_sweep_override() else None for o in parsed]
     except Exception:  # noqa: BLE001  (Hydra says what it cannot parse, as it runs)
         return None
-    if not any(o.is_sweep_override() for o in parsed):
-        return None
     job = [o.input_line if value is None else f"{o.get_key_element()}={value}" for o, value in zip(parsed, first)]
-    jobs = [job]  # and each further option of a swept config group (data=modular,text): its keys are its own
+    jobs = [job]
     for i, o in enumerate(parsed):
         if o.is_sweep_override() and (Path(config_dir) / o.key_or_group).is_dir():
             jobs += [
@@ -322,9 +320,12 @@ def first_job_problem(config_dir: str, overrides: list[str]) -> str | None:
     for words in jobs:
         try:
             with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
-                compose("train", overrides=words)
+                composed = compose("train", overrides=words, return_hydra_config=words is job)
+                sweep_dir = str(composed.hydra.sweep.dir) if words is job else None
         except Exception as error:  # noqa: BLE001
             return composition_problem(error, config_dir, words)  # (which composes again to name the keys)
+        if problem := sweep_dir_problem(sweep_dir):
+            return problem
     return None
 
 

@@ -69,13 +69,13 @@ def output_dir_problem(argv: list[str]) -> str | None:
     return None
 
 
-def sweep_dir_problem(argv: list[str]) -> str | None:
-    """A multirun's hydra.sweep.dir that holds another sweep (its multirun.yaml, which Hydra's sweeper would write
-    over, its jobs' folders beside the new ones) or a single run: named before anything is written."""
-    given = [v for k, _, v in (a.partition("=") for a in argv) if k.lstrip("+") == "hydra.sweep.dir" and "${" not in v]
-    if not given or not Path(given[-1]).is_dir():
+def sweep_dir_problem(sweep_dir: str | None) -> str | None:
+    """A multirun's hydra.sweep.dir (as its first job composes it: the command line's, a preset's or the default)
+    that holds another sweep (its multirun.yaml, which Hydra's sweeper would write over, its jobs' folders beside
+    the new ones) or a single run: named before anything is written."""
+    if not sweep_dir or not Path(sweep_dir).is_dir():
         return None
-    folder = Path(given[-1])
+    folder = Path(sweep_dir)
     if (folder / "multirun.yaml").is_file():
         held = "another sweep (its multirun.yaml)"
     elif any((folder / name).exists() for name in ("summary.json", "checkpoints", ".hydra")):
@@ -83,8 +83,8 @@ def sweep_dir_problem(argv: list[str]) -> str | None:
     else:
         return None
     return (
-        f"hydra.sweep.dir={given[-1]} holds {held}: choose another hydra.sweep.dir (a job of a sweep resumes alone: "
-        f"python train.py ckpt_path=last hydra.run.dir={given[-1]}/N)"
+        f"hydra.sweep.dir={sweep_dir} holds {held}: choose another hydra.sweep.dir (a job of a sweep resumes alone: "
+        f"python train.py ckpt_path=last hydra.run.dir={sweep_dir}/N)"
     )
 
 
