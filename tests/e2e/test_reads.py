@@ -56,3 +56,20 @@ def test_every_read_leaves_the_run_as_it_was(trained, tmp_path, set_aside):
     loaded = transformer_lab.load(str(run))
     assert loaded.summary["global_step"] == 4 and len(transformer_lab.runs(str(run))) == 1
     assert tree(run) == before and os.listdir(tmp_path / "attention") == ["1"]
+
+
+@needs_shakespeare
+def test_a_reads_output_never_goes_into_a_run_and_a_set_aside_run_is_no_unfinished_one(trained, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(trained, run / OVERWRITTEN, ignore=shutil.ignore_patterns(LOCK))
+    before = tree(run)
+    for command, cwd, options in [
+        ("evaluate", tmp_path, [f"out={run / OVERWRITTEN / 'checkpoints' / 'best.ckpt'}", "overwrite=true"]),
+        ("compare", run / OVERWRITTEN, ["plot=val/loss"]),  # (compare.png in the current folder: the run)
+        ("attention", run / OVERWRITTEN / "checkpoints", ["text=ROMEO"]),
+    ]:
+        result = run_command(command, run, *options, cwd=cwd)
+        assert result.returncode == 2 and "which a read never writes into: write it elsewhere" in result.stderr
+        assert tree(run) == before, command
+    listed = run_command("compare", run, cwd=tmp_path)
+    assert listed.returncode == 0 and "without a summary.json" not in listed.stderr, listed.stderr

@@ -770,3 +770,30 @@ def test_a_second_ctrl_c_after_steps_ends_an_interrupted_run_not_a_failed_one(tm
     resumed = train_in_a_process(*words, "ckpt_path=last", env={"PYTHONPATH": str(ROOT / "tests")})
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert json.loads((tmp_path / "summary.json").read_text())["global_step"] == 20
+
+
+def test_a_resume_at_its_checkpoints_step_keeps_the_run_and_writes_its_summary(tmp_path):
+    """Killed after its last checkpoint and before its summary (summary.json gone), resumed to that same step:
+    nothing to train, the run completes, and nothing it had goes back as if it had failed (the exit took back its
+    summary.json and the CSV log: the stranger's)."""
+    run = tmp_path / "run"
+    short = [*DATA["modular"], *TINY, "logger=csv", "trainer.max_steps=4", f"hydra.run.dir={run}"]
+    assert run_train(*short).returncode == 0
+    (run / "summary.json").unlink()  # (as a kill -9 after the last checkpoint leaves it)
+    resumed = run_train(*short, "ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+    assert (run / "csv" / "metrics.csv").is_file()
+
+
+def test_a_resume_by_a_path_inside_its_set_aside_run_finds_it_put_back(tmp_path):
+    run = tmp_path / "run"
+    short = [*DATA["modular"], *TINY, "logger=none", f"hydra.run.dir={run}"]
+    assert run_train(*short, "trainer.max_steps=4").returncode == 0
+    aside = run / ".overwritten"
+    aside.mkdir()
+    for entry in [p for p in run.iterdir() if p.name not in (".lock", ".overwritten")]:
+        entry.rename(aside / entry.name)  # (as a kill -9 during an overwrite=true leaves it)
+    resumed = run_train(*short, "trainer.max_steps=6", f"ckpt_path={aside / 'checkpoints' / 'last.ckpt'}")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert json.loads((run / "summary.json").read_text())["global_step"] == 6 and not aside.exists()

@@ -16,6 +16,7 @@ from transformer_lab.store.rundir import (
     DISCARDED,
     LOCK,
     OVERWRITTEN,
+    check_claim,
     claim,
     discard_overwritten,
     lock,
@@ -210,3 +211,93 @@ def test_what_a_started_run_replaced_is_never_put_back_even_half_deleted(tmp_pat
     assert [p.name for p in (run / "checkpoints").iterdir()] == ["last.ckpt"]
     discard_overwritten(run)
     release()
+
+
+def a_run(run):
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "best.ckpt").write_bytes(b"the earlier run's")
+    (run / "summary.json").write_text('{"status": "completed", "global_step": 30}')
+    listed(run)
+    return {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+
+
+def test_a_users_own_set_aside_names_are_theirs(tmp_path):
+    """A folder of the user's named .overwritten/ (or .overwritten.discarded/) has no run's manifest in it: no claim
+    takes it for a set-aside run to put back (it replaced the run's summary.json and their notes) or deletes it."""
+    run = tmp_path / "run"
+    before = a_run(run)
+    (run / OVERWRITTEN).mkdir()
+    (run / OVERWRITTEN / "summary.json").write_text("theirs")
+    (run / DISCARDED).mkdir()
+    (run / DISCARDED / "backup.txt").write_text("theirs")
+    before |= {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    with pytest.raises(UserError, match="holds a completed run"):
+        claim(run, "hydra.run.dir", None, overwrite=False)
+    with pytest.raises(UserError, match=r"cannot set the earlier run's files aside \(File exists"):
+        claim(run, "hydra.run.dir", None, overwrite=True)
+    release()
+    assert {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != LOCK} == before
+    assert readable(run / "checkpoints" / "best.ckpt") == run / "checkpoints" / "best.ckpt"
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, SystemExit])
+def test_a_stop_while_the_earlier_run_is_set_aside_puts_it_all_back(tmp_path, monkeypatch, stop):
+    """Ctrl-C or SIGTERM (a SystemExit) between two of set_aside's moves: what had moved goes back, at once."""
+    import transformer_lab.store.rundir as rundir
+
+    run = tmp_path / "run"
+    before = a_run(run)
+    moves, replace = [], os.replace
+
+    def stopped_at_the_second(source, target):
+        moves.append(source)
+        if len(moves) == 2:
+            raise stop
+        replace(source, target)
+
+    monkeypatch.setattr(rundir.os, "replace", stopped_at_the_second)
+    with pytest.raises(stop):
+        claim(run, "hydra.run.dir", None, overwrite=True)
+    monkeypatch.undo()
+    release()
+    assert {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != LOCK} == before
+
+
+def test_no_run_goes_into_a_set_aside_folder_and_a_directory_that_cannot_be_written_is_one_line(tmp_path):
+    run = tmp_path / "run"
+    a_run(run)
+    claim(run, "hydra.run.dir", None, overwrite=True)
+    release()  # (as a kill -9 leaves it)
+    with pytest.raises(UserError) as refused:
+        check_claim(run / OVERWRITTEN, "hydra.run.dir", None, overwrite=True)
+    assert str(refused.value) == (
+        f"hydra.run.dir={run / OVERWRITTEN}: is where overwrite=true sets a run aside, no run's place; choose another "
+        "hydra.run.dir"
+    )
+    (tmp_path / "a-file").write_text("not a folder")
+    with pytest.raises(UserError) as refused:
+        lock(tmp_path / "a-file" / "run", "hydra.run.dir")
+    assert str(refused.value) == (
+        f"hydra.run.dir={tmp_path / 'a-file' / 'run'}: cannot write there (Not a directory); choose another hydra.run.dir"
+    )
+
+
+def test_a_resume_while_another_process_sets_the_run_aside_names_that_process(tmp_path):
+    """Not 'last.ckpt does not exist': the other process's overwrite is under way, its files set aside."""
+    from omegaconf import OmegaConf
+
+    from transformer_lab.store.checkpoint import checkpoint_path
+
+    run = tmp_path / "run"
+    a_run(run)
+    claim(run, "hydra.run.dir", None, overwrite=True)
+    release()
+    fd = os.open(run / LOCK, os.O_RDWR)
+    os.pwrite(fd, b"4242\n", 0)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # (an open file description of its own: another writer)
+    try:
+        with pytest.raises(UserError) as refused:
+            checkpoint_path(OmegaConf.create({"ckpt_path": "last", "paths": {"output_dir": str(run)}}))
+        assert str(refused.value).startswith(f"hydra.run.dir={run}: another process (pid 4242) is writing")
+    finally:
+        os.close(fd)

@@ -15,6 +15,7 @@ from transformer_lab.api.run import load
 from transformer_lab.config.checkpoint import check_state_fits
 from transformer_lab.errors import ConfigError, UserError
 from transformer_lab.run.build import build, load_model
+from transformer_lab.store.atomic import MANIFEST
 from transformer_lab.store.checkpoint import checkpoint_of
 from transformer_lab.store.rundir import LOCK, OVERWRITTEN
 
@@ -152,6 +153,7 @@ def killed_overwrite(run_dir, tmp_path):
     run = tmp_path / "run"
     (run / OVERWRITTEN).mkdir(parents=True)
     shutil.copytree(run_dir / "checkpoints", run / OVERWRITTEN / "checkpoints")
+    (run / OVERWRITTEN / MANIFEST).write_text("checkpoints\n")  # (the first thing set aside: it makes the folder ours)
     (run / LOCK).write_text("999999\n")
     return run
 

@@ -134,7 +134,7 @@ def unsummarised(paths: list[str]) -> list[Path]:
         {
             m.parent
             for m in marks
-            if m.exists() and OVERWRITTEN not in m.parts and not (m.parent / "summary.json").exists()
+            if m.exists() and OVERWRITTEN not in m.parts and not readable(m.parent / "summary.json").exists()
         }
     )
 

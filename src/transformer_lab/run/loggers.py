@@ -131,6 +131,12 @@ class CSVLogger(LightningCSVLogger):
             self._earlier = []
         super().log_metrics(metrics, step)
 
+    def save(self) -> None:
+        if self._earlier and self._experiment is not None:  # (a resume that logged nothing: the rows stay as they were)
+            self.experiment.metrics[:0] = self._earlier
+            self._earlier = []
+        super().save()
+
 
 class WandbLogger(LightningWandbLogger):
     """Lightning's W&B logger, quiet: W&B's banner, sync hints and end-of-run history stay out of the console

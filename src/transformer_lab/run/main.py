@@ -30,6 +30,7 @@ from transformer_lab.store.rundir import (
     holds,
     record,
     release,
+    started,
     stop_on_sigterm,
     unwind,
 )
@@ -211,6 +212,8 @@ def recorded(run_dir: Path, prepared: Prepared, early: logging.handlers.MemoryHa
                 if log_handler is not None:
                     log_handler.handle(log.makeRecord(log.name, logging.ERROR, __file__, 0, "error: %s", (e,), None))
                 raise
+        if first_process():  # (ended well, if without a step to train: a resume at its last step; nothing goes back)
+            started(run_dir)
     except BaseException:
         if first_process():  # (the directory is the claiming process's to put back)
             unwind(run_dir)

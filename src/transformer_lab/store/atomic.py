@@ -83,6 +83,18 @@ def recording(run_dir: str | os.PathLike) -> Iterator[None]:
         stop_recording(run_dir)
 
 
+def not_into_a_run(path: Path, where: str) -> None:
+    """A file a command writes (out=, predictions=, a plot, maps) goes nowhere inside a run directory it has not
+    claimed (one with a manifest): a read never writes into a run, out= naming a run's own file included."""
+    for folder in Path(os.path.abspath(path)).parents:
+        if folder in _recording:
+            return
+        if (folder / MANIFEST).is_file():
+            raise UserError(
+                f"{where}: inside the run directory {folder}, which a read never writes into: write it elsewhere"
+            )
+
+
 def note_written(path: str | os.PathLike) -> None:
     """Lists `path` (a file or folder this process wrote, itself or through a library) in the manifest of the
     claimed run directory it lies in; nothing outside one."""
@@ -143,6 +155,7 @@ def atomic_path(path: str | os.PathLike, key: str | None = None) -> Iterator[Pat
     image, a safetensors file): what it wrote appears at `path` only if the block completes. `key`: the option
     that named the path, for the message of a disk that refuses it."""
     path = Path(path)
+    not_into_a_run(path, f"{key}={path}" if key else str(path))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:  # (a disk's refusal is one line; a path under a file is the caller's to word)
@@ -184,6 +197,7 @@ def staging_folder(path: str | os.PathLike, key: str | None = None) -> Iterator[
     refuses it is one line (a UserError)."""
     path = Path(path)
     where = f"{key}={path}" if key else str(path)
+    not_into_a_run(path, where)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(path.parent)

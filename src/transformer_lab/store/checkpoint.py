@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 from transformer_lab.errors import ConfigError, UserError, first_line
 from transformer_lab.store.files import existing_file, read_json
 from transformer_lab.store.origins import recorded_searchpath, restore_code, root_dir, run_overrides, with_searchpath
-from transformer_lab.store.rundir import readable, recover
+from transformer_lab.store.rundir import OVERWRITTEN, readable, recover
 
 # The layout of what a checkpoint carries (`transformer_lab`: config, overrides, vocabulary, data files, code roots).
 # A checkpoint of another layout is refused in one line: nothing was released before 0.1.0, so there is no older
@@ -77,7 +77,8 @@ def checkpoint_path(cfg: DictConfig) -> Path | None:
     """The checkpoint `ckpt_path` names (`last`: the run directory's last.ckpt), which must exist."""
     if cfg.ckpt_path is None:
         return None
-    recover(Path(cfg.paths.output_dir))  # (this run starts there: what an overwrite=true killed set aside goes back)
+    run_dir = Path(cfg.paths.output_dir).absolute()
+    recover(run_dir)  # (this run starts there: what an overwrite=true killed set aside goes back)
     if cfg.ckpt_path == "last":
         path = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
         if not path.exists() and (path.parent.parent / "summary.json").is_file():  # (a run stopped before its first)
@@ -92,9 +93,12 @@ def checkpoint_path(cfg: DictConfig) -> Path | None:
                 f"`last` means {path}, which does not exist; point hydra.run.dir at the directory of the run to resume",
             )
         return path
-    path = readable(Path(cfg.ckpt_path))
+    path = Path(cfg.ckpt_path).absolute()
+    if path.is_relative_to(run_dir / OVERWRITTEN):  # (a path it had there, put back above)
+        path = run_dir / path.relative_to(run_dir / OVERWRITTEN)
+    path = readable(path)
     if not path.is_file():
-        raise ConfigError("ckpt_path", f"no checkpoint file at {path}")
+        raise ConfigError("ckpt_path", f"no checkpoint file at {cfg.ckpt_path}")
     return path
 
 

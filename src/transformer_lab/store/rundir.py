@@ -13,6 +13,7 @@ is put right by the next run that claims the directory (`recover`), and read whe
 from __future__ import annotations
 
 import atexit
+import contextlib
 import fcntl
 import logging
 import os
@@ -56,8 +57,11 @@ def lock(run_dir: Path, key: str, write_pid: bool = True) -> None:
     run_dir = Path(run_dir).absolute()
     if run_dir in _held:
         return
-    run_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise UserError(f"{named(run_dir, key)}: cannot write there ({e.strerror}); choose another {key}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -130,7 +134,8 @@ def claim(run_dir: Path, key: str, resumes: Path | None, overwrite: bool, keep: 
         return
     run_dir = Path(run_dir).absolute()
     lock(run_dir, key, write_pid=False)  # (a refused claim leaves the lock file as it was)
-    shutil.rmtree(run_dir / DISCARDED, ignore_errors=True)  # (a run killed while deleting what it replaced)
+    on_stop_put_back()  # (before anything is moved: a stop from here on puts it back)
+    remove_discarded(run_dir)  # (a run killed while deleting what it replaced)
     restore_overwritten(run_dir)  # (a run killed with an earlier run set aside: it goes back first)
     remove_stale_temporaries(run_dir / "checkpoints")  # of a writer killed mid-write
     held = earlier_run(run_dir)
@@ -144,7 +149,6 @@ def claim(run_dir: Path, key: str, resumes: Path | None, overwrite: bool, keep: 
     held_then = {p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*")}
     _claimed[run_dir] = (read_manifest(run_dir) if (run_dir / MANIFEST).is_file() else None, held_then)
     start_recording(run_dir)
-    on_stop_put_back()
     mark_writer(run_dir)
 
 
@@ -154,6 +158,10 @@ def check_claim(run_dir: Path, key: str, resumes: Path | None, overwrite: bool) 
     if not first_process():
         return
     run_dir = Path(run_dir).absolute()
+    if {OVERWRITTEN, DISCARDED} & set(run_dir.parts):
+        raise UserError(
+            f"{named(run_dir, key)}: is where overwrite=true sets a run aside, no run's place; choose another {key}"
+        )
     if run_dir not in _held and (run_dir / LOCK).is_file():
         fd = os.open(run_dir / LOCK, os.O_RDONLY)
         try:
@@ -166,7 +174,7 @@ def check_claim(run_dir: Path, key: str, resumes: Path | None, overwrite: bool) 
             ) from None
         finally:
             os.close(fd)
-    if (run_dir / OVERWRITTEN).is_dir():
+    if ours(run_dir / OVERWRITTEN):
         return  # (an overwrite killed under way: `claim` puts the earlier run back, then decides)
     held = earlier_run(run_dir)
     resuming = resumes is not None and Path(resumes).absolute().is_relative_to(run_dir)
@@ -210,13 +218,19 @@ def refusal(run_dir: Path, key: str, held: str) -> str:
     )
 
 
+def ours(aside: Path) -> bool:
+    """Whether a .overwritten/ (or .overwritten.discarded/) folder is one an overwrite made: the run's manifest is
+    the first thing it moves there and the last it deletes; a folder of the user's so named is theirs."""
+    return (aside / MANIFEST).is_file()
+
+
 def written_by_a_run(run_dir: Path, keep: tuple[str, ...] = ()) -> list[Path]:
     """What of `run_dir` a run wrote, relative to it, less `keep`: what its manifest lists (and the manifest).
     A folder listed stands for what is inside it."""
     listed = [Path(p) for p in read_manifest(run_dir) if (run_dir / p).exists() or (run_dir / p).is_symlink()]
     found = set(listed) | ({Path(MANIFEST)} if (run_dir / MANIFEST).is_file() else set())
     outermost = {p for p in found if not any(q in found for q in p.parents if q != Path("."))}
-    return sorted(p for p in outermost if p.parts[0] not in keep)
+    return sorted((p for p in outermost if p.parts[0] not in keep), key=lambda p: p != Path(MANIFEST))  # (it first)
 
 
 def set_aside(run_dir: Path, keep: tuple[str, ...] = ()) -> None:
@@ -237,14 +251,17 @@ def set_aside(run_dir: Path, keep: tuple[str, ...] = ()) -> None:
             f"hydra.run.dir={run_dir}: overwrite=true cannot set the earlier run's files aside ({e.strerror}: "
             f"{e.filename}); nothing was changed"
         ) from None
+    except BaseException:  # (Ctrl-C, SIGTERM while moving them: all go back)
+        restore_overwritten(run_dir)
+        raise
 
 
 def restore_overwritten(run_dir: Path) -> None:
     """Puts back what `set_aside` moved, replacing what the run that failed to start wrote under those names."""
     _aside.discard(Path(run_dir))
     aside = Path(run_dir) / OVERWRITTEN
-    if aside.is_dir():
-        for entry in aside.iterdir():
+    if aside.is_dir() and (ours(aside) or not any(aside.iterdir())):
+        for entry in sorted(aside.iterdir(), key=lambda e: e.name == MANIFEST):  # (the manifest last)
             _put_back(entry, Path(run_dir) / entry.name)
         shutil.rmtree(aside)
 
@@ -276,21 +293,30 @@ def _prune_empty(run_dir: Path, folder: Path, kept: set[str] = frozenset()) -> N
 def discard_overwritten(run_dir: Path) -> None:
     """The run replacing an earlier one has started training: the earlier one's files go, decided in one rename."""
     _aside.discard(Path(run_dir))
-    if (Path(run_dir) / OVERWRITTEN).is_dir():
+    if ours(Path(run_dir) / OVERWRITTEN):
         os.replace(Path(run_dir) / OVERWRITTEN, Path(run_dir) / DISCARDED)
-    shutil.rmtree(Path(run_dir) / DISCARDED, ignore_errors=True)
+    remove_discarded(Path(run_dir))
+
+
+def remove_discarded(run_dir: Path) -> None:
+    """What a started run replaced, deleted: its manifest last, so a kill -9 meanwhile leaves it ours to delete."""
+    discarded = run_dir / DISCARDED
+    if ours(discarded):
+        for entry in discarded.iterdir():
+            if entry.name != MANIFEST:
+                _remove(entry)
+        (discarded / MANIFEST).unlink()
+    with contextlib.suppress(OSError):  # (emptied; a user's own folder so named, with files, stays)
+        discarded.rmdir()
 
 
 def recover(run_dir: Path) -> None:
     """A directory where a run set an earlier one aside and was killed before it could settle it (kill -9):
     the earlier run goes back, unless a process is writing there now (its own overwrite, under way)."""
     run_dir = Path(run_dir).absolute()
-    if not (run_dir / OVERWRITTEN).is_dir() or run_dir in _held:
+    if not ours(run_dir / OVERWRITTEN) or run_dir in _held:
         return
-    try:
-        lock(run_dir, "run directory")
-    except (UserError, OSError):  # another process holds it (its overwrite, under way), or it is read-only
-        return
+    lock(run_dir, "hydra.run.dir")  # (another process writing there, its overwrite under way: its one line)
     try:
         restore_overwritten(run_dir)
     except OSError:
@@ -306,7 +332,7 @@ def readable(path: Path) -> Path:
         return Path(path)
     absolute = Path(os.path.abspath(path))
     for folder in absolute.parents:
-        if (aside := folder / OVERWRITTEN / absolute.relative_to(folder)).exists():
+        if ours(folder / OVERWRITTEN) and (aside := folder / OVERWRITTEN / absolute.relative_to(folder)).exists():
             return aside
     return Path(path)
 
