@@ -131,11 +131,11 @@ class CSVLogger(LightningCSVLogger):
             self._earlier = []
         super().log_metrics(metrics, step)
 
-    def save(self) -> None:
+    def finalize(self, status: str) -> None:
         if self._earlier and self._experiment is not None:  # (a resume that logged nothing: the rows stay as they were)
             self.experiment.metrics[:0] = self._earlier
             self._earlier = []
-        super().save()
+        super().finalize(status)
 
 
 class WandbLogger(LightningWandbLogger):

@@ -30,6 +30,7 @@ from transformer_lab.store.atomic import (
     atomic_path,
     note_written,
     read_manifest,
+    recording,
     remove_stale_temporaries,
     start_recording,
     stop_recording,
@@ -365,7 +366,7 @@ def unwind(run_dir: Path) -> None:
         if before is None:
             (run_dir / MANIFEST).unlink(missing_ok=True)
         else:
-            with atomic_path(run_dir / MANIFEST) as tmp:
+            with recording(run_dir), atomic_path(run_dir / MANIFEST) as tmp:  # (the run's own: not a read's)
                 tmp.write_text("".join(f"{line}\n" for line in before))
     restore_overwritten(run_dir)
     size, records = _resumed.pop(run_dir, (None, None))
