@@ -113,6 +113,8 @@ def test_runs_group_by_gives_mean_sample_std_and_n(seeded):
     assert frame["val/loss std"].tolist() == pytest.approx(
         [statistics.stdev([1.0, 1.4]), statistics.stdev([2.0, 2.5, 3.0])]
     )
+    alone = transformer_lab.runs([str(seeded[0])], group_by="optim.lr", metrics=["val/loss"])
+    assert alone["val/loss std"].tolist() == [0.0] and alone["n"].tolist() == [1]  # (compare's "± 0", not NaN)
 
 
 def test_runs_mistakes_are_compares_one_line(seeded, tmp_path):

@@ -284,3 +284,18 @@ def test_an_unknown_module_is_named_in_one_line():
         "activations: Mine has no module 'layers.2' (its modules: embed, layers, layers.0, layers.0.linear, "
         "layers.1, layers.1.linear, ...)"
     )
+
+
+def test_the_norm_eps_caveat_is_an_exports_alone(caplog, tmp_path):
+    """A bert with model.norm_eps=null has two epsilons; its twin in memory holds both (same_norm_eps), a
+    config.json one: only export says so, once (it was said, twice, by every conversion to TransformerLens)."""
+    import logging
+
+    from transformer_lab.pretrained.twin import family_for, settings_of
+
+    model = randomised(bert())
+    with caplog.at_level(logging.WARNING):
+        to_transformer_lens(model)
+    assert not [r for r in caplog.records if "norm_eps" in r.getMessage()]
+    caveat = family_for(model, settings_of(model)).export_caveat(settings_of(model))
+    assert caveat.startswith("model.norm_eps was null") and "exported with BERT's one layer_norm_eps=1e-5" in caveat

@@ -283,7 +283,8 @@ def runs(paths, group_by=None, metrics=None, sort: str | None = None, descending
             for metric in numeric:
                 values = pd.Series([r.summary.get(metric) for r in members], dtype="object")
                 values = pd.to_numeric(values[values.map(lambda v: isinstance(v, (int, float)))], errors="coerce")
-                row[f"{metric} mean"], row[f"{metric} std"] = values.mean(), values.std(ddof=1)
+                std = values.std(ddof=1) if len(values) != 1 else 0.0  # (a run alone: 0, as compare's ± 0)
+                row[f"{metric} mean"], row[f"{metric} std"] = values.mean(), std
             row["n"] = len(members)
             rows.append(row)
         frame = pd.DataFrame(rows, columns=[*keys, *(f"{m} {s}" for m in numeric for s in ("mean", "std")), "n"])

@@ -221,6 +221,8 @@ def export(target: str | Path, out_dir: str | Path, overwrite: bool = False) -> 
             log.warning(
                 "export: the directory %s replaced is at %s: it could not be removed (%s)", out, old, e.strerror
             )
+    if caveat := family.export_caveat(s):
+        log.warning(caveat)
     log.info("exported %s as %s (%s) to %s", path, config["architectures"][0], family.model_type, out)
     return out
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 import torch
 
 from transformer_lab.pretrained.tables import (
@@ -16,8 +14,6 @@ from transformer_lab.pretrained.tables import (
     refuse_export,
     refuse_unless,
 )
-
-log = logging.getLogger(__name__)
 
 
 class Bert(Family):
@@ -83,16 +79,19 @@ class Bert(Family):
         theirs["bert.embeddings.token_type_embeddings.weight"] = torch.zeros(2, wpe.size(1), dtype=wpe.dtype)
         return theirs
 
+    def export_caveat(self, s):
+        if s["norm_eps"] is None:
+            return (
+                "model.norm_eps was null (1e-5 in the layers, 1e-12 in the embedding and head norms): exported "
+                "with BERT's one layer_norm_eps=1e-5, so the embedding and head norms differ by ~1e-5 relative"
+            )
+        return None
+
     def hf_config(self, s, tokens):
         classify = s.get("n_classes") is not None  # (a classifier's pooling: BERT's pools [CLS])
         refuse_export(
             "BERT", differ(s, {"norm_first": False, "bias": True, **({"pooling": "cls"} if classify else {})})
         )
-        if s["norm_eps"] is None:
-            log.warning(
-                "model.norm_eps was null (1e-5 in the layers, 1e-12 in the embedding and head norms): exported "
-                "with BERT's one layer_norm_eps=1e-5, so the embedding and head norms differ by ~1e-5 relative"
-            )
         return dict(
             architectures=["BertForSequenceClassification" if classify else "BertForMaskedLM"],
             vocab_size=s["vocab_size"],

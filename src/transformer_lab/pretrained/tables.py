@@ -59,6 +59,11 @@ class Family:
     def to_hf(self, ours: dict, s: dict) -> dict:
         return to_table(self.table(s), ours)
 
+    def export_caveat(self, s: dict) -> str | None:
+        """What a config.json of this family cannot hold of these settings exactly, said when exported (a twin
+        in memory holds it: pretrained/twin.py same_norm_eps)."""
+        return None
+
 
 def from_table(table: list[Entry], theirs: dict) -> dict:
     out = {}
