@@ -299,3 +299,14 @@ def test_the_norm_eps_caveat_is_an_exports_alone(caplog, tmp_path):
     assert not [r for r in caplog.records if "norm_eps" in r.getMessage()]
     caveat = family_for(model, settings_of(model)).export_caveat(settings_of(model))
     assert caveat.startswith("model.norm_eps was null") and "exported with BERT's one layer_norm_eps=1e-5" in caveat
+
+
+@pytest.mark.parametrize("build", [lambda: t5(), lambda: encdec(norm_first=False, sinusoid_layout="halves")])
+def test_an_encoder_decoders_bridge_without_the_decoders_input_is_refused(build):
+    """TransformerLens feeds a decoder with no decoder_input the source shifted right: logits of nothing."""
+    model = randomised(build())
+    bridge = to_transformer_lens(model)
+    with pytest.raises(UserError, match=r"^to_transformer_lens: an encoder-decoder's bridge needs the decoder's input"):
+        bridge(SRC)
+    with torch.no_grad():
+        assert (bridge(SRC, decoder_input=TGT) - model(SRC, TGT)).abs().max() <= 1e-5

@@ -60,7 +60,26 @@ def to_transformer_lens(model: torch.nn.Module, meta: dict | None = None, tokeni
             f"{type(model).__name__}'s Transformers architecture; activations() reads its modules"
         )
     twin.to(next(model.parameters()).device)
+    if twin.config.is_encoder_decoder:
+        twin.register_forward_pre_hook(decoder_input_given, with_kwargs=True)
     return build_bridge_from_module(twin, architecture, hf_config=twin.config, tokenizer=tokenizer)
+
+
+def decoder_input_given(twin, args, kwargs):
+    """An encoder-decoder's bridge called without `decoder_input`: TransformerLens then feeds the decoder the source
+    shifted right (transformer_bridge.py, "Auto-generate decoder_input_ids"), whose logits look fine and mean nothing.
+    Refused in one line: the decoder reads what the run's decoder reads, <bos> and the target."""
+    source, decoder = kwargs.get("input_ids", args[0] if args else None), kwargs.get("decoder_input_ids")
+    start = twin.config.decoder_start_token_id
+    if source is None or decoder is None or decoder.shape != source.shape:
+        return None
+    if (decoder[:, 0] == start).all() and torch.equal(decoder[:, 1:], source[:, :-1]):
+        raise UserError(
+            "to_transformer_lens: an encoder-decoder's bridge needs the decoder's input, as the run decodes: "
+            f"bridge(source, decoder_input=torch.tensor([[{start}, *target_ids]])) (<bos> first; without it "
+            "TransformerLens feeds the decoder the source shifted right)"
+        )
+    return None
 
 
 def activations(
