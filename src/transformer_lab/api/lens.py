@@ -67,8 +67,9 @@ def to_transformer_lens(model: torch.nn.Module, meta: dict | None = None, tokeni
 
 def decoder_input_given(twin, args, kwargs):
     """An encoder-decoder's bridge called without `decoder_input`: TransformerLens then feeds the decoder the source
-    shifted right (transformer_bridge.py, "Auto-generate decoder_input_ids"), whose logits look fine and mean nothing.
-    Refused in one line: the decoder reads what the run's decoder reads, <bos> and the target."""
+    shifted right, whose logits look fine and mean nothing (upstream: github.com/TransformerLensOrg/TransformerLens,
+    transformer_lens/model_bridge/transformer_bridge.py, "Auto-generate decoder_input_ids"; tests/unit/test_lens.py
+    fails if it changes). Refused in one line: the decoder reads what the run's decoder reads, <bos> and the target."""
     source, decoder = kwargs.get("input_ids", args[0] if args else None), kwargs.get("decoder_input_ids")
     start = twin.config.decoder_start_token_id
     if source is None or decoder is None or decoder.shape != source.shape:
