@@ -1,5 +1,6 @@
 """What one Muon step costs: torch's torch.optim.Muon (Newton-Schulz matrix by matrix) against StackedMuon
-(tasks/optim.py: each shape's matrices in one batched matmul, the same update bit for bit), on the hidden matrices of
+(tasks/optim.py: each shape's matrices in one batched matmul, the same update bit for bit), and StackedMuon with
+Newton-Schulz in float32 (optim.muon_precision=float32, a CPU without bf16 units' default), on the hidden matrices of
 a gpt (by default shakespeare_char_cpu's), interleaved.
 
     python benchmarks/muon_step.py [--n_layer 4] [--n_embd 128] [--rounds 3] [--steps 100]
@@ -55,19 +56,25 @@ def main() -> int:
     )
     torch.manual_seed(0)
     optimizers = {}
-    for name, cls in (("torch.optim.Muon", torch.optim.Muon), ("StackedMuon", StackedMuon)):
+    kinds = {
+        "torch.optim.Muon": torch.optim.Muon,
+        "StackedMuon": StackedMuon,
+        "StackedMuon float32": lambda params, **kw: StackedMuon(params, torch.float32, **kw),
+    }
+    for name, make in kinds.items():
         params = [torch.nn.Parameter(torch.randn(s) * 0.02) for s in shapes]
         for p in params:
             p.grad = torch.randn_like(p) * 1e-3
-        optimizers[name] = cls(params, lr=0.02)
+        optimizers[name] = make(params, lr=0.02)
     times = {name: [] for name in optimizers}
     for i in range(args.rounds):
-        for name in list(optimizers)[i % 2 :] + list(optimizers)[: i % 2]:  # A B, B A, ...
+        for name in list(optimizers)[i % 3 :] + list(optimizers)[: i % 3]:  # A B C, B C A, ...
             times[name].append(per_step(optimizers[name], args.steps))
         print(f"round {i}: " + ", ".join(f"{n} {times[n][-1]:.2f} ms" for n in optimizers), flush=True)
     medians = {n: statistics.median(t) for n, t in times.items()}
     print(", ".join(f"median {n} {m:.2f} ms" for n, m in medians.items()))
     print(f"StackedMuon / torch: {medians['StackedMuon'] / medians['torch.optim.Muon']:.3f}x")
+    print(f"StackedMuon float32 / bfloat16: {medians['StackedMuon float32'] / medians['StackedMuon']:.3f}x")
     return 0
 
 

@@ -1,3 +1,5 @@
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -171,3 +173,41 @@ def test_muon_weight_decay_is_the_matrices_own_and_null_means_weight_decay(tmp_p
 
     assert decays() == ({0.3}, {0.3, 0.0})
     assert decays("optim.muon_weight_decay=0.05") == ({0.05}, {0.3, 0.0})
+
+
+def test_newton_schulz_in_float32_is_the_same_iteration_nearer_to_exact():
+    """optim.muon_precision=float32 (a CPU without bf16 units): the same quintic steps, closer to the float64 ones
+    than bfloat16's, and an update of the same size (the iteration's singular values near 1 either way)."""
+    from transformer_lab.tasks.optim import newton_schulz
+
+    torch.manual_seed(0)
+    G = torch.randn(3, 48, 16)
+    settings = (3.4445, -4.7750, 2.0315), 5, 1e-7
+    exact = newton_schulz(G.double(), *settings, dtype=torch.float64)
+    half, single = (newton_schulz(G, *settings, dtype=d).double() for d in (torch.bfloat16, torch.float32))
+    assert single.dtype == half.dtype == torch.float64 and single.shape == G.shape
+    assert (single - exact).abs().max() < 1e-5 < (half - exact).abs().max()
+    assert torch.linalg.matrix_norm(single).sub(torch.linalg.matrix_norm(half)).abs().max() < 0.05
+
+
+@pytest.mark.parametrize(
+    "accelerator, bf16_units, chosen",
+    [("cpu", False, "float32"), ("cpu", True, "bfloat16"), ("gpu", False, "bfloat16")],
+)
+def test_muon_precision_follows_the_devices_bf16_units_and_reaches_the_optimizer(
+    accelerator, bf16_units, chosen, monkeypatch, tmp_path
+):
+    from omegaconf import OmegaConf
+
+    import transformer_lab.config.schema as schema
+    from helpers.runs import TINY, compose_cfg
+    from transformer_lab.run.build import build
+
+    monkeypatch.setattr(schema, "cpu_has_bf16_units", lambda: bf16_units)
+    cfg = compose_cfg(["data=modular", "data.p=11", *TINY, "optim.name=muon", f"trainer.accelerator={accelerator}"])
+    assert OmegaConf.to_container(cfg, resolve=True)["optim"]["muon_precision"] == chosen
+    if accelerator == "cpu":
+        _, _, task = build(cfg, None)
+        task.trainer = SimpleNamespace(max_steps=10, precision_plugin=None, gradient_clip_val=None)  # (what it reads)
+        optimizer = task.configure_optimizers()["optimizer"]
+        assert optimizer.muon.ns_dtype == getattr(torch, chosen)

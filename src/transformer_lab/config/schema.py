@@ -187,6 +187,8 @@ class TrainerConfig:
 Optimizer = choice("Optimizer", "adamw", "adafactor", "muon")
 # optim.muon_shape_scaling: torch.optim.Muon's adjust_lr_fn (how an update's size follows its matrix's shape)
 MuonShapeScaling = choice("MuonShapeScaling", "original", "match_rms_adamw")
+# optim.muon_precision: the dtype of Muon's Newton-Schulz iteration (default: what the run's device does fast)
+MuonPrecision = choice("MuonPrecision", "bfloat16", "float32")
 
 
 @dataclass
@@ -210,6 +212,9 @@ class OptimConfig:
     # the hidden matrices' decoupled decay (each step shrinks them by lr x decay: at Muon's larger lr one decay for
     # both optimizers decays Muon's matrices more); null: weight_decay. (Unused by adamw, as every muon_ key.)
     muon_weight_decay: Optional[float] = None
+    # Newton-Schulz in bfloat16 (torch's Muon) where the device has bf16 units (CUDA; a CPU with AMX or AVX512-BF16),
+    # float32 elsewhere: emulated bf16 took 3x float32's time there (issue #67). Resolved as the run is composed.
+    muon_precision: MuonPrecision = "${fast_precision:${trainer.accelerator}}"  # type: ignore[assignment]
 
     def __post_init__(self):
         require(self.lr > 0, "lr", f"must be positive, got {self.lr}")
@@ -258,6 +263,19 @@ def cpu_precision() -> str:
     return "bf16-mixed" if cpu_has_bf16_units() else "32-true"
 
 
+def fast_precision(accelerator) -> str:
+    """`${fast_precision:${trainer.accelerator}}`: bfloat16 where the run's device computes it natively (a CUDA GPU;
+    a CPU with bf16 units, as hardware=cpu_bf16 decides), float32 elsewhere. (auto: torch is asked for a GPU only
+    where the CPU has no bf16 units.)"""
+    if str(accelerator) in ("gpu", "cuda") or cpu_has_bf16_units():
+        return "bfloat16"
+    if str(accelerator) == "auto":
+        import torch
+
+        return "bfloat16" if torch.cuda.is_available() else "float32"
+    return "float32"
+
+
 def if_bf16(precision, with_bf16, without):
     """`${if_bf16:${trainer.precision},A,B}`: A when the run computes in bf16, else B (a setting tuned for bf16:
     shakespeare_char_cpu's attention kernel)."""
@@ -276,6 +294,7 @@ ATTENTION_KERNELS = {
 def register() -> None:
     OmegaConf.register_new_resolver("cpu_precision", cpu_precision, replace=True)
     OmegaConf.register_new_resolver("if_bf16", if_bf16, replace=True)
+    OmegaConf.register_new_resolver("fast_precision", fast_precision, replace=True)
     OmegaConf.register_new_resolver("suggested", data_suggestion, replace=True)
     OmegaConf.register_new_resolver("tasks_per_node", tasks_per_node, replace=True)
     cs = ConfigStore.instance()

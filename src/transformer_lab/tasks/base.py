@@ -206,6 +206,7 @@ class Task(L.LightningModule):
                 str(o["muon_shape_scaling"]),
                 o["weight_decay"] if o.get("muon_weight_decay") is None else o["muon_weight_decay"],
                 **groups,
+                ns_dtype=getattr(torch, str(o["muon_precision"])),
             ),
         }
         optimizer = optimizers[str(o["name"])]()

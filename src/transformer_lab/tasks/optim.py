@@ -107,12 +107,15 @@ def check_optimizer(name: str, model: nn.Module) -> None:
         NEEDS_OF_THE_MODEL[name](model)
 
 
-def newton_schulz(G: torch.Tensor, coefficients: tuple[float, float, float], steps: int, eps: float) -> torch.Tensor:
-    """torch's Newton-Schulz iteration (torch.optim.Muon's: bfloat16, on the wide orientation, normalised by the
-    Frobenius norm, quintic steps) over a stack of same-shaped matrices G (S, A, B) at once, or one matrix (A, B)."""
+def newton_schulz(
+    G: torch.Tensor, coefficients: tuple[float, float, float], steps: int, eps: float, dtype=torch.bfloat16
+) -> torch.Tensor:
+    """torch's Newton-Schulz iteration (torch.optim.Muon's: in bfloat16, on the wide orientation, normalised by the
+    Frobenius norm, quintic steps) over a stack of same-shaped matrices G (S, A, B) at once, or one matrix (A, B);
+    `dtype` float32 where bf16 is emulated (a CPU without bf16 units)."""
     a, b, c = coefficients
     add_product = torch.baddbmm if G.dim() == 3 else torch.addmm
-    X = G.bfloat16()
+    X = G.to(dtype)
     tall = G.size(-2) > G.size(-1)
     if tall:
         X = X.mT
@@ -133,7 +136,12 @@ class StackedMuon(torch.optim.Muon):
     """torch's Muon, its settings, state and update, but each step orthogonalises the matrices of one shape
     together: torch's runs Newton-Schulz matrix by matrix (it has no foreach), ~15 small matmuls each, which at
     this repository's sizes cost as much as the model's own forward and backward (benchmarks/muon_step.py times both).
-    The same arithmetic, stacked (tests/unit/test_optim.py checks it against torch's, bit for bit)."""
+    The same arithmetic, stacked (tests/unit/test_optim.py checks it against torch's, bit for bit), in `ns_dtype`
+    (bfloat16 as torch's; float32 where the CPU has no bf16 units)."""
+
+    def __init__(self, params, ns_dtype=torch.bfloat16, **settings):
+        super().__init__(params, **settings)
+        self.ns_dtype = ns_dtype
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -154,7 +162,7 @@ class StackedMuon(torch.optim.Muon):
                 buf.lerp_(p.grad, 1 - momentum)
                 stacks.setdefault(p.shape, []).append((p, p.grad.lerp(buf, momentum) if group["nesterov"] else buf))
             for shape, pairs in stacks.items():
-                settings = group["ns_coefficients"], group["ns_steps"], group["eps"]
+                settings = group["ns_coefficients"], group["ns_steps"], group["eps"], self.ns_dtype
                 if len(pairs) == 1:  # (a batch of one is dearer than one matrix)
                     updates = [newton_schulz(pairs[0][1], *settings)]
                 else:
@@ -212,6 +220,7 @@ def muon(
     muon_weight_decay: float,
     pretrained: Collection[str] = (),
     pretrained_lr: float | None = None,
+    ns_dtype: torch.dtype = torch.bfloat16,
 ) -> MuonWithAdamW:
     """torch's Muon (Jordan et al. 2024: Nesterov momentum, orthogonalised by Newton-Schulz) on `hidden_matrices` at
     muon_lr, decaying by muon_weight_decay; AdamW on the rest as `adamw` builds it. With pretrained_lr, Muon's loaded matrices take
@@ -225,7 +234,12 @@ def muon(
     muon_groups = [{"params": matrices[rate], "lr": rate} for rate in sorted(matrices, key=lambda r: r != muon_lr)]
     return MuonWithAdamW(
         StackedMuon(
-            muon_groups, lr=muon_lr, weight_decay=muon_weight_decay, momentum=momentum, adjust_lr_fn=shape_scaling
+            muon_groups,
+            ns_dtype,
+            lr=muon_lr,
+            weight_decay=muon_weight_decay,
+            momentum=momentum,
+            adjust_lr_fn=shape_scaling,
         ),
         adamw(model, lr, weight_decay, betas, eps, fused, pretrained, pretrained_lr, leave_out=hidden),
     )
