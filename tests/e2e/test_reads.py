@@ -73,3 +73,14 @@ def test_a_reads_output_never_goes_into_a_run_and_a_set_aside_run_is_no_unfinish
         assert tree(run) == before, command
     listed = run_command("compare", run, cwd=tmp_path)
     assert listed.returncode == 0 and "without a summary.json" not in listed.stderr, listed.stderr
+
+
+def test_a_run_through_a_symbolic_link_writes_its_own_files(tmp_path):
+    """A run whose hydra.run.dir is a link: Lightning writes its checkpoints by the resolved path, which the one
+    writer knows as the run's own (it refused them as a read's, and the run failed at its first checkpoint)."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    result = run_train("data=modular", "data.p=11", *TINY, "trainer.max_steps=4", "logger=none",
+                       f"hydra.run.dir={tmp_path / 'link'}")  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "real" / "checkpoints" / "last.ckpt").is_file()

@@ -301,3 +301,67 @@ def test_a_resume_while_another_process_sets_the_run_aside_names_that_process(tm
         assert str(refused.value).startswith(f"hydra.run.dir={run}: another process (pid 4242) is writing")
     finally:
         os.close(fd)
+
+
+def test_no_run_inside_a_run_and_a_users_folder_under_an_overwrites_names_is_refused_up_front(tmp_path):
+    run = tmp_path / "run"
+    a_run(run)
+    with pytest.raises(UserError) as refused:  # (a later overwrite=true of the outer run deleted it)
+        check_claim(run / "checkpoints", "hydra.run.dir", None, overwrite=False)
+    assert str(refused.value) == (
+        f"hydra.run.dir={run / 'checkpoints'}: is inside the run directory {run}, a run's own; choose another "
+        "hydra.run.dir"
+    )
+    (run / DISCARDED).mkdir()
+    (run / DISCARDED / "x.txt").write_text("theirs")  # (overwrite=true's rename onto it was a traceback)
+    with pytest.raises(UserError) as refused:
+        check_claim(run, "hydra.run.dir", None, overwrite=True)
+    assert str(refused.value) == (
+        f"hydra.run.dir={run} holds {DISCARDED}, which no run wrote: overwrite=true sets a run aside under that "
+        "name; move it, or choose another hydra.run.dir"
+    )
+
+
+def test_a_file_the_discard_cannot_delete_is_warned_and_the_new_run_goes_on(tmp_path, monkeypatch, caplog):
+    import transformer_lab.store.rundir as rundir
+
+    run = tmp_path / "run"
+    a_run(run)
+    claim(run, "hydra.run.dir", None, overwrite=True)
+
+    def immutable(path):
+        raise PermissionError(1, "Operation not permitted", str(path))
+
+    monkeypatch.setattr(rundir, "_remove", immutable)
+    discard_overwritten(run)  # (the new run started: a traceback here ended it, both runs gone)
+    release()
+    assert "cannot delete all of it (Operation not permitted" in caplog.text and (run / DISCARDED / MANIFEST).exists()
+
+
+def test_a_commands_file_goes_nowhere_inside_a_run_not_through_a_link_nor_beside_a_set_aside_one(tmp_path):
+    from transformer_lab.store.atomic import not_into_a_run
+
+    run = tmp_path / "run"
+    a_run(run)
+    (tmp_path / "link").symlink_to(run / "checkpoints")
+    aside = tmp_path / "aside"
+    (aside / OVERWRITTEN).mkdir(parents=True)
+    (aside / OVERWRITTEN / MANIFEST).write_text("summary.json\n")  # (a killed overwrite: no manifest at the top)
+    for path, folder in [(tmp_path / "link" / "x.json", run), (aside / "x.json", aside)]:
+        with pytest.raises(UserError) as refused:
+            not_into_a_run(path, f"out={path}")
+        assert str(refused.value) == (
+            f"out={path}: inside the run directory {folder}, which a read never writes into: write it elsewhere"
+        )
+    not_into_a_run(tmp_path / "x.json", "out")  # (beside the runs: fine)
+
+
+def test_what_a_started_run_discarded_is_no_run_to_list(tmp_path):
+    from transformer_lab.api.runs import find_runs, unsummarised
+
+    run = tmp_path / "run"
+    a_run(run)
+    claim(run, "hydra.run.dir", None, overwrite=True)
+    os.replace(run / OVERWRITTEN, run / DISCARDED)  # (killed as it is deleted: the new run has no summary yet)
+    release()
+    assert find_runs([str(tmp_path)]) == [] and unsummarised([str(tmp_path)]) == []

@@ -13,7 +13,7 @@ from transformer_lab.config.schema import is_seed  # noqa: F401 (and the resolve
 from transformer_lab.errors import UserError
 from transformer_lab.store.files import BadFile, read_json, read_text
 from transformer_lab.store.history import read_history
-from transformer_lab.store.rundir import OVERWRITTEN, RUN_FILES, readable
+from transformer_lab.store.rundir import DISCARDED, OVERWRITTEN, RUN_FILES, readable
 
 # Settings that only say how a run was started or resumed (the checkpoint it resumed, whether it made room for
 # itself, whether init_from had to fit whole), not what it trained: compare never shows, groups or labels runs
@@ -99,6 +99,7 @@ def find_runs(paths: list[str]) -> list[RunDir]:
         top = readable(path / "summary.json")
         for summary in sorted([top] if top.exists() else path.rglob("summary.json")):
             replaced = summary.parent.name == OVERWRITTEN and (summary.parent.parent / "summary.json").exists()
+            replaced = replaced or DISCARDED in summary.parts  # (a started run's predecessor, being deleted)
             if not replaced and summary.parent.resolve() not in seen:  # (each run once)
                 seen.add(summary.parent.resolve())
                 runs.append(RunDir(summary.parent, read_json(summary), resolved_settings(summary.parent)))
@@ -134,7 +135,9 @@ def unsummarised(paths: list[str]) -> list[Path]:
         {
             m.parent
             for m in marks
-            if m.exists() and OVERWRITTEN not in m.parts and not readable(m.parent / "summary.json").exists()
+            if m.exists()
+            and not {OVERWRITTEN, DISCARDED} & set(m.parts)
+            and not readable(m.parent / "summary.json").exists()
         }
     )
 

@@ -85,11 +85,13 @@ def recording(run_dir: str | os.PathLike) -> Iterator[None]:
 
 def not_into_a_run(path: Path, where: str) -> None:
     """A file a command writes (out=, predictions=, a plot, maps) goes nowhere inside a run directory it has not
-    claimed (one with a manifest): a read never writes into a run, out= naming a run's own file included."""
-    for folder in Path(os.path.abspath(path)).parents:
-        if folder in _recording:
-            return
-        if (folder / MANIFEST).is_file():
+    claimed (one with a manifest, or one set aside in .overwritten/), through a symbolic link neither: a read never
+    writes into a run, out= naming a run's own file included."""
+    folders = Path(os.path.realpath(path)).parents
+    if {Path(os.path.realpath(run_dir)) for run_dir in _recording} & set(folders):
+        return
+    for folder in folders:
+        if (folder / MANIFEST).is_file() or (folder / ".overwritten" / MANIFEST).is_file():
             raise UserError(
                 f"{where}: inside the run directory {folder}, which a read never writes into: write it elsewhere"
             )

@@ -163,6 +163,16 @@ def check_claim(run_dir: Path, key: str, resumes: Path | None, overwrite: bool) 
         raise UserError(
             f"{named(run_dir, key)}: is where overwrite=true sets a run aside, no run's place; choose another {key}"
         )
+    if outer := next((f for f in run_dir.parents if (f / MANIFEST).is_file()), None):
+        raise UserError(
+            f"{named(run_dir, key)}: is inside the run directory {outer}, a run's own; choose another {key}"
+        )
+    if theirs := [n for n in (OVERWRITTEN, DISCARDED) if (run_dir / n).exists() and not ours_or_empty(run_dir / n)]:
+        raise UserError(
+            f"{named(run_dir, key)} holds {' and '.join(theirs)}, which no run wrote: overwrite=true sets a run aside "
+            f"under {'those names' if len(theirs) > 1 else 'that name'}; move {'them' if len(theirs) > 1 else 'it'}, "
+            f"or choose another {key}"
+        )
     if run_dir not in _held and (run_dir / LOCK).is_file():
         fd = os.open(run_dir / LOCK, os.O_RDONLY)
         try:
@@ -223,6 +233,10 @@ def ours(aside: Path) -> bool:
     """Whether a .overwritten/ (or .overwritten.discarded/) folder is one an overwrite made: the run's manifest is
     the first thing it moves there and the last it deletes; a folder of the user's so named is theirs."""
     return (aside / MANIFEST).is_file()
+
+
+def ours_or_empty(aside: Path) -> bool:
+    return ours(aside) or (aside.is_dir() and not any(aside.iterdir()))
 
 
 def written_by_a_run(run_dir: Path, keep: tuple[str, ...] = ()) -> list[Path]:
@@ -303,10 +317,15 @@ def remove_discarded(run_dir: Path) -> None:
     """What a started run replaced, deleted: its manifest last, so a kill -9 meanwhile leaves it ours to delete."""
     discarded = run_dir / DISCARDED
     if ours(discarded):
-        for entry in discarded.iterdir():
-            if entry.name != MANIFEST:
-                _remove(entry)
-        (discarded / MANIFEST).unlink()
+        try:
+            for entry in discarded.iterdir():
+                if entry.name != MANIFEST:
+                    _remove(entry)
+            (discarded / MANIFEST).unlink()
+        except OSError as e:  # (an immutable file: the new run goes on; the next claim tries again)
+            logging.getLogger(__name__).warning(
+                "%s: cannot delete all of it (%s: %s)", discarded, e.strerror, e.filename
+            )
     with contextlib.suppress(OSError):  # (emptied; a user's own folder so named, with files, stays)
         discarded.rmdir()
 
