@@ -266,18 +266,19 @@ def test_nonfinite_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(t
         "callbacks.last_checkpoint.every_n_train_steps=1",
         "logger=none",
     ]
-    result = run_train(*diverge, f"hydra.run.dir={tmp_path}")
+    run = tmp_path / "diverge"  # (beside the second run: a run inside another's directory is refused)
+    result = run_train(*diverge, f"hydra.run.dir={run}")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert "the loss is nan at step" in result.stderr or "the loss is inf at step" in result.stderr
     step = int(result.stderr.split(" at step ")[1].split(";")[0])
     assert "The last good checkpoint is kept" in result.stderr
-    assert "error: the loss is" in (tmp_path / "train.log").read_text()  # (the console's line, in the log too)
-    failed = summary(tmp_path)
+    assert "error: the loss is" in (run / "train.log").read_text()  # (the console's line, in the log too)
+    failed = summary(run)
     assert failed["status"] == "failed" and failed["global_step"] == step
     # last.ckpt is from the last good step and loads as a finite model
     import torch
 
-    checkpoint = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
     assert checkpoint["global_step"] == step
     assert all(torch.isfinite(v).all() for v in checkpoint["state_dict"].values())
 
