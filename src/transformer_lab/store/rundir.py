@@ -331,8 +331,9 @@ def remove_discarded(run_dir: Path) -> None:
 
 
 def recover(run_dir: Path) -> None:
-    """A directory where a run set an earlier one aside and was killed before it could settle it (kill -9):
-    the earlier run goes back, unless a process is writing there now (its own overwrite, under way)."""
+    """A directory where a run set an earlier one aside and was killed before it could settle it (kill -9): the
+    earlier run goes back, as a run starts there; a process writing there now (its overwrite, under way) is refused
+    in the lock's one line."""
     run_dir = Path(run_dir).absolute()
     if not ours(run_dir / OVERWRITTEN) or run_dir in _held:
         return
