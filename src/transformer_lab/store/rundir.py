@@ -168,11 +168,7 @@ def check_claim(run_dir: Path, key: str, resumes: Path | None, overwrite: bool) 
             f"{named(run_dir, key)}: is inside the run directory {outer}, a run's own; choose another {key}"
         )
     if theirs := [n for n in (OVERWRITTEN, DISCARDED) if (run_dir / n).exists() and not ours_or_empty(run_dir / n)]:
-        raise UserError(
-            f"{named(run_dir, key)} holds {' and '.join(theirs)}, which no run wrote: overwrite=true sets a run aside "
-            f"under {'those names' if len(theirs) > 1 else 'that name'}; move {'them' if len(theirs) > 1 else 'it'}, "
-            f"or choose another {key}"
-        )
+        raise users_in_the_way(run_dir, key, theirs, "overwrite=true sets a run aside under")
     if run_dir not in _held and (run_dir / LOCK).is_file():
         fd = os.open(run_dir / LOCK, os.O_RDONLY)
         try:
@@ -192,11 +188,16 @@ def check_claim(run_dir: Path, key: str, resumes: Path | None, overwrite: bool) 
     if held is not None and not resuming and not overwrite:
         raise UserError(refusal(run_dir, key, held))
     if held is None and (theirs := not_a_runs(run_dir)):  # (overwrite=true too: it replaces a run's files only)
-        raise UserError(
-            f"{named(run_dir, key)} holds {' and '.join(theirs)}, which no run wrote: a run writes its own files under "
-            f"{'those names' if len(theirs) > 1 else 'that name'}; move {'them' if len(theirs) > 1 else 'it'}, or "
-            f"choose another {key}"
-        )
+        raise users_in_the_way(run_dir, key, theirs, "a run writes its own files under")
+
+
+def users_in_the_way(run_dir: Path, key: str, theirs: list[str], why: str) -> UserError:
+    """The one refusal of a user's files under names a run (or its overwrite) writes."""
+    many = len(theirs) > 1
+    return UserError(
+        f"{named(run_dir, key)} holds {' and '.join(theirs)}, which no run wrote: {why} "
+        f"{'those names' if many else 'that name'}; move {'them' if many else 'it'}, or choose another {key}"
+    )
 
 
 RUN_NAMES = (".hydra", "train.log", "summary.json", "metrics.jsonl", "checkpoints/best.ckpt", "checkpoints/last.ckpt")
@@ -275,7 +276,7 @@ def restore_overwritten(run_dir: Path) -> None:
     """Puts back what `set_aside` moved, replacing what the run that failed to start wrote under those names."""
     _aside.discard(Path(run_dir))
     aside = Path(run_dir) / OVERWRITTEN
-    if aside.is_dir() and (ours(aside) or not any(aside.iterdir())):
+    if ours_or_empty(aside):
         for entry in sorted(aside.iterdir(), key=lambda e: e.name == MANIFEST):  # (the manifest last)
             _put_back(entry, Path(run_dir) / entry.name)
         shutil.rmtree(aside)
