@@ -29,7 +29,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from transformer_lab.data.shakespeare import ShakespeareDataModule  # noqa: E402
+from transformer_lab.data.shakespeare import ShakespeareData  # noqa: E402
 from transformer_lab.models.gpt import GPT, GPTConfig  # noqa: E402
 from transformer_lab.tasks.optim import adamw, warmup_cosine  # noqa: E402
 
@@ -73,7 +73,7 @@ torch.manual_seed(args.seed)
 torch.backends.cuda.matmul.allow_tf32 = True
 torch.backends.cudnn.allow_tf32 = True
 
-data = ShakespeareDataModule(data_dir=args.data_dir, block_size=args.block_size, batch_size=args.batch_size)
+data = ShakespeareData(data_dir=args.data_dir, block_size=args.block_size, batch_size=args.batch_size)
 data.setup()
 splits = {"train": data.train_tokens, "val": data.val_tokens}
 offsets = torch.arange(args.block_size + 1)

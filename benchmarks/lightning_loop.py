@@ -19,7 +19,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from transformer_lab.batching.windows import TextWindows  # noqa: E402
 from transformer_lab.data.batches import Batches, RandomWindows  # noqa: E402
-from transformer_lab.data.shakespeare import ShakespeareDataModule  # noqa: E402
+from transformer_lab.data.shakespeare import ShakespeareData  # noqa: E402
 from transformer_lab.models.gpt import GPT, GPTConfig  # noqa: E402
 from transformer_lab.tasks.optim import adamw, warmup_cosine  # noqa: E402
 
@@ -78,7 +78,7 @@ class StepTime(L.Callback):
 
 
 torch.manual_seed(args.seed)
-data = ShakespeareDataModule(data_dir="data", block_size=BLOCK, batch_size=BATCH, seed=args.seed)
+data = ShakespeareData(data_dir="data", block_size=BLOCK, batch_size=BATCH, seed=args.seed)
 data.setup()
 recipe = Recipe()
 windows = TextWindows(data, BATCH)

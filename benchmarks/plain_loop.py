@@ -21,7 +21,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from transformer_lab.batching.windows import TextWindows  # noqa: E402
 from transformer_lab.data.batches import RandomWindows  # noqa: E402
-from transformer_lab.data.shakespeare import ShakespeareDataModule  # noqa: E402
+from transformer_lab.data.shakespeare import ShakespeareData  # noqa: E402
 from transformer_lab.models.gpt import GPT, GPTConfig  # noqa: E402
 from transformer_lab.tasks.optim import adamw, warmup_cosine  # noqa: E402
 
@@ -33,7 +33,7 @@ args = parser.parse_args()
 BLOCK, BATCH, EVAL_BATCHES = 64, 12, 20
 
 torch.manual_seed(args.seed)
-data = ShakespeareDataModule(data_dir="data", block_size=BLOCK, batch_size=BATCH, seed=args.seed)
+data = ShakespeareData(data_dir="data", block_size=BLOCK, batch_size=BATCH, seed=args.seed)
 data.setup()
 model = GPT(GPTConfig(vocab_size=65, block_size=BLOCK, n_layer=4, n_head=4, n_embd=128))
 optimizer = adamw(model, 1e-3, 0.1, (0.9, 0.99), 1e-8, fused=True)  # as optim.fused's default

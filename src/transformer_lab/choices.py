@@ -7,7 +7,7 @@ from enum import Enum
 
 
 class Choice(str, Enum):
-    """An enum whose members are their own names and compare equal to them ("rope" == PosEncoding.rope)."""
+    """An enum whose members are their own names and compare equal to them ("rope" == GPTPositions.rope)."""
 
     def __str__(self) -> str:
         return self.value

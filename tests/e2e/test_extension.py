@@ -85,11 +85,11 @@ from pathlib import Path
 
 import torch
 
-from transformer_lab.data.base import DataModule
+from transformer_lab.data.base import DataSource
 from transformer_lab.data.tokens import TokenStreams
 
 
-class TextFileDataModule(DataModule):
+class TextFileData(DataSource):
     provides = ("text",)  # its raw splits are token streams: every task that reads text trains on it
     length_key = "block_size"
 
@@ -178,7 +178,7 @@ metrics:
 """
 
 DATA_YAML = """
-_target_: textfile.TextFileDataModule
+_target_: textfile.TextFileData
 name: textfile
 path: {path}
 block_size: 32

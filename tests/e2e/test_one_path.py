@@ -35,7 +35,7 @@ def counted_run(monkeypatch, *overrides):
     for module in list(sys.modules.values()):  # (run/prepare.py has it by name, imported before this test)
         if module is not None and getattr(module, "validate", None) is validate:
             monkeypatch.setattr(module, "validate", counted_validate)
-    monkeypatch.setattr(base.DataModule, "__init__", counted("datamodule", base.DataModule.__init__))
+    monkeypatch.setattr(base.DataSource, "__init__", counted("datamodule", base.DataSource.__init__))
     result = run_train(*overrides)
     assert result.returncode == 0, result.stderr[-3000:]
     return dict(calls)

@@ -4,7 +4,7 @@ import pytest
 
 from helpers.runs import TINY, run_command, run_train
 from helpers.translation import bleu_matches_the_written_translations, scored_test_set, write_pairs
-from transformer_lab.data.translation import TranslationDataModule
+from transformer_lab.data.translation import TranslationData
 
 
 def test_translation_pairs_train_end_to_end(tmp_path):
@@ -81,7 +81,7 @@ def test_gpt_translates_as_a_prefix_lm(tmp_path):
 
 def test_separate_vocabularies(tmp_path):
     pairs = write_pairs(tmp_path / "pairs.tsv", n=300)
-    dm = TranslationDataModule(data_dir=str(tmp_path / "data"), path=str(pairs), vocab_size=100, shared_vocab=False)
+    dm = TranslationData(data_dir=str(tmp_path / "data"), path=str(pairs), vocab_size=100, shared_vocab=False)
     dm.setup()
     assert dm.source_tokenizer is not dm.tokenizer and dm.source_vocab_size is not None
 

@@ -3,7 +3,7 @@
 import torch
 
 from transformer_lab.batching.equations import AnswerClass, AnswerSequence, AnswerToken
-from transformer_lab.data.modular import ModularDataModule
+from transformer_lab.data.modular import ModularData
 from transformer_lab.data.tokens import BOS
 from transformer_lab.run.build import load_model
 
@@ -29,7 +29,7 @@ def recomputed_val_accuracy(run_dir):
     data = meta["config"]["data"]
     batches = {"GPT": AnswerToken, "EncDec": AnswerSequence, "Bert": AnswerClass}[type(model).__name__]
     names = ("p", "op", "terms", "train_fraction", "split_seed", "max_examples")
-    dm = batches(ModularDataModule(**{k: data[k] for k in names}), batch_size=100_000)
+    dm = batches(ModularData(**{k: data[k] for k in names}), batch_size=100_000)
     dm.setup()
     x, _ = next(iter(dm.val_dataloader()))
     if batches is AnswerToken:  # the answer is the prediction at "="

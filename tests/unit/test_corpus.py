@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from helpers.corpus import free_port
-from transformer_lab.data.corpus import TextCorpusDataModule, TokenFile, prepare
+from transformer_lab.data.corpus import TextCorpus, TokenFile, prepare
 from transformer_lab.data.tokenizers import pretrained
 from transformer_lab.errors import ConfigError, DataUnavailableError
 
@@ -27,7 +27,7 @@ def corpus(tmp_path, docs=DOCS, **settings):
         (tmp_path / "docs.txt").write_text("\n\n".join(docs), encoding="utf-8")
         settings["path"] = str(tmp_path / "docs.txt")
     settings = {"cache_dir": str(tmp_path / "cache"), "block_size": 8, "val_fraction": 0.2, **settings}
-    data = TextCorpusDataModule(**settings)
+    data = TextCorpus(**settings)
     data.setup()
     return data
 
@@ -364,12 +364,12 @@ def test_span_and_masking_batches_give_each_id_its_texts_bytes_for_bits_per_byte
     without padding), the ids they add (padding, end, sentinels, [MASK], [CLS]) have none."""
     from transformer_lab.batching.masked_lm import MaskedLM
     from transformer_lab.batching.span_corruption import SpanCorruption
-    from transformer_lab.data.shakespeare import ShakespeareDataModule
+    from transformer_lab.data.shakespeare import ShakespeareData
 
     corpus_data = corpus(tmp_path, tokenizer="bytes")  # end-of-text 256; padding added as 257
     chars = tmp_path / "chars.txt"
     chars.write_text("aé€" * 200)
-    char_data = ShakespeareDataModule(path=str(chars), block_size=8)  # no specials: ids move up by two
+    char_data = ShakespeareData(path=str(chars), block_size=8)  # no specials: ids move up by two
     for data, offset in ((corpus_data, 0), (char_data, 2)):
         for batches in (SpanCorruption(data, 2, input_length=16, extra_ids=10), MaskedLM(data, 2, length=16)):
             batches.setup()

@@ -10,8 +10,8 @@ from transformer_lab.batching.windows import TextWindows
 from transformer_lab.data import shakespeare
 from transformer_lab.data.batches import for_this_rank
 from transformer_lab.data.download import ensure_file
-from transformer_lab.data.modular import OPS, ModularDataModule, make_equations
-from transformer_lab.data.shakespeare import SHA256, ShakespeareDataModule
+from transformer_lab.data.modular import OPS, ModularData, make_equations
+from transformer_lab.data.shakespeare import SHA256, ShakespeareData
 from transformer_lab.data.tokens import BOS, EOS
 from transformer_lab.errors import DataUnavailableError
 from transformer_lab.store.files import sha256_file
@@ -22,7 +22,7 @@ UNREACHABLE = "http://127.0.0.1:9/input.txt"  # the discard port: refused at onc
 @needs_shakespeare
 def test_shakespeare_split_vocabulary_and_windows(tmp_path):
     assert sha256_file(SHAKESPEARE) == SHA256
-    dm = TextWindows(ShakespeareDataModule(data_dir=str(SHAKESPEARE.parents[1]), block_size=32), batch_size=5, seed=1)
+    dm = TextWindows(ShakespeareData(data_dir=str(SHAKESPEARE.parents[1]), block_size=32), batch_size=5, seed=1)
     dm.setup()
     assert dm.vocab_size == 65
     assert len(dm.data.train_tokens) == 1_003_854 and len(dm.data.val_tokens) == 111_540  # 90 / 10
@@ -33,9 +33,7 @@ def test_shakespeare_split_vocabulary_and_windows(tmp_path):
     x, y = next(iter(dm.train_dataloader()))
     assert x.shape == y.shape == (5, 32)
     assert torch.equal(x[:, 1:], y[:, :-1])  # targets are the inputs shifted by one
-    same_seed = TextWindows(
-        ShakespeareDataModule(data_dir=str(SHAKESPEARE.parents[1]), block_size=32), batch_size=5, seed=1
-    )
+    same_seed = TextWindows(ShakespeareData(data_dir=str(SHAKESPEARE.parents[1]), block_size=32), batch_size=5, seed=1)
     same_seed.setup()
     again = next(iter(same_seed.train_dataloader()))
     assert torch.equal(again[0], x)
@@ -43,7 +41,7 @@ def test_shakespeare_split_vocabulary_and_windows(tmp_path):
 
 @needs_shakespeare
 def test_shakespeare_stream_continues_after_a_resume():
-    dm = TextWindows(ShakespeareDataModule(data_dir=str(SHAKESPEARE.parents[1]), block_size=16), batch_size=4, seed=3)
+    dm = TextWindows(ShakespeareData(data_dir=str(SHAKESPEARE.parents[1]), block_size=16), batch_size=4, seed=3)
     dm.setup()
     stream = iter(dm.train_dataloader())
     first_ten = [next(stream)[0] for _ in range(10)]
@@ -58,7 +56,7 @@ def test_shakespeare_stream_continues_after_a_resume():
 
 @needs_shakespeare
 def test_shakespeare_validation_set_is_fixed_and_disjoint_windows():
-    dm = TextWindows(ShakespeareDataModule(data_dir=str(SHAKESPEARE.parents[1]), block_size=64), batch_size=12)
+    dm = TextWindows(ShakespeareData(data_dir=str(SHAKESPEARE.parents[1]), block_size=64), batch_size=12)
     dm.setup()
     first = [b for b in dm.val_dataloader()]
     second = [b for b in dm.val_dataloader()]
@@ -73,7 +71,7 @@ def test_shakespeare_validation_set_is_fixed_and_disjoint_windows():
 
 def test_missing_file_offline_names_file_url_and_checksum(tmp_path, monkeypatch):
     monkeypatch.setattr(shakespeare, "URL", UNREACHABLE)
-    dm = ShakespeareDataModule(data_dir=str(tmp_path))
+    dm = ShakespeareData(data_dir=str(tmp_path))
     with pytest.raises(DataUnavailableError) as info:
         dm.prepare_data()
     message = str(info.value)
@@ -87,7 +85,7 @@ def test_corrupt_file_is_reported_not_used(tmp_path):
     path.parent.mkdir()
     path.write_text("not shakespeare")
     with pytest.raises(DataUnavailableError, match="corrupt"):
-        ShakespeareDataModule(data_dir=str(tmp_path)).prepare_data()
+        ShakespeareData(data_dir=str(tmp_path)).prepare_data()
 
 
 @needs_shakespeare
@@ -113,7 +111,7 @@ def test_modular_equations_are_correct(op):
 
 
 def test_modular_split_is_disjoint_and_seeded():
-    dm = AnswerToken(ModularDataModule(p=17, op="*", train_fraction=0.3, split_seed=5), batch_size=1000)
+    dm = AnswerToken(ModularData(p=17, op="*", train_fraction=0.3, split_seed=5), batch_size=1000)
     dm.setup()
     train_x, train_y = next(iter(dm.train_dataloader()))
     val_x, val_y = next(iter(dm.val_dataloader()))
@@ -123,7 +121,7 @@ def test_modular_split_is_disjoint_and_seeded():
     # layout [a, op, b, =] with the answer as the only target
     assert (train_x[:, 1] == dm.data.op_id).all() and (train_x[:, 3] == dm.data.eq_id).all()
     assert (train_y[:, :3] == -100).all() and torch.equal(train_y[:, 3], (train_x[:, 0] * train_x[:, 2]) % 17)
-    other = AnswerToken(ModularDataModule(p=17, op="*", train_fraction=0.3, split_seed=6), batch_size=1000)
+    other = AnswerToken(ModularData(p=17, op="*", train_fraction=0.3, split_seed=6), batch_size=1000)
     other.setup()
     assert {tuple(r) for r in next(iter(other.train_dataloader()))[0].tolist()} != train_rows
 
@@ -131,7 +129,7 @@ def test_modular_split_is_disjoint_and_seeded():
 def test_a_stream_placed_by_the_step_count_keeps_its_state_interface_in_each_ddp_share():
     # (Lightning asks a training stream for state_dict/load_state_dict, else it warns on a resume inside an epoch
     # that the stream "is not resumable"; tests/e2e/test_resume.py asserts the warning gone from a real resume)
-    dm = AnswerToken(ModularDataModule(p=17, op="*", train_fraction=0.3, split_seed=5), batch_size=8)
+    dm = AnswerToken(ModularData(p=17, op="*", train_fraction=0.3, split_seed=5), batch_size=8)
     dm.setup()
     alone = dm.train_dataloader()
     dm.trainer = SimpleNamespace(
@@ -167,7 +165,7 @@ def equations_and_answers(dm, x, y):
 @pytest.mark.parametrize("op", OPS)
 def test_every_equation_of_every_batch_transform_against_plain_arithmetic(op, terms, batches):
     p = 7
-    dm = batches(ModularDataModule(p=p, op=op, terms=terms, train_fraction=0.5), batch_size=10_000)
+    dm = batches(ModularData(p=p, op=op, terms=terms, train_fraction=0.5), batch_size=10_000)
     dm.setup()
     seen = []
     for x, y in (next(iter(dm.train_dataloader())), next(iter(dm.val_dataloader()))):
@@ -183,7 +181,7 @@ def test_every_equation_of_every_batch_transform_against_plain_arithmetic(op, te
 @pytest.mark.parametrize("op", ["-", "/"])
 def test_sampled_equations_when_there_are_more_than_max_examples(op):
     p, terms = 11, 4  # 14,641 (or 11,000) equations, more than the 3,000 asked for: a random sample
-    dm = AnswerToken(ModularDataModule(p=p, op=op, terms=terms, max_examples=3000, split_seed=1), batch_size=10_000)
+    dm = AnswerToken(ModularData(p=p, op=op, terms=terms, max_examples=3000, split_seed=1), batch_size=10_000)
     dm.setup()
     rows = [
         pair
@@ -198,19 +196,19 @@ def test_sampled_equations_when_there_are_more_than_max_examples(op):
     first = {int(e.split()[0]) for e in equations}
     later = {int(n) for e in equations for n in e.split()[2:-1:2]}
     assert first == set(range(p)) and later == set(range(1 if op == "/" else 0, p))
-    again = AnswerToken(ModularDataModule(p=p, op=op, terms=terms, max_examples=3000, split_seed=1), batch_size=10_000)
+    again = AnswerToken(ModularData(p=p, op=op, terms=terms, max_examples=3000, split_seed=1), batch_size=10_000)
     again.setup()
     assert torch.equal(again.x, dm.x)  # the sample is the split seed's
-    other = AnswerToken(ModularDataModule(p=p, op=op, terms=terms, max_examples=3000, split_seed=2), batch_size=10_000)
+    other = AnswerToken(ModularData(p=p, op=op, terms=terms, max_examples=3000, split_seed=2), batch_size=10_000)
     other.setup()
     assert not torch.equal(other.x, dm.x)
 
 
 def test_text_windows_need_the_datasets_window_length():
-    from transformer_lab.data.base import DataModule
+    from transformer_lab.data.base import DataSource
     from transformer_lab.errors import ConfigError
 
-    class NoLength(DataModule):  # text of one's own that says nothing of its windows' length
+    class NoLength(DataSource):  # text of one's own that says nothing of its windows' length
         provides = ("text",)
 
     with pytest.raises(ConfigError, match="^data: NoLength gives no sequence_length"):
@@ -223,10 +221,10 @@ def test_bits_per_byte_weigh_each_predicted_token_by_its_utf8_bytes():
 
     import torch.nn.functional as F
 
-    from transformer_lab.data.base import DataModule
+    from transformer_lab.data.base import DataSource
     from transformer_lab.tasks.metrics import BitsPerByte
 
-    class Chars(DataModule):  # "a" is one byte, "é" two, "€" three
+    class Chars(DataSource):  # "a" is one byte, "é" two, "€" three
         provides, chars = ("text",), ["a", "é", "€"]
         vocab_size, sequence_length = 3, 4
 
@@ -248,10 +246,10 @@ def test_bits_per_byte_weigh_each_predicted_token_by_its_utf8_bytes():
 
 def test_a_dataset_without_encode_is_named_when_text_must_be_read():
     from transformer_lab.batching.base import encoder
-    from transformer_lab.data.base import DataModule
+    from transformer_lab.data.base import DataSource
     from transformer_lab.errors import UserError
 
-    class NoEncode(DataModule):  # text of one's own with decode() only
+    class NoEncode(DataSource):  # text of one's own with decode() only
         provides, sequence_length = ("text",), 8
 
     with pytest.raises(UserError, match=r"^NoEncode has no encode\(\): text cannot be turned into"):
@@ -277,9 +275,9 @@ def _trained_then_evaluated_on(cls, trained_file, other_file, **settings):
 def test_every_dataset_evaluates_all_of_a_file_it_did_not_train_on(tmp_path):
     """data/base.py's rule: `evaluate RUN data.path=FILE` scores every row, document or character of FILE
     (not the share a run would hold out), for each kind of dataset; the run's own file keeps its split."""
-    from transformer_lab.data.corpus import TextCorpusDataModule
-    from transformer_lab.data.labelled import LabelledTextDataModule
-    from transformer_lab.data.translation import TranslationDataModule
+    from transformer_lab.data.corpus import TextCorpus
+    from transformer_lab.data.labelled import LabelledText
+    from transformer_lab.data.translation import TranslationData
 
     words = ["good", "fine", "bad", "poor", "great", "awful"]
 
@@ -291,7 +289,7 @@ def test_every_dataset_evaluates_all_of_a_file_it_did_not_train_on(tmp_path):
     (tmp_path / "train.tsv").write_text(labelled(300))
     (tmp_path / "eval.tsv").write_text(labelled(200))
     run, evaluated, meta = _trained_then_evaluated_on(
-        LabelledTextDataModule, tmp_path / "train.tsv", tmp_path / "eval.tsv", data_dir=str(tmp_path), vocab_size=100
+        LabelledText, tmp_path / "train.tsv", tmp_path / "eval.tsv", data_dir=str(tmp_path), vocab_size=100
     )
     assert len(evaluated.labelled("val")[1]) == 200 and len(run.labelled("val")[1]) == 30
     from transformer_lab.batching.labelled import LabelledBatches
@@ -299,7 +297,7 @@ def test_every_dataset_evaluates_all_of_a_file_it_did_not_train_on(tmp_path):
     batches = LabelledBatches(evaluated, batch_size=8, seed=0)  # (its training split is empty)
     batches.setup()
     assert sum(len(y) for _, y in batches.val_dataloader()) == 200
-    again = LabelledTextDataModule(path=str(tmp_path / "train.tsv"), data_dir=str(tmp_path), vocab_size=100)
+    again = LabelledText(path=str(tmp_path / "train.tsv"), data_dir=str(tmp_path), vocab_size=100)
     again.take_checkpoint(
         meta, str(tmp_path / "train.tsv")
     )  # the run's own file, unchanged: its validation share, as in training
@@ -312,7 +310,7 @@ def test_every_dataset_evaluates_all_of_a_file_it_did_not_train_on(tmp_path):
     (tmp_path / "train_pairs.tsv").write_text(pairs(200))
     (tmp_path / "eval_pairs.tsv").write_text(pairs(37))
     _, evaluated, _ = _trained_then_evaluated_on(
-        TranslationDataModule, tmp_path / "train_pairs.tsv", tmp_path / "eval_pairs.tsv", data_dir=str(tmp_path),
+        TranslationData, tmp_path / "train_pairs.tsv", tmp_path / "eval_pairs.tsv", data_dir=str(tmp_path),
         vocab_size=100,
     )  # fmt: skip
     assert len(evaluated.references("val")) == len(evaluated.references("test")) == 37
@@ -322,7 +320,7 @@ def test_every_dataset_evaluates_all_of_a_file_it_did_not_train_on(tmp_path):
     (tmp_path / "train.txt").write_text(docs)
     (tmp_path / "eval.txt").write_text("\n\n".join(f"Document {i}: the mat sat on the cat" for i in range(5)))
     settings = dict(cache_dir=str(tmp_path / "cache"), tokenizer="char", block_size=8)
-    _, evaluated, _ = _trained_then_evaluated_on(TextCorpusDataModule, tmp_path / "train.txt", tmp_path / "eval.txt",
+    _, evaluated, _ = _trained_then_evaluated_on(TextCorpus, tmp_path / "train.txt", tmp_path / "eval.txt",
                                                  **settings)  # fmt: skip
     file_tokens = len(evaluated.encode((tmp_path / "eval.txt").read_text().replace("\n\n", ""))) + 5  # + end-of-texts
     assert len(evaluated.val) == file_tokens and len(evaluated.train) == 0  # 5 documents: too few to split at 1%
@@ -332,26 +330,26 @@ def test_every_dataset_evaluates_all_of_a_file_it_did_not_train_on(tmp_path):
 def test_shakespeare_evaluates_all_of_another_text(tmp_path):
     other = tmp_path / "sonnet.txt"
     other.write_text("Shall I compare thee to a summer's day?\n" * 3)
-    run, evaluated, _ = _trained_then_evaluated_on(ShakespeareDataModule, SHAKESPEARE, other, block_size=16)
+    run, evaluated, _ = _trained_then_evaluated_on(ShakespeareData, SHAKESPEARE, other, block_size=16)
     assert len(evaluated.val_tokens) == len(other.read_text()) and len(evaluated.train_tokens) == 0
 
 
 def test_the_runs_own_data_is_its_files_contents_however_the_path_is_spelled(tmp_path, caplog):
-    from transformer_lab.data.corpus import TextCorpusDataModule
+    from transformer_lab.data.corpus import TextCorpus
 
     folder = tmp_path / "g"
     folder.mkdir()
     for name in ("a", "b"):
         (folder / f"{name}.txt").write_text("\n\n".join(f"{name} document {i}: the cat sat" for i in range(40)))
     settings = dict(cache_dir=str(tmp_path / "cache"), tokenizer="char", block_size=8, val_fraction=0.2)
-    run, _, meta = _trained_then_evaluated_on(TextCorpusDataModule, f"{folder}/*.txt", folder / "a.txt", **settings)
+    run, _, meta = _trained_then_evaluated_on(TextCorpus, f"{folder}/*.txt", folder / "a.txt", **settings)
     for spelled in (f"{folder}/*.txt", str(folder), [str(folder / "b.txt"), str(folder / "a.txt")],
                     f"{tmp_path}/./g/../g/*.txt"):  # fmt: skip
-        again = TextCorpusDataModule(path=spelled, **settings)
+        again = TextCorpus(path=spelled, **settings)
         again.take_checkpoint(meta, spelled)
         assert not again.whole_file, spelled  # the run's own files: its validation split
     (folder / "b.txt").write_text("\n\n".join(f"b document {i}: a cat sat" for i in range(90)))  # changed since
-    changed = TextCorpusDataModule(path=f"{folder}/*.txt", **settings)
+    changed = TextCorpus(path=f"{folder}/*.txt", **settings)
     changed.take_checkpoint(meta, f"{folder}/*.txt")
     changed.setup()
     assert changed.whole_file and "b.txt has changed since the checkpoint's run" in caplog.text

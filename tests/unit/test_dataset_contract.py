@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from transformer_lab.data.base import DataModule, Equations
+from transformer_lab.data.base import DataSource, Equations
 from transformer_lab.data.tokens import SPECIALS, TokenStreams
 
 CHARS = "abcdefghij ABCDEFGHIJ!"
@@ -35,7 +35,7 @@ def rows_of(path):
     return [line.split("\\t") for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-class NoTokenStreams(DataModule):
+class NoTokenStreams(DataSource):
     """Declares text and forgets its reader."""
 
     provides = ("text",)
@@ -44,7 +44,7 @@ class NoTokenStreams(DataModule):
         pass
 
 
-class TsvLabels(DataModule):
+class TsvLabels(DataSource):
     """The issue's: `text<TAB>label` lines, 70% to train on; no data_files(), no whole_file."""
 
     provides = ("labelled",)
@@ -104,7 +104,7 @@ class ListedFiles(TsvLabels):
         return [str(self.path)]
 
 
-class TextNinetyTen(DataModule):
+class TextNinetyTen(DataSource):
     """The documented CharFile: characters, the first 90% to train on."""
 
     provides = ("text",)
@@ -146,10 +146,10 @@ class TextNinetyTen(DataModule):
 
 
 class TextNoForCheckpoint(TextNinetyTen):
-    for_checkpoint = DataModule.for_checkpoint  # (as if it had none: setup() learns the characters again)
+    for_checkpoint = DataSource.for_checkpoint  # (as if it had none: setup() learns the characters again)
 
 
-class PairsWithTest(DataModule):
+class PairsWithTest(DataSource):
     """`source<TAB>target` lines: 80% to train on, 10% each to validate and test."""
 
     provides = ("pairs",)
@@ -190,7 +190,7 @@ class PairsWithTest(DataModule):
         return [self.decode(ids) for ids in self.pairs(split)[1]]  # (its own reader, called inside)
 
 
-class MaxOfFile(DataModule):
+class MaxOfFile(DataSource):
     """`a b` digit lines, the answer the larger: half to train on."""
 
     provides = ("equations",)
@@ -331,25 +331,25 @@ def test_equations_from_a_file_score_every_row(users, tmp_path):
 
 
 def test_ours_read_whole_file_themselves_and_are_left_as_they_are(tmp_path):
-    from transformer_lab.data.labelled import LabelledTextDataModule
-    from transformer_lab.data.translation import TranslationDataModule
+    from transformer_lab.data.labelled import LabelledText
+    from transformer_lab.data.translation import TranslationData
 
     (tmp_path / "train.tsv").write_text("".join(f"a good play {i}\tpos\na bad play {i}\tneg\n" for i in range(50)))
     (tmp_path / "new.tsv").write_text("".join(f"a fine play {i}\t{'pos' if i % 2 else 'neg'}\n" for i in range(7)))
     settings = dict(data_dir=str(tmp_path), vocab_size=100)
-    _, data, _ = evaluated_on(LabelledTextDataModule, tmp_path / "train.tsv", tmp_path / "new.tsv", **settings)
+    _, data, _ = evaluated_on(LabelledText, tmp_path / "train.tsv", tmp_path / "new.tsv", **settings)
     assert data.reads_whole_file and not {"setup", "labelled"} & set(vars(data))  # its own methods, no others
     assert len(data.labelled("val")[1]) == 7 and data.labelled("train") == ([], [])
     (tmp_path / "pairs.tsv").write_text("".join(f"ein Hund {i}\ta dog {i}\n" for i in range(60)))
     (tmp_path / "new_pairs.tsv").write_text("".join(f"eine Katze {i}\ta cat {i}\n" for i in range(7)))
-    _, data, _ = evaluated_on(TranslationDataModule, tmp_path / "pairs.tsv", tmp_path / "new_pairs.tsv", **settings)
+    _, data, _ = evaluated_on(TranslationData, tmp_path / "pairs.tsv", tmp_path / "new_pairs.tsv", **settings)
     assert data.reads_whole_file and not {"setup", "pairs", "references", "token_streams"} & set(vars(data))
     assert len(data.references("val")) == len(data.references("test")) == 7 and data.pairs("train") == ([], [])
-    _, _, meta = evaluated_on(LabelledTextDataModule, tmp_path / "train.tsv", tmp_path / "new.tsv", **settings)
+    _, _, meta = evaluated_on(LabelledText, tmp_path / "train.tsv", tmp_path / "new.tsv", **settings)
     (tmp_path / "train.tsv").unlink()  # the run directory alone: the inference commands read no file
-    LabelledTextDataModule(path=str(tmp_path / "train.tsv"), **settings).take_checkpoint(meta, None)
+    LabelledText(path=str(tmp_path / "train.tsv"), **settings).take_checkpoint(meta, None)
     with pytest.raises(UserError) as refused:  # evaluating on a file that is not there: one line
-        LabelledTextDataModule(path="gone.tsv", **settings).take_checkpoint(meta, "gone.tsv")
+        LabelledText(path="gone.tsv", **settings).take_checkpoint(meta, "gone.tsv")
     assert str(refused.value) == "data.path: cannot read gone.tsv: No such file or directory"
 
 

@@ -12,7 +12,7 @@ import torch
 
 from transformer_lab.api.answer import answers
 from transformer_lab.batching.equations import AnswerClass, AnswerSequence, AnswerToken
-from transformer_lab.data.base import DataModule, Equations
+from transformer_lab.data.base import DataSource, Equations
 from transformer_lab.errors import UserError
 from transformer_lab.models.encdec import EncDec, EncDecConfig
 from transformer_lab.models.gpt import GPT, GPTConfig
@@ -34,7 +34,7 @@ OPTIM = {
 }
 
 
-class TwoDigitSums(DataModule):
+class TwoDigitSums(DataSource):
     """`a + b =` for a, b in 0..9, the sum written as two digit tokens (tens, ones): `7 + 8 =` -> `1 5`. Ids: the
     digits are themselves, "+" is 10, "=" is 11. A dataset of one's own with a multi-token answer."""
 

@@ -12,7 +12,7 @@ from torch import nn
 import transformer_lab.models.gpt as gpt
 from helpers.runs import TINY, compose_cfg
 from transformer_lab.api.run import load
-from transformer_lab.config.checkpoint import check_state_fits
+from transformer_lab.config.compatibility import check_state_fits
 from transformer_lab.errors import ConfigError, UserError
 from transformer_lab.run.build import build, load_model
 from transformer_lab.store.atomic import MANIFEST
@@ -235,6 +235,6 @@ def test_evaluate_stopped_by_a_signal_exits_with_its_code_not_success(saved, tmp
 
     monkeypatch.setattr(Task, "validation_step", stopped)
     with pytest.raises(SystemExit) as exited:
-        cli.run("evaluate", [str(path)])
+        cli.run_command("evaluate", [str(path)])
     assert exited.value.code == code
     assert not (path.parent / "eval.json").exists()

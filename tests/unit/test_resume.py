@@ -18,7 +18,7 @@ def test_only_whole_files_appear(tmp_path):
 
 
 def test_a_resume_refusal_lists_every_key_a_resume_may_change_model_dropout_and_compile_too():
-    from transformer_lab.config.checkpoint import check_changeable
+    from transformer_lab.config.compatibility import check_changeable
     from transformer_lab.errors import ConfigError
 
     with pytest.raises(ConfigError) as refused:

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from transformer_lab.commands.train import train
+from transformer_lab.commands.train import command_line
 
 
 def pressed_ctrl_c(trials):
@@ -27,7 +27,7 @@ def test_ctrl_c_that_reaches_the_command_says_what_was_stopped(argv, line, capsy
     monkeypatch.setattr(sys, "argv", ["train.py"])
     monkeypatch.setenv("HYDRA_FULL_ERROR", "0")  # (the command sets it; put back after the test)
     with pytest.raises(SystemExit) as exit_:
-        train(pressed_ctrl_c, argv, process_ends=False)
+        command_line(pressed_ctrl_c, argv, process_ends=False)
     assert exit_.value.code == 130 and capsys.readouterr().err == f"{line}\n"
 
 
@@ -38,7 +38,9 @@ def test_a_multirun_flag_among_the_overrides_is_read_as_if_written_first(tmp_pat
     monkeypatch.setenv("HYDRA_FULL_ERROR", "0")
     given = []
     sweep = f"hydra.sweep.dir={tmp_path / 'sweep'}"
-    train(lambda trials: given.append(sys.argv[1:]), ["data=modular", "seed=0,1", "-m", sweep], process_ends=False)
+    command_line(
+        lambda trials: given.append(sys.argv[1:]), ["data=modular", "seed=0,1", "-m", sweep], process_ends=False
+    )
     assert given == [["-m", "data=modular", "seed=0,1", sweep]] and list(tmp_path.iterdir()) == []
 
 

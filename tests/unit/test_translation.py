@@ -6,7 +6,7 @@ import torch
 from helpers.translation import write_pairs
 from transformer_lab.batching.pairs import EvalBatches, LengthGroupedBatches, PairBatches
 from transformer_lab.data.tokens import EOS, PAD
-from transformer_lab.data.translation import TranslationDataModule, read_pairs, train_tokenizer
+from transformer_lab.data.translation import TranslationData, read_pairs, train_tokenizer
 from transformer_lab.errors import DataUnavailableError
 from transformer_lab.models.encdec import EncDec, EncDecConfig
 from transformer_lab.tasks.decoding import beam_search, greedy
@@ -50,14 +50,14 @@ def test_missing_pair_file(tmp_path):
 
 def test_pair_file_splits_and_cached_tokenizer(tmp_path):
     path = write_pairs(tmp_path / "pairs.tsv")
-    data = TranslationDataModule(data_dir=str(tmp_path / "data"), path=str(path), vocab_size=120)
+    data = TranslationData(data_dir=str(tmp_path / "data"), path=str(path), vocab_size=120)
     dm = PairBatches(data, batch_size=16)
     dm.setup()
     assert (len(data.text["train"]), len(data.text["val"]), len(data.text["test"])) == (360, 20, 20)
     assert not {p for p in data.text["train"]} & {p for p in data.text["test"]} - {p for p in data.text["train"]}
     cached = list((tmp_path / "data" / "tokenizers").glob("bpe-120-*.json"))
     assert len(cached) == 1
-    again = TranslationDataModule(data_dir=str(tmp_path / "data"), path=str(path), vocab_size=120)
+    again = TranslationData(data_dir=str(tmp_path / "data"), path=str(path), vocab_size=120)
     again.setup()  # reuses the cache: the same vocabulary
     assert again.tokenizer.get_vocab() == data.tokenizer.get_vocab()
     src, tgt = next(iter(dm.train_dataloader()))
@@ -67,10 +67,10 @@ def test_pair_file_splits_and_cached_tokenizer(tmp_path):
 
 def test_corrupt_tokenizer_cache_is_reported_and_rebuilt(tmp_path, caplog):
     path = write_pairs(tmp_path / "pairs.tsv")
-    TranslationDataModule(data_dir=str(tmp_path / "data"), path=str(path), vocab_size=120).setup()
+    TranslationData(data_dir=str(tmp_path / "data"), path=str(path), vocab_size=120).setup()
     cache = next((tmp_path / "data" / "tokenizers").glob("*.json"))
     cache.write_text(cache.read_text()[:100])
-    dm = TranslationDataModule(data_dir=str(tmp_path / "data"), path=str(path), vocab_size=120)
+    dm = TranslationData(data_dir=str(tmp_path / "data"), path=str(path), vocab_size=120)
     dm.setup()
     assert "unreadable" in caplog.text and json.loads(cache.read_text())  # rebuilt whole
 

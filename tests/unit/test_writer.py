@@ -258,7 +258,7 @@ def test_no_writer_in_the_package_writes_a_file_in_place():
 
 
 def test_every_command_makes_sigterm_a_clean_exit(monkeypatch, capsys):
-    """cli.run installs the handler that turns SIGTERM into SystemExit(143), so the writer's `finally` runs (the
+    """cli.run_command installs the handler that turns SIGTERM into SystemExit(143), so the writer's `finally` runs (the
     attention command's staging folder goes: tests/e2e/test_writer.py sends the signal mid-write)."""
     import signal
 
@@ -268,7 +268,7 @@ def test_every_command_makes_sigterm_a_clean_exit(monkeypatch, capsys):
     monkeypatch.setattr(rundir, "_stop_handler_installed", False)
     previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
-        cli.run("compare", ["--help"])
+        cli.run_command("compare", ["--help"])
         assert signal.getsignal(signal.SIGTERM) is rundir._on_sigterm
         with pytest.raises(SystemExit) as stopped:
             rundir._on_sigterm(signal.SIGTERM, None)
@@ -294,7 +294,7 @@ def test_compares_figure_on_a_full_disk_leaves_the_earlier_one_whole(tmp_path, m
 
     monkeypatch.setattr(Figure, "savefig", savefig_then_disk_full)
     with pytest.raises(SystemExit) as exited:
-        cli.run("compare", [*runs, "plot=val/loss", f"out={out}"])
+        cli.run_command("compare", [*runs, "plot=val/loss", f"out={out}"])
     assert exited.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"error: out={out}: cannot write it (No space left on device); nothing was changed"

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import lightning as L
 
-from transformer_lab.data.base import DataModule
+from transformer_lab.data.base import DataSource
 from transformer_lab.data.tokens import TokenStreams, with_pad_and_eos
 from transformer_lab.errors import UserError
 
@@ -27,7 +27,7 @@ class Batching(L.LightningDataModule):
     # passes exactly these, checked by the task's settings dataclass (tasks/configs.py).
     task_keys: tuple[str, ...] = ()
 
-    def __init__(self, data: DataModule, batch_size: int, val_batch_size: int | None = None, seed: int = 1337):
+    def __init__(self, data: DataSource, batch_size: int, val_batch_size: int | None = None, seed: int = 1337):
         super().__init__()
         self.data = data
         self.batch_size, self.val_batch_size, self.seed = batch_size, val_batch_size or batch_size, seed

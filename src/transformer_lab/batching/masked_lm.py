@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from transformer_lab.batching.base import FromTokenStreams
-from transformer_lab.data.base import DataModule
+from transformer_lab.data.base import DataSource
 from transformer_lab.data.batches import LazyBatches, ResumesAtStep, for_this_rank
 from transformer_lab.errors import require
 
@@ -73,7 +73,7 @@ class MaskedLM(FromTokenStreams):
 
     def __init__(
         self,
-        data: DataModule,
+        data: DataSource,
         batch_size: int,
         val_batch_size: int | None = None,
         seed: int = 1337,

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from transformer_lab.batching.base import FromTokenStreams
 from transformer_lab.batching.span_lengths import num_noise_spans, raw_and_target_length
-from transformer_lab.data.base import DataModule
+from transformer_lab.data.base import DataSource
 from transformer_lab.data.batches import LazyBatches, ResumesAtStep, for_this_rank
 
 
@@ -120,7 +120,7 @@ class SpanCorruption(FromTokenStreams):
 
     def __init__(
         self,
-        data: DataModule,
+        data: DataSource,
         batch_size: int,
         val_batch_size: int | None = None,
         seed: int = 1337,

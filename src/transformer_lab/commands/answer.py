@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from transformer_lab.api.options import ANSWER as OPTIONS
 from transformer_lab.api.options import with_defaults
-from transformer_lab.commands.cli import Command, run
+from transformer_lab.commands.cli import Command, run_command
 from transformer_lab.commands.inference import input_lines, warn
 from transformer_lab.errors import UserError, require
 
@@ -44,7 +44,7 @@ COMMAND = Command("answer", __doc__, DEFAULTS, answered, text=("text", "device")
 
 
 def main(argv: list[str] | None = None) -> None:
-    run("answer", argv)
+    run_command("answer", argv)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from transformer_lab.api.options import with_defaults
-from transformer_lab.commands.cli import Command, run
+from transformer_lab.commands.cli import Command, run_command
 from transformer_lab.errors import UserError
 
 DEFAULTS = {"ckpt": None, "text": None, "target": None, "out": None, "max_extra_len": 50, "device": "cpu"}
@@ -120,7 +120,7 @@ COMMAND = Command("attention", __doc__, DEFAULTS, attention, text=("text", "targ
 
 
 def main(argv: list[str] | None = None) -> None:
-    run("attention", argv)
+    run_command("attention", argv)
 
 
 if __name__ == "__main__":

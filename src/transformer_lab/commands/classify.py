@@ -17,7 +17,7 @@ from collections import deque
 
 from transformer_lab.api.options import CLASSIFY, with_defaults
 from transformer_lab.api.run import load
-from transformer_lab.commands.cli import Command, run
+from transformer_lab.commands.cli import Command, run_command
 from transformer_lab.commands.inference import input_lines, warn
 
 DEFAULTS = {"ckpt": None, "text": None, **CLASSIFY.defaults, "device": "cpu"}
@@ -42,7 +42,7 @@ COMMAND = Command("classify", __doc__, DEFAULTS, lines, text=("text", "device"))
 
 
 def main(argv: list[str] | None = None) -> None:
-    run("classify", argv)
+    run_command("classify", argv)
 
 
 if __name__ == "__main__":

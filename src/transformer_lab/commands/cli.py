@@ -124,7 +124,7 @@ def print_help(cmd: Command) -> None:
         print("  any other key=value: the run's config (its overrides, as train.py takes them)")
 
 
-def run(name: str, argv: list[str] | None = None) -> int:
+def run_command(name: str, argv: list[str] | None = None) -> int:
     """A command's main: --help, or its options parsed and each line it gives printed as soon as it comes. Ctrl-C
     (from the imports on) is one line and exit code 130, SIGTERM exit code 143: what was printed stands, and what
     was being written goes (store/atomic.py: the one writer's temporaries are removed on the way out)."""
@@ -172,15 +172,15 @@ def main(argv: list[str] | None = None) -> None:
             print(usage())
             return
     if name == "train":
-        train(rest)
+        train_script(rest)
     elif name not in COMMANDS:
         print(f"error: no command {name!r}; commands: {', '.join(COMMANDS)}, train", file=sys.stderr)
         sys.exit(2)
     else:
-        run(name, rest)
+        run_command(name, rest)
 
 
-def train(argv: list[str]) -> None:
+def train_script(argv: list[str]) -> None:
     """`train ARGS`: the repository's train.py with these arguments, as `python train.py ARGS` runs it."""
     import runpy
 

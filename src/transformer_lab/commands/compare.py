@@ -219,7 +219,7 @@ COMMAND = cli.Command("compare", __doc__, OPTIONS, compared, paths=("paths",), t
 
 
 def main(argv: list[str] | None = None) -> int:
-    cli.run("compare", argv)
+    cli.run_command("compare", argv)
     return 0
 
 

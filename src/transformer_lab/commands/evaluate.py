@@ -27,7 +27,7 @@ import json
 import warnings
 from pathlib import Path
 
-from transformer_lab.commands.cli import Command, run
+from transformer_lab.commands.cli import Command, run_command
 from transformer_lab.config.schema import CONF
 from transformer_lab.errors import UserError
 
@@ -63,9 +63,9 @@ def evaluate(
     from hydra import compose, initialize_config_dir
 
     import transformer_lab.config.schema  # noqa: F401  (registers the config schemas)
-    from transformer_lab.config.checkpoint import check_compatible, check_state_fits
     from transformer_lab.config.checks import validate
     from transformer_lab.config.classes import check_buildable
+    from transformer_lab.config.compatibility import check_compatible, check_state_fits
     from transformer_lab.config.trainer import trainer_arguments
     from transformer_lab.errors import ConfigError, first_line
     from transformer_lab.run.build import build
@@ -144,7 +144,7 @@ def evaluate(
     ckpt_path = None if trained is not None else str(path)
     try:
         outcome = run(task, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True, verbose=False)
-    except SystemExit:  # Lightning's own exit after a Ctrl-C it caught: the command's (cli.run: exit code 130)
+    except SystemExit:  # Lightning's own exit after a Ctrl-C it caught: the command's (cli.run_command: exit code 130)
         if trainer.interrupted:
             raise KeyboardInterrupt from None
         raise
@@ -226,7 +226,7 @@ COMMAND = Command(
 
 
 def main(argv: list[str] | None = None) -> None:
-    run("evaluate", argv)
+    run_command("evaluate", argv)
 
 
 if __name__ == "__main__":

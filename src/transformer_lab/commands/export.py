@@ -22,7 +22,7 @@ import os
 import shutil
 from pathlib import Path
 
-from transformer_lab.commands.cli import Command, run
+from transformer_lab.commands.cli import Command, run_command
 from transformer_lab.errors import ConfigError, UserError
 
 log = logging.getLogger(__name__)
@@ -264,7 +264,7 @@ COMMAND = Command("export", __doc__, {"ckpt": None, "out": None, "overwrite": Fa
 
 
 def main(argv: list[str] | None = None) -> None:
-    run("export", argv)
+    run_command("export", argv)
 
 
 if __name__ == "__main__":

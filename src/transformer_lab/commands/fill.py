@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from transformer_lab.api.options import FILL, with_defaults
 from transformer_lab.api.run import load
-from transformer_lab.commands.cli import Command, run
+from transformer_lab.commands.cli import Command, run_command
 from transformer_lab.commands.inference import input_lines, warn
 
 DEFAULTS = {"ckpt": None, "text": None, **FILL.defaults, "device": "cpu"}
@@ -30,7 +30,7 @@ COMMAND = Command("fill", __doc__, DEFAULTS, filled, text=("text", "device"))
 
 
 def main(argv: list[str] | None = None) -> None:
-    run("fill", argv)
+    run_command("fill", argv)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from transformer_lab.api.options import GENERATE, with_defaults
 from transformer_lab.api.run import load
-from transformer_lab.commands.cli import Command, run
+from transformer_lab.commands.cli import Command, run_command
 
 DEFAULTS = {"ckpt": None, **GENERATE.defaults, "device": "cpu"}
 MINIMUMS = GENERATE.minimums
@@ -27,7 +27,7 @@ COMMAND = Command("sample", __doc__, DEFAULTS, samples, text=("prompt", "device"
 
 
 def main(argv: list[str] | None = None) -> None:
-    run("sample", argv)
+    run_command("sample", argv)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """`python train.py`'s command line, around Hydra: what is checked before Hydra composes it (an output directory
 that cannot be made, a search path that is not there, a resume's own data/model/task options), `--help`, and
 what Hydra could not compose or a sweep ended with, each told in one `error:` line (exit 2; failed trials 1).
-The root train.py is `@hydra.main` and one call of `train`; `in_this_process` is the same command line run in
+The root train.py is `@hydra.main` and one call of `command_line`; `in_this_process` is the same command line run in
 the caller's process (`transformer_lab.train`, docs/python.md)."""
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ MULTIRUN_STOPPED = (
 )
 
 
-def train(main: Callable[[Trials], None], argv: list[str], process_ends: bool = True) -> None:
-    """The train command: `main(trials)` runs Hydra's app (the root train.py's), each of its jobs noted in `trials`.
+def command_line(app: Callable[[Trials], None], argv: list[str], process_ends: bool = True) -> None:
+    """The train command: `app(trials)` runs Hydra's app (the root train.py's), each of its jobs noted in `trials`.
     A mistake is one line and exit code 2, Ctrl-C before training exit code 130. process_ends: the process ends
     after the command (train.py), so what it leaves is never collected (below)."""
     arguments = multirun_first(with_resumed_choices(argv))  # (a resume's keys of its run's own data, model, task)
@@ -84,7 +84,7 @@ def train(main: Callable[[Trials], None], argv: list[str], process_ends: bool = 
     os.environ["HYDRA_FULL_ERROR"] = "1"
     trials = Trials()
     try:
-        main(trials)
+        app(trials)
     except KeyboardInterrupt:  # Ctrl-C before training took it over (callbacks/interrupt.py), or a sweep's
         print(MULTIRUN_STOPPED if MULTIRUN & set(arguments) else SINGLE_STOPPED, file=sys.stderr)
         sys.exit(130)
@@ -150,7 +150,7 @@ def in_this_process(*overrides: str, **keywords) -> Run:
     try:
         sys.argv, sys.stderr = ["train.py", *words], errors
         GlobalHydra.instance().clear()
-        train(lambda trials: task(), words, process_ends=False)
+        command_line(lambda trials: task(), words, process_ends=False)
     except SystemExit as exit:
         if exit.code == 130:
             raise KeyboardInterrupt from None

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from transformer_lab.api.options import TRANSLATE, with_defaults
 from transformer_lab.api.run import load
-from transformer_lab.commands.cli import Command, run
+from transformer_lab.commands.cli import Command, run_command
 from transformer_lab.commands.inference import input_lines, warn
 
 DEFAULTS = {"ckpt": None, "text": None, **TRANSLATE.defaults, "device": "cpu"}
@@ -32,7 +32,7 @@ COMMAND = Command("translate", __doc__, DEFAULTS, translations, text=("text", "d
 
 
 def main(argv: list[str] | None = None) -> None:
-    run("translate", argv)
+    run_command("translate", argv)
 
 
 if __name__ == "__main__":

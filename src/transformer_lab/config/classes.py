@@ -6,7 +6,7 @@ names a model, a dataset or a task.
   the data decides (`DATA_DECIDED`, for those of them the dataclass has). Its YAML names its default task.
 - A task YAML's `_target_` (conf/task/) is a `tasks.base.Task` declaring the `architecture` it trains; the
   YAML names, per form of raw data, the batch transform it reads (`batches`, batching/) and its metric.
-- A data YAML's `_target_` is a `data.base.DataModule` declaring the forms of raw splits it `provides`
+- A data YAML's `_target_` is a `data.base.DataSource` declaring the forms of raw splits it `provides`
   (text, pairs, equations). The run's data module is the task's transform for the first of them.
 
 So a model, dataset or objective of your own is one Python file and one YAML (README: "Your own model, dataset
@@ -291,9 +291,9 @@ def make_datamodule(cfg: DictConfig) -> Batching:
 
 def check_readers(data_cls: type, form: str) -> None:
     """The dataset defines what the form its task reads needs (data/base.py READERS)."""
-    from transformer_lab.data.base import READERS, DataModule
+    from transformer_lab.data.base import READERS, DataSource
 
-    missing = [f"{r}()" for r in READERS[form] if getattr(data_cls, r, None) is getattr(DataModule, r)]
+    missing = [f"{r}()" for r in READERS[form] if getattr(data_cls, r, None) is getattr(DataSource, r)]
     if missing:
         raise ConfigError(
             "data",

@@ -52,11 +52,11 @@ MODELS = {
     "t5": ("transformer_lab.models.t5.T5", T5Config),
 }
 DATA = {
-    "shakespeare": ("transformer_lab.data.shakespeare.ShakespeareDataModule", ShakespeareConfig),
-    "modular": ("transformer_lab.data.modular.ModularDataModule", ModularConfig),
-    "translation": ("transformer_lab.data.translation.TranslationDataModule", TranslationConfig),
-    "text": ("transformer_lab.data.corpus.TextCorpusDataModule", TextConfig),
-    "labelled": ("transformer_lab.data.labelled.LabelledTextDataModule", LabelledConfig),
+    "shakespeare": ("transformer_lab.data.shakespeare.ShakespeareData", ShakespeareConfig),
+    "modular": ("transformer_lab.data.modular.ModularData", ModularConfig),
+    "translation": ("transformer_lab.data.translation.TranslationData", TranslationConfig),
+    "text": ("transformer_lab.data.corpus.TextCorpus", TextConfig),
+    "labelled": ("transformer_lab.data.labelled.LabelledText", LabelledConfig),
 }
 TASKS = {
     "lm": ("transformer_lab.tasks.lm.LanguageModelTask", LanguageModelConfig),

@@ -1,2 +1,2 @@
-"""Datasets: each a `base.DataModule` giving raw splits (not batches: batching/ makes those, as a
+"""Datasets: each a `base.DataSource` giving raw splits (not batches: batching/ makes those, as a
 LightningDataModule), and the download + checksum helper they share."""

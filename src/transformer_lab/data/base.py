@@ -1,7 +1,7 @@
 """What a dataset promises: its raw splits in one or more forms, and the vocabulary. Every attribute the
 batch transforms (batching/), the build (run/build.py) and the commands read from a dataset is named here.
 
-A dataset of your own subclasses `DataModule`, declares the forms it `provides` and gives them:
+A dataset of your own subclasses `DataSource`, declares the forms it `provides` and gives them:
 
 - "text": `token_streams()`, each split one stream of token ids (tiny Shakespeare's characters);
 - "pairs": `pairs(split)`, sentence pairs as ids, with `sources(split)` / `references(split)` as text;
@@ -39,7 +39,7 @@ from transformer_lab.store.files import sha256_file
 log = logging.getLogger(__name__)
 
 FORMS = ("text", "pairs", "equations", "labelled")
-# What a dataset providing each form defines (DataModule's own raise NotImplementedError): checked before a run
+# What a dataset providing each form defines (DataSource's own raise NotImplementedError): checked before a run
 # is claimed (config/classes.py make_datamodule), so a dataset missing one is a line naming it, not a traceback.
 READERS = {
     "text": ("token_streams",),
@@ -60,7 +60,7 @@ class Equations:
     val: torch.Tensor  # and of the validation rows
 
 
-class DataModule:
+class DataSource:
     provides: tuple[str, ...] = ()  # the forms of its raw splits (FORMS), the one a task should read first
     has_test_split: bool = False  # a test split, evaluated once with the best weights after training
     length_key: str | None = None  # the data.* key that sets `sequence_length` (named in messages)
@@ -148,7 +148,7 @@ class DataModule:
             self.join_splits()
         cls = type(self)
         own_vocabulary = (
-            cls.for_checkpoint is DataModule.for_checkpoint and cls.checkpoint_meta is not DataModule.checkpoint_meta
+            cls.for_checkpoint is DataSource.for_checkpoint and cls.checkpoint_meta is not DataSource.checkpoint_meta
         )
         if files is None or own_vocabulary:
             self.check_after_setup(meta, path, decide=files is None, vocabulary=own_vocabulary)
@@ -169,7 +169,7 @@ class DataModule:
         default data_files() whose `data.path` is there but not a file (a folder) is refused: which files it
         reads cannot be told, so neither whether they are its run's. (One that is not there at all is the
         dataset's setup() to refuse, in its words.)"""
-        if path is not None and type(self).data_files is DataModule.data_files:
+        if path is not None and type(self).data_files is DataSource.data_files:
             given = [path] if isinstance(path, (str, os.PathLike)) else list(path)  # (a list: a ListConfig)
             if any(Path(p).exists() and not Path(p).is_file() for p in given if isinstance(p, (str, os.PathLike))):
                 name = type(self).__name__
@@ -218,11 +218,11 @@ class DataModule:
         cls = type(self)
         self.joining = False  # (inside a joined read: the dataset's own calls of its readers pass through)
         for reader in SPLIT_READERS:
-            if getattr(cls, reader) is not getattr(DataModule, reader):
+            if getattr(cls, reader) is not getattr(DataSource, reader):
                 setattr(self, reader, functools.partial(self.joined_read, reader))
-        if cls.token_streams is not DataModule.token_streams:
+        if cls.token_streams is not DataSource.token_streams:
             self.token_streams = self.joined_token_streams
-        if cls.equations is not DataModule.equations:
+        if cls.equations is not DataSource.equations:
             self.equations = self.joined_equations
 
     def joined_read(self, reader: str, split: str):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from transformer_lab.data.base import DataModule
+from transformer_lab.data.base import DataSource
 from transformer_lab.data.configs import LabelledConfig
 from transformer_lab.data.tokenizers import PRETRAINED, pretrained
 from transformer_lab.data.tokens import UNK, Specials
@@ -44,7 +44,7 @@ def read_labelled(path: str | Path, at_least: int = 2) -> list[tuple[str, str]]:
     return rows
 
 
-class LabelledTextDataModule(DataModule):
+class LabelledText(DataSource):
     provides = ("labelled",)
     length_key = "max_length"
     config_class = LabelledConfig

@@ -12,7 +12,7 @@ import re
 
 import torch
 
-from transformer_lab.data.base import DataModule, Equations
+from transformer_lab.data.base import DataSource, Equations
 from transformer_lab.data.configs import OPS, ModularConfig
 
 
@@ -50,7 +50,7 @@ def make_equations(
     return operands, answer
 
 
-class ModularDataModule(DataModule):
+class ModularData(DataSource):
     provides = ("equations",)
     length_key = "terms"
 

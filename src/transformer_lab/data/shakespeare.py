@@ -7,9 +7,10 @@ from pathlib import Path
 
 import torch
 
-from transformer_lab.data.base import DataModule
+from transformer_lab.data.base import DataSource
 from transformer_lab.data.configs import ShakespeareConfig
 from transformer_lab.data.download import ensure_file
+from transformer_lab.data.tokenizers import CharTokenizer
 from transformer_lab.data.tokens import TokenStreams
 from transformer_lab.errors import DataUnavailableError
 from transformer_lab.store.files import read_text, sha256_file
@@ -18,26 +19,7 @@ URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshake
 SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 
 
-class CharTokenizer:
-    def __init__(self, chars: list[str]):
-        self.chars = chars
-        self.stoi = {c: i for i, c in enumerate(chars)}
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.chars)
-
-    def encode(self, text: str) -> list[int]:
-        unknown = sorted(set(text) - self.stoi.keys())
-        if unknown:
-            raise ValueError(f"characters not in the vocabulary: {unknown!r}")
-        return [self.stoi[c] for c in text]
-
-    def decode(self, ids) -> str:
-        return "".join(self.chars[int(i)] for i in ids)
-
-
-class ShakespeareDataModule(DataModule):
+class ShakespeareData(DataSource):
     """The text as one stream of character ids: the first 90% to train on, the last 10% to validate."""
 
     provides = ("text",)
@@ -64,14 +46,14 @@ class ShakespeareDataModule(DataModule):
             ensure_file(self.path, URL, SHA256)
 
     def for_checkpoint(self, meta: dict) -> None:
-        self.tokenizer = CharTokenizer(meta["vocab"])
+        self.tokenizer = CharTokenizer(meta["vocab"], end_of_text=None)
 
     def setup(self, stage: str | None = None) -> None:
         if self.ready:
             return
         text = self.read_text()
         if self.tokenizer is None:
-            self.tokenizer = CharTokenizer(sorted(set(text)))
+            self.tokenizer = CharTokenizer(sorted(set(text)), end_of_text=None)
         try:
             tokens = torch.tensor(self.tokenizer.encode(text), dtype=torch.long)
         except ValueError as e:  # only with a checkpoint's vocabulary
@@ -100,10 +82,10 @@ class ShakespeareDataModule(DataModule):
         return self.tokenizer.decode(ids)
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text)
+        return self.tokenizer.encode(text).tolist()
 
     def sample_prompt_ids(self) -> list[int]:
-        return self.tokenizer.encode(self.config.sample_prompt)
+        return self.encode(self.config.sample_prompt)
 
     def checkpoint_meta(self) -> dict:
         return {"vocab": self.tokenizer.chars}

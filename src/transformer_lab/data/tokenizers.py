@@ -23,16 +23,16 @@ PAD_NAMES = ("<pad>", "[PAD]", "<|padding|>")
 
 
 class CharTokenizer:
-    """One id per character of the corpus (sorted), then the end-of-text token."""
+    """One id per character of the text (sorted), then the end-of-text token (none for tiny Shakespeare's one text)."""
 
-    def __init__(self, chars: list[str], end_of_text: str):
+    def __init__(self, chars: list[str], end_of_text: str | None):
         self.chars, self.end_of_text = chars, end_of_text
         self.codepoints = np.array([ord(c) for c in chars], dtype=np.int64)  # sorted, as chars are
-        self.eot_id, self.pad_id = len(chars), None
+        self.eot_id, self.pad_id = (None if end_of_text is None else len(chars)), None
 
     @property
     def vocab_size(self) -> int:
-        return len(self.chars) + 1
+        return len(self.chars) + (self.eot_id is not None)
 
     def encode(self, text: str) -> np.ndarray:
         codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
@@ -40,7 +40,7 @@ class CharTokenizer:
         bad = (ids >= len(self.chars)) | (self.codepoints[np.minimum(ids, len(self.chars) - 1)] != codes)
         if bad.any():
             unknown = sorted({chr(c) for c in codes[bad]})
-            raise ValueError(f"characters not in the vocabulary: {''.join(unknown)[:40]!r}")
+            raise ValueError(f"characters not in the vocabulary: {unknown[:40]!r}")
         return ids
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
@@ -50,7 +50,7 @@ class CharTokenizer:
         return "".join(self.end_of_text if i == self.eot_id else self.chars[i] for i in map(int, ids))
 
     def token_bytes(self) -> list[int]:
-        return [len(c.encode("utf-8")) for c in self.chars] + [0]
+        return [len(c.encode("utf-8")) for c in self.chars] + [0] * (self.eot_id is not None)
 
     def to_json(self) -> str:
         return json.dumps({"kind": "char", "chars": self.chars, "end_of_text": self.end_of_text})

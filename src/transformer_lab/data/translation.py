@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from transformer_lab.data.base import DataModule
+from transformer_lab.data.base import DataSource
 from transformer_lab.data.configs import TranslationConfig
 from transformer_lab.data.download import ensure_file
 from transformer_lab.data.tokenizers import PRETRAINED, pretrained
@@ -97,7 +97,7 @@ def cached_tokenizer(cache_dir: Path, texts: list[str], vocab_size: int) -> Toke
     return tokenizer
 
 
-class TranslationDataModule(DataModule):
+class TranslationData(DataSource):
     """Sentence pairs, each side's ids cut to data.max_length - 2 tokens (room for a model's specials);
     and, for objectives on text, every sentence as one token stream."""
 

@@ -10,10 +10,11 @@ from transformer_lab.choices import choice
 from transformer_lab.errors import ConfigError
 
 Norm = choice("Norm", "layernorm", "rmsnorm", "none")
-PosEncoding = choice("PosEncoding", "learned", "rope")
 # gelu-tanh: GPT-2's approximated GELU; relu2: ReLU(x)^2 (So et al. 2021, the NanoGPT speedrun's)
 Mlp = choice("Mlp", "gelu", "gelu-tanh", "relu", "relu2", "swiglu")
-Positions = choice("Positions", "sinusoidal", "learned")
+# pos_encoding: each model its own choices
+GPTPositions = choice("GPTPositions", "learned", "rope")
+EncDecPositions = choice("EncDecPositions", "sinusoidal", "learned")
 Pooling = choice("Pooling", "cls", "mean")
 FeedForwardKind = choice("FeedForwardKind", "relu", "gated-gelu")
 Activation = choice("Activation", "relu", "gelu", "gelu-tanh", "silu")  # silu: Marian's "swish"
@@ -46,7 +47,7 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = False  # biases in Linear and LayerNorm layers
     qkv_bias: bool | None = None  # biases on the query, key and value projections (null: as bias; Qwen2: true)
-    pos_encoding: PosEncoding = PosEncoding.learned
+    pos_encoding: GPTPositions = GPTPositions.learned
     rope_base: float = 10000.0
     mlp: Mlp = Mlp.gelu
     norm: Norm = Norm.layernorm  # none: as in Nanda et al.'s grokking model
@@ -90,7 +91,7 @@ class EncDecConfig:
     bias: bool = True
     norm_first: bool = True  # pre-LN; False is the paper's post-LN
     activation: Activation = Activation.relu  # of the feed-forward layers (Marian: silu)
-    pos_encoding: Positions = Positions.sinusoidal
+    pos_encoding: EncDecPositions = EncDecPositions.sinusoidal
     sinusoid_layout: SinusoidLayout = SinusoidLayout.interleaved  # sin/cos on even/odd channels; halves: Marian's
     tie_weights: bool = True  # output projection shares the embedding matrix
     pad_id: int = 0

@@ -11,7 +11,6 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.batching.base import Batching
-from transformer_lab.config.checkpoint import misfits, shapes_of
 from transformer_lab.config.checks import NOT_SETTINGS
 from transformer_lab.config.classes import (
     check_buildable,
@@ -20,6 +19,7 @@ from transformer_lab.config.classes import (
     model_class,
     task_class,
 )
+from transformer_lab.config.compatibility import misfits, shapes_of
 from transformer_lab.data.base import DATA_DECIDED
 from transformer_lab.errors import ConfigError, UserError, first_line
 from transformer_lab.store.checkpoint import FORMAT, checkpoint_of, model_state, read_checkpoint

@@ -72,7 +72,7 @@ def build_run(prepared: Prepared) -> Prepared:
     import torch
     from hydra.utils import instantiate
 
-    from transformer_lab.config.checkpoint import check_same_data, check_same_files, check_state_fits
+    from transformer_lab.config.compatibility import check_same_data, check_same_files, check_state_fits
     from transformer_lab.errors import require as _require
     from transformer_lab.run.build import build, init_weights
     from transformer_lab.tasks.optim import check_optimizer

@@ -7,7 +7,7 @@ run's recorded overrides (the checkpoint keeps them; older ones: RUN/.hydra/over
 this command's, and only the keys of CHANGEABLE_ON_RESUME may change (docs/runs.md); any other is refused,
 naming it. The learning-rate schedule keeps its horizon: a run that decayed over its trainer.max_steps still
 does when a resume raises them (optim.decay_steps=N on the resume is the explicit choice of a longer one).
-What may not change of the model, its tensors and the data is checked in store/checkpoint.py.
+What may not change of the model, its tensors and the data is checked in config/compatibility.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
-from transformer_lab.config.checkpoint import check_resume, resumed_config
+from transformer_lab.config.compatibility import check_resume, resumed_config
 from transformer_lab.errors import ConfigError, first_line
 from transformer_lab.store.checkpoint import Resumed, checkpoint_path, open_resumed
 from transformer_lab.store.origins import (

@@ -18,14 +18,14 @@ maps, so memory does not grow with the corpus.
 - ranks.py: of processes started together (torchrun, srun), local rank 0 prepares; the others wait for it on
   a torch.distributed store, then read the cache.
 - token_file.py: the token files, read through read-only memory maps.
-- datamodule.py: TextCorpusDataModule, the class `data=text` builds (its `_target_`, and a checkpoint's
-  config: transformer_lab.data.corpus.TextCorpusDataModule).
+- text_corpus.py: TextCorpus, the class `data=text` builds (its `_target_`, and a checkpoint's
+  config: transformer_lab.data.corpus.TextCorpus).
 """
 
 from transformer_lab.data.corpus.cache import FileHashes, Shard
-from transformer_lab.data.corpus.datamodule import TextCorpusDataModule
 from transformer_lab.data.corpus.preparation import prepare
 from transformer_lab.data.corpus.readers import Source, find_files, sources
+from transformer_lab.data.corpus.text_corpus import TextCorpus
 from transformer_lab.data.corpus.token_file import TokenFile
 
-__all__ = ["FileHashes", "Shard", "Source", "TextCorpusDataModule", "TokenFile", "find_files", "prepare", "sources"]
+__all__ = ["FileHashes", "Shard", "Source", "TextCorpus", "TokenFile", "find_files", "prepare", "sources"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from transformer_lab.data.base import DataModule
+from transformer_lab.data.base import DataSource
 from transformer_lab.data.configs import TextConfig
 from transformer_lab.data.corpus.cache import FileHashes, Shard, cache_folder
 from transformer_lab.data.corpus.encoding import token_dtype
@@ -17,7 +17,7 @@ from transformer_lab.data.tokens import TokenStreams
 from transformer_lab.errors import DataUnavailableError
 
 
-class TextCorpusDataModule(DataModule):
+class TextCorpus(DataSource):
     """A text corpus of any size (the package's docstring): the training and validation documents as streams of
     ids on disk."""
 
