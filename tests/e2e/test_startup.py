@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from helpers.runs import ROOT
+from helpers.runs import ROOT, needs_shakespeare
 
 HEAVY = re.compile(r"\|\s+(torch|lightning)$", re.M)  # `python -X importtime`'s line for a top-level import
 
@@ -91,3 +91,59 @@ def test_the_commands_help_imports_no_torch(command):
     )
     assert result.returncode == 0 and "python -m transformer_lab" in result.stdout, result.stderr[-2000:]
     assert not HEAVY.findall(result.stderr), HEAVY.findall(result.stderr)
+
+
+LIBRARIES_TO_TRAIN = re.compile(r"\|\s+(lightning|torchmetrics|transformers)$", re.M)  # what only training needs
+TINY = ["model.n_layer=1", "model.n_head=2", "model.n_embd=32", "trainer.max_steps=2", "trainer.limit_val_batches=1"]
+TINY += ["trainer.limit_test_batches=1", "trainer.num_sanity_val_steps=0", "logger=none"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Tiny runs of the forms the inference commands serve: text (sample, fill), equations (answer), pairs."""
+    import transformer_lab
+
+    folder = tmp_path_factory.mktemp("lean")
+    (folder / "pairs.tsv").write_text("".join(f"ein Hund {i}\ta dog {i}\n" for i in range(40)))
+    trained = {
+        "sample": ["data=shakespeare", "data.block_size=16"],
+        "fill": ["model=t5", "data=shakespeare", "data.block_size=16"],
+        "answer": ["data=modular"],
+        "translate": [
+            "model=encdec",
+            "data=translation",
+            f"data.path={folder / 'pairs.tsv'}",
+            "data.vocab_size=100",
+            f"paths.data_dir={folder}",
+        ],
+    }
+    for command, overrides in trained.items():
+        transformer_lab.train(*overrides, *TINY, f"hydra.run.dir={folder / command}")
+    return folder
+
+
+@needs_shakespeare
+@pytest.mark.parametrize(
+    "command,arguments",
+    [
+        ("sample", ["max_new_tokens=4"]),
+        ("fill", ["text=ROMEO: <X0> me"]),
+        ("answer", ["text=3 + 5 ="]),
+        ("translate", ["text=ein Hund 3"]),
+        ("load", []),
+    ],
+)
+def test_a_command_that_does_not_train_imports_nothing_training_needs(runs, command, arguments):
+    """A run loaded (transformer_lab.load) and the inference commands import neither Lightning, nor torchmetrics,
+    nor transformers: a second or two of start-up instead of five (docs/tests.md)."""
+    run = runs / ("sample" if command == "load" else command)
+    if command == "load":
+        line = ["-c", f"import transformer_lab; print(transformer_lab.load({str(run)!r}).model.__class__.__name__)"]
+    else:
+        line = ["-m", "transformer_lab", command, str(run), *arguments]
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", *line], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip()
+    assert not LIBRARIES_TO_TRAIN.findall(result.stderr), LIBRARIES_TO_TRAIN.findall(result.stderr)

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from transformer_lab.api.answer import answers
+from transformer_lab.batching.base import for_lightning
 from transformer_lab.batching.equations import AnswerClass, AnswerSequence, AnswerToken
 from transformer_lab.data.base import DataSource, Equations
 from transformer_lab.errors import UserError
@@ -175,7 +176,7 @@ def test_answers_of_another_length_than_declared_and_a_classifier_of_several_tok
 
 def test_exact_match_of_a_tiny_model_trained_on_two_digit_sums_rises_above_chance_and_is_its_greedy_answers(caplog):
     torch.manual_seed(0)
-    datamodule = AnswerToken(TwoDigitSums(), batch_size=80)
+    datamodule = for_lightning(AnswerToken)(TwoDigitSums(), batch_size=80)  # (as the build gives it to a Trainer)
     model = GPT(GPTConfig(vocab_size=12, block_size=datamodule.sequence_length, n_layer=1, n_head=2, n_embd=32))
     task = LanguageModelTask(model, {**OPTIM, "decay_steps": 300}, metric=AnswerAccuracy({}, datamodule, model))
     task.predictions = []

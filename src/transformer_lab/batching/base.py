@@ -8,16 +8,18 @@ specials, files, checkpoint record, references) they read from `.data`, the data
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
-
-import lightning as L
 
 from transformer_lab.data.base import DataSource
 from transformer_lab.data.tokens import TokenStreams, with_pad_and_eos
 from transformer_lab.errors import UserError
 
 
-class Batching(L.LightningDataModule):
+class Batching:
+    """Lightning's data module of a run: its class with L.LightningDataModule mixed in (`for_lightning`), made
+    where a Trainer takes it, so a run loaded to sample, translate or export imports no Lightning."""
+
     form: str  # the raw form it reads (data/base.py FORMS)
     endless: bool = False  # training draws random windows without end: only trainer.max_steps stops it
     command: str | None = None  # the inference command that serves a model trained on it (commands/inference.py)
@@ -26,6 +28,7 @@ class Batching(L.LightningDataModule):
     # The task.* settings its constructor takes as keyword arguments (MaskedLM: mask_prob, ...): the build
     # passes exactly these, checked by the task's settings dataclass (tasks/configs.py).
     task_keys: tuple[str, ...] = ()
+    trainer = None  # Lightning's Trainer, in a run (L.LightningDataModule's)
 
     def __init__(self, data: DataSource, batch_size: int, val_batch_size: int | None = None, seed: int = 1337):
         super().__init__()
@@ -182,3 +185,12 @@ def encoder(datamodule) -> Callable[[str], list[int]]:
             raise ValueError(f"{dataset}.encode() failed on it ({type(e).__name__}: {e})") from None
 
     return encode
+
+
+@functools.cache
+def for_lightning(batching_cls: type) -> type:
+    """`batching_cls` with L.LightningDataModule mixed in: the class a Trainer takes (config/classes.make_datamodule)."""
+    import lightning as L
+
+    names = {"__module__": batching_cls.__module__, "__qualname__": batching_cls.__qualname__}
+    return type(batching_cls.__name__, (batching_cls, L.LightningDataModule), names)

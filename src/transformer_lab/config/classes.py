@@ -20,12 +20,11 @@ from functools import cache
 
 from omegaconf import DictConfig, OmegaConf
 
-from transformer_lab.batching.base import Batching
+from transformer_lab.batching.base import Batching, for_lightning
 from transformer_lab.config.checks import NOT_SETTINGS, check_pair, check_settings, no_such_key
 from transformer_lab.config.schema import SETTINGS
 from transformer_lab.config.trainer import check_trainer
 from transformer_lab.errors import ConfigError, first_line
-from transformer_lab.tasks.metrics import Metric
 
 ARCHITECTURES = ("decoder", "encoder", "encoder-decoder")
 
@@ -180,6 +179,8 @@ def check_model(cfg: DictConfig, datamodule: Batching) -> None:
     refused before the run, naming the method and the option that does without it."""
     model_cls, task_cls = model_class(cfg), task_class(cfg)
     named = (cfg.task.get("metrics") or {}).get(datamodule.form) or []
+    from transformer_lab.tasks.metrics import Metric  # (torchmetrics: only where a run is built)
+
     metrics = [import_class(path, "task.metrics", Metric) for path in named]
     missing = {m: o for m, o in task_cls.model_needs(cfg, metrics).items() if not callable(getattr(model_cls, m, None))}
     if missing:
@@ -240,13 +241,9 @@ def import_class(path, key: str, base: type | None = None) -> type:
     return cls
 
 
-def make_datamodule(cfg: DictConfig) -> Batching:
-    """The run's data module, built but not yet set up (no file is read): the dataset (data.*) inside the
-    batch transform the task's YAML names for the first form of raw splits it provides. The model's, the
-    task's and the data's declarations are checked against each other; the dataset's and the transform's
-    constructors check their own arguments."""
-    model_cls, task_cls, data_cls = model_class(cfg), task_class(cfg), target_class(cfg.data, "data")
-    batches = cfg.task.get("batches") or {}
+def check_fits(cfg: DictConfig, data_cls: type, batches) -> None:
+    """The model, the task and the data declare that they train together, or one line naming what works."""
+    model_cls, task_cls = model_class(cfg), task_class(cfg)
     if not fits(model_cls, task_cls, batches, data_cls):
         if model_cls.architecture != task_cls.architecture:
             why = (
@@ -261,6 +258,19 @@ def make_datamodule(cfg: DictConfig) -> Batching:
         these = [f"task={t}" for m, d, t, _ in combinations if (m, d) == (cfg.model.name, cfg.data.name)]
         hint = f"model={cfg.model.name} data={cfg.data.name} trains with {' or '.join(these)}; " if these else ""
         raise ConfigError("task", f"{why}; {hint}combinations that work: {listed(combinations)}")
+
+
+def make_datamodule(cfg: DictConfig, lightning: bool = True) -> Batching:
+    """The run's data module, built but not yet set up (no file is read): the dataset (data.*) inside the
+    batch transform the task's YAML names for the first form of raw splits it provides, a LightningDataModule
+    (`lightning`) unless a loaded run's, which no Trainer takes. The model's, the task's and the data's
+    declarations are checked against each other; the dataset's and the transform's constructors check their own
+    arguments."""
+    data_cls, batches = target_class(cfg.data, "data"), cfg.task.get("batches") or {}
+    if (
+        lightning
+    ):  # (a loaded run's combination was checked as it trained: its task's class, Lightning's, stays unimported)
+        check_fits(cfg, data_cls, batches)
     settings = {
         k: v
         for k, v in OmegaConf.to_container(cfg.data, resolve=True, enum_to_str=True).items()
@@ -278,7 +288,7 @@ def make_datamodule(cfg: DictConfig) -> Batching:
             f"{batching_cls.__qualname__} takes task.{', task.'.join(missing)} (its task_keys), which "
             f"task={cfg.task.name} does not set",
         )
-    datamodule = batching_cls(
+    datamodule = (for_lightning(batching_cls) if lightning else batching_cls)(
         data,
         batch_size=cfg.data.batch_size,
         val_batch_size=cfg.data.get("val_batch_size"),
@@ -313,6 +323,8 @@ def check_buildable(cfg: DictConfig) -> Batching:
     datamodule = make_datamodule(cfg)
     if cfg.model.get("_target_") not in SETTINGS:
         check_settings(cfg, "model", model_class(cfg).config_class)
+    from transformer_lab.tasks.metrics import Metric  # (torchmetrics: only where a run is built)
+
     for i, path in enumerate((cfg.task.get("metrics") or {}).get(datamodule.form) or []):
         import_class(path, f"task.metrics.{datamodule.form}[{i}]", Metric)
     check_model(cfg, datamodule)

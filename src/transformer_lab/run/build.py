@@ -24,7 +24,6 @@ from transformer_lab.data.base import DATA_DECIDED
 from transformer_lab.errors import ConfigError, UserError, first_line
 from transformer_lab.store.checkpoint import FORMAT, checkpoint_of, model_state, read_checkpoint
 from transformer_lab.store.origins import code_roots, restore_code
-from transformer_lab.tasks.metrics import Metric
 
 
 def data_decided(config_class: type, datamodule: Batching, settings: dict) -> dict:
@@ -120,6 +119,8 @@ def build(
         ) from None
     model, from_data = build_model(cfg, datamodule)
     task_cls, named = task_class(cfg), (cfg.task.get("metrics") or {}).get(datamodule.form) or []
+    from transformer_lab.tasks.metrics import Metric  # (torchmetrics: only where a run is built)
+
     metrics = [import_class(path, "task.metrics", Metric) for path in named]
     meta = {
         "format": FORMAT,
@@ -138,7 +139,7 @@ def build(
 def datamodule_from_checkpoint(meta: dict) -> Batching:
     """The data module of a checkpoint's run with its vocabulary, not set up: it encodes and decodes text
     for the checkpoint's model without reading any file."""
-    datamodule = make_datamodule(DictConfig(meta["config"]))
+    datamodule = make_datamodule(DictConfig(meta["config"]), lightning=False)
     datamodule.for_checkpoint(meta)
     return datamodule
 
