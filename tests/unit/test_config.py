@@ -279,7 +279,7 @@ def test_resolved_config_is_plain_data(tmp_path):
 
 
 CHOICES = [
-    (["model.mlp=geglu"], "gelu, gelu-tanh, relu, relu2, swiglu"),
+    (["model.mlp=geglu"], "gelu, gelu-tanh, relu, relu2, swiglu, none"),
     (["model=encdec", "model.activation=swish"], "relu, gelu, gelu-tanh, silu"),
     (["model=encdec", "model.sinusoid_layout=concat"], "interleaved, halves"),
     (["model.norm=batchnorm"], "layernorm, rmsnorm, none"),

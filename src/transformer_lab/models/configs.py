@@ -10,8 +10,9 @@ from transformer_lab.choices import choice
 from transformer_lab.errors import ConfigError
 
 Norm = choice("Norm", "layernorm", "rmsnorm", "none")
-# gelu-tanh: GPT-2's approximated GELU; relu2: ReLU(x)^2 (So et al. 2021, the NanoGPT speedrun's)
-Mlp = choice("Mlp", "gelu", "gelu-tanh", "relu", "relu2", "swiglu")
+# gelu-tanh: GPT-2's approximated GELU; relu2: ReLU(x)^2 (So et al. 2021, the NanoGPT speedrun's); none: no MLP,
+# attention only (Olsson et al. 2022's toy models, where induction heads are read off the attention alone)
+Mlp = choice("Mlp", "gelu", "gelu-tanh", "relu", "relu2", "swiglu", "none")
 # pos_encoding: each model its own choices
 GPTPositions = choice("GPTPositions", "learned", "rope")
 EncDecPositions = choice("EncDecPositions", "sinusoidal", "learned")

@@ -27,7 +27,8 @@ from transformer_lab.models.layers import Attention, FeedForward, RotaryEmbeddin
 
 
 class Block(nn.Module):
-    """Pre-LN transformer block: x + attn(ln(x)), then x + mlp(ln(x)), with dropout on each branch."""
+    """Pre-LN transformer block: x + attn(ln(x)), then x + mlp(ln(x)) (none: attention only), with dropout on each
+    branch."""
 
     def __init__(self, config: GPTConfig, rotary: RotaryEmbedding | None):
         super().__init__()
@@ -46,13 +47,14 @@ class Block(nn.Module):
             qkv_bias=config.qkv_bias,
             qk_norm=config.qk_norm,
         )
-        self.ln_2 = make_norm(config.norm, C, config.bias, config.norm_eps)
-        self.mlp = FeedForward(C, hidden, config.mlp, config.bias)
+        attention_only = config.mlp == "none"
+        self.ln_2 = None if attention_only else make_norm(config.norm, C, config.bias, config.norm_eps)
+        self.mlp = None if attention_only else FeedForward(C, hidden, config.mlp, config.bias)
         self.drop = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor, cache: dict | None = None) -> torch.Tensor:
         x = x + self.drop(self.attn(self.ln_1(x), causal=True, cache=cache))
-        return x + self.drop(self.mlp(self.ln_2(x)))
+        return x if self.mlp is None else x + self.drop(self.mlp(self.ln_2(x)))
 
 
 class GPT(nn.Module):
@@ -87,7 +89,8 @@ class GPT(nn.Module):
             # projections' gradients need only their inputs, which are not zero).
             for block in self.blocks:
                 nn.init.zeros_(block.attn.out_proj.weight)
-                nn.init.zeros_(block.mlp.down.weight)
+                if block.mlp is not None:
+                    nn.init.zeros_(block.mlp.down.weight)
 
     @staticmethod
     def _init_weights(module: nn.Module, std: float) -> None:

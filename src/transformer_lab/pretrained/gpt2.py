@@ -54,11 +54,13 @@ class GPT2(Family):
         t = [Entry("wte.weight", ("transformer.wte.weight",)), Entry("wpe.weight", ("transformer.wpe.weight",))]
         for i in range(s["n_layer"]):
             ours, theirs = f"blocks.{i}", f"transformer.h.{i}"
-            t += norm(f"{ours}.ln_1", f"{theirs}.ln_1") + norm(f"{ours}.ln_2", f"{theirs}.ln_2")
+            t += norm(f"{ours}.ln_1", f"{theirs}.ln_1")
             t += linear(f"{ours}.attn.in_proj", f"{theirs}.attn.c_attn", True, "t")
             t += linear(f"{ours}.attn.out_proj", f"{theirs}.attn.c_proj", True, "t")
-            t += linear(f"{ours}.mlp.up", f"{theirs}.mlp.c_fc", True, "t")
-            t += linear(f"{ours}.mlp.down", f"{theirs}.mlp.c_proj", True, "t")
+            if s["mlp"] != "none":
+                t += norm(f"{ours}.ln_2", f"{theirs}.ln_2")
+                t += linear(f"{ours}.mlp.up", f"{theirs}.mlp.c_fc", True, "t")
+                t += linear(f"{ours}.mlp.down", f"{theirs}.mlp.c_proj", True, "t")
         t += norm("ln_f", "transformer.ln_f")
         return t + ([] if s["tie_weights"] else [Entry("lm_head.weight", ("lm_head.weight",))])
 
@@ -68,17 +70,23 @@ class GPT2(Family):
         return super().to_ours(theirs, s)
 
     def to_hf(self, ours, s):
-        """A model without biases (model.bias=false) is GPT-2 with zero biases, which computes the same."""
+        """A model without biases (model.bias=false) is GPT-2 with zero biases, and an attention-only one
+        (model.mlp=none) GPT-2 with zero MLPs of width 1: each computes the same."""
         theirs = super().to_hf(ours, s)
         for e in self.table(s):
             if e.ours.endswith(".bias") and e.ours not in ours:
                 weight = ours[e.ours.removesuffix(".bias") + ".weight"]
                 theirs[e.theirs[0]] = torch.zeros(weight.shape[0], dtype=weight.dtype)
+        C, dtype = s["n_embd"], ours["wte.weight"].dtype
+        for i in range(s["n_layer"]) if s["mlp"] == "none" else ():
+            zero = {"ln_2.weight": (C,), "ln_2.bias": (C,), "mlp.c_fc.weight": (C, 1), "mlp.c_fc.bias": (1,)}
+            zero |= {"mlp.c_proj.weight": (1, C), "mlp.c_proj.bias": (C,)}
+            theirs |= {f"transformer.h.{i}.{name}": torch.zeros(shape, dtype=dtype) for name, shape in zero.items()}
         return theirs
 
     def hf_config(self, s, tokens):
         mismatches = differ(s, {"pos_encoding": "learned", "norm": "layernorm"})
-        if s["mlp"] not in ("gelu", "gelu-tanh", "relu", "relu2"):
+        if s["mlp"] not in ("gelu", "gelu-tanh", "relu", "relu2", "none"):
             mismatches.append(("mlp", f"no gated MLP (this model: model.mlp={s['mlp']})"))
         if s.get("n_kv_head") not in (None, s["n_head"]):
             mismatches.append(
@@ -93,7 +101,7 @@ class GPT2(Family):
             n_layer=s["n_layer"],
             n_head=s["n_head"],
             n_inner=hidden_width(s),
-            activation_function=ACT_TO_HF[s["mlp"]],
+            activation_function=ACT_TO_HF.get(s["mlp"], "gelu_new"),  # (none: a zero MLP's)
             layer_norm_epsilon=s["norm_eps"],
             resid_pdrop=s["dropout"],
             embd_pdrop=s["dropout"],
@@ -104,6 +112,8 @@ class GPT2(Family):
 
 
 def hidden_width(s: dict) -> int:
-    """gpt's MLP width (models/gpt.py Block)."""
+    """gpt's MLP width (models/gpt.py Block); 1 for an attention-only one's zero MLP in GPT-2."""
+    if s["mlp"] == "none":
+        return 1
     hidden = int(s["mlp_ratio"] * s["n_embd"])
     return s["d_ff"] or (int(2 * hidden / 3) if s["mlp"] == "swiglu" else hidden)

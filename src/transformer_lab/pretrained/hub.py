@@ -16,10 +16,6 @@ WEIGHT_FILES = ["config.json", "*.safetensors", "*.safetensors.index.json", "tok
 WEIGHT_FILES += ["special_tokens_map.json", "generation_config.json"]
 
 
-def is_hf(source) -> bool:
-    return isinstance(source, str) and source.startswith(PREFIX)
-
-
 def refuse(source: str, what: str) -> ConfigError:
     return ConfigError("init_from", f"{source}: {what}")
 
