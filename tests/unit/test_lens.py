@@ -306,8 +306,16 @@ def test_the_norm_eps_caveat_is_an_exports_alone(caplog, tmp_path):
 def test_an_encoder_decoders_bridge_without_the_decoders_input_is_refused(build):
     """TransformerLens feeds a decoder with no decoder_input the source shifted right: logits of nothing."""
     model = randomised(build())
-    bridge = to_transformer_lens(model)
-    with pytest.raises(UserError, match=r"^to_transformer_lens: an encoder-decoder's bridge needs the decoder's input"):
+    bridge = to_transformer_lens(model, bos=1)  # (the run's <bos>, which the line names: not the twin's start, pad)
+    with pytest.raises(UserError) as refused:
         bridge(SRC)
+    assert str(refused.value) == (
+        "to_transformer_lens: an encoder-decoder's bridge needs the decoder's input, as the run decodes: "
+        "bridge(source, decoder_input=torch.tensor([[1, *target_ids]])) (<bos> first; without it TransformerLens "
+        "feeds the decoder the source shifted right)"
+    )
+    for wrong, what in ((TGT.tolist(), "list"), (TGT[0], "a 1-d tensor")):  # one line, not a traceback of ours
+        with pytest.raises(UserError, match=rf"^to_transformer_lens: decoder_input=.*; got {what}$"):
+            bridge(SRC, decoder_input=wrong)
     with torch.no_grad():
         assert (bridge(SRC, decoder_input=TGT) - model(SRC, TGT)).abs().max() <= 1e-5

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from importlib.metadata import version
 
@@ -29,11 +30,12 @@ def transformer_lens(what: str = "to_transformer_lens"):
     return transformer_lens
 
 
-def to_transformer_lens(model: torch.nn.Module, meta: dict | None = None, tokenizer=None):
+def to_transformer_lens(model: torch.nn.Module, meta: dict | None = None, tokenizer=None, bos: int | None = None):
     """TransformerLens's TransformerBridge of `model`: its Transformers twin (pretrained/twin.py, built in memory
     from the export's tables) with TransformerLens's hooks (`run_with_cache`, `hooks`, attention patterns, ...).
     Its logits are the model's own. Give it the run's token ids (run.encode(text)); `tokenizer`, a Transformers
-    tokenizer, lets it read text itself (bridge.to_tokens), with the BOS handling TransformerLens gives it.
+    tokenizer, lets it read text itself (bridge.to_tokens), with the BOS handling TransformerLens gives it. `bos`:
+    the id an encoder-decoder's decoder starts from in the run (its data's), named where a call leaves it out.
 
     Built with TransformerLens's loader-agnostic builder (transformer_lens.model_bridge.sources
     .build_bridge_from_module), not TransformerBridge.boot_transformers: given a model in memory (hf_model=),
@@ -61,24 +63,29 @@ def to_transformer_lens(model: torch.nn.Module, meta: dict | None = None, tokeni
         )
     twin.to(next(model.parameters()).device)
     if twin.config.is_encoder_decoder:
-        twin.register_forward_pre_hook(decoder_input_given, with_kwargs=True)
+        twin.register_forward_pre_hook(functools.partial(decoder_input_given, bos=bos), with_kwargs=True)
     return build_bridge_from_module(twin, architecture, hf_config=twin.config, tokenizer=tokenizer)
 
 
-def decoder_input_given(twin, args, kwargs):
+def decoder_input_given(twin, args, kwargs, bos: int | None = None):
     """An encoder-decoder's bridge called without `decoder_input`: TransformerLens then feeds the decoder the source
     shifted right, whose logits look fine and mean nothing (upstream: github.com/TransformerLensOrg/TransformerLens,
     transformer_lens/model_bridge/transformer_bridge.py, "Auto-generate decoder_input_ids"; tests/unit/test_lens.py
-    fails if it changes). Refused in one line: the decoder reads what the run's decoder reads, <bos> and the target."""
+    fails if it changes). Refused in one line, as is a decoder input that is not a tensor of ids: the decoder reads
+    what the run's decoder reads, its <bos> (`bos`) and the target."""
     source, decoder = kwargs.get("input_ids", args[0] if args else None), kwargs.get("decoder_input_ids")
-    start = twin.config.decoder_start_token_id
-    if source is None or decoder is None or decoder.shape != source.shape:
+    start = twin.config.decoder_start_token_id  # (what TransformerLens starts the shifted source with)
+    right = f"decoder_input=torch.tensor([[{'<bos>' if bos is None else bos}, *target_ids]])"
+    if decoder is not None and not (isinstance(decoder, torch.Tensor) and decoder.dim() == 2):
+        what = f"a {decoder.dim()}-d tensor" if isinstance(decoder, torch.Tensor) else type(decoder).__name__
+        raise UserError(f"to_transformer_lens: {right} (batch, target), a tensor of the run's ids; got {what}")
+    if not isinstance(source, torch.Tensor) or decoder is None or decoder.shape != source.shape:
         return None
     if (decoder[:, 0] == start).all() and torch.equal(decoder[:, 1:], source[:, :-1]):
         raise UserError(
             "to_transformer_lens: an encoder-decoder's bridge needs the decoder's input, as the run decodes: "
-            f"bridge(source, decoder_input=torch.tensor([[{start}, *target_ids]])) (<bos> first; without it "
-            "TransformerLens feeds the decoder the source shifted right)"
+            f"bridge(source, {right}) (<bos> first; without it TransformerLens feeds the decoder the source shifted "
+            "right)"
         )
     return None
 

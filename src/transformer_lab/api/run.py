@@ -192,7 +192,7 @@ class Run:
         tables), the same weights; refused in one line where no Transformers family expresses the model."""
         from transformer_lab.api.lens import to_transformer_lens
 
-        return to_transformer_lens(self.model, self.meta)
+        return to_transformer_lens(self.model, self.meta, bos=self.datamodule.data.specials.bos)
 
     def activations(self, *inputs, modules: list[str] | None = None) -> dict[str, torch.Tensor]:
         """Every named module's output (or those of `modules`) for one forward pass: a text (encoded as the run
