@@ -600,3 +600,26 @@ def test_an_encdec_marian_cannot_express_names_every_setting_at_once(tmp_path):
         export(our_checkpoint(model, tmp_path, bpe_tokenizer()), tmp_path / "out")
     assert "model.norm_first=false (this model: true)" in str(info.value)
     assert "model.sinusoid_layout=halves (this model: interleaved)" in str(info.value)
+
+
+def test_an_exported_encoder_decoder_starts_its_decoder_where_the_run_does(trained, tmp_path):
+    """Transformers' generate() starts the decoder at config.decoder_start_token_id: an export writes the run's own
+    <bos> there (its data's; the pad id is T5's and Marian's convention, not what a run here trained from), so the
+    exported model's greedy output is the run's."""
+    import transformers
+
+    import transformer_lab
+    from transformer_lab.commands.export import export
+
+    run = transformer_lab.load(trained("t5_translation"))
+    bos = run.datamodule.data.specials.bos
+    assert bos != run.datamodule.data.specials.pad  # (a vocabulary learned here: <pad> 0, <bos> 1)
+    exported = transformers.AutoModelForSeq2SeqLM.from_pretrained(export(run.path, tmp_path / "out")).eval()
+    assert exported.config.decoder_start_token_id == bos
+    source = torch.tensor([run.encode("Ein Mann fährt Fahrrad.")])
+    with torch.no_grad():
+        theirs = exported.generate(source, max_new_tokens=6, do_sample=False, num_beams=1, eos_token_id=None)
+        target = torch.tensor([[bos]])  # the run's own greedy tokens, step by step from its <bos>
+        for _ in range(6):
+            target = torch.cat([target, run.model(source, target)[:, -1:].argmax(-1)], 1)
+    assert torch.equal(theirs, target)

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable
 from importlib.metadata import version
 
@@ -35,7 +34,7 @@ def to_transformer_lens(model: torch.nn.Module, meta: dict | None = None, tokeni
     from the export's tables) with TransformerLens's hooks (`run_with_cache`, `hooks`, attention patterns, ...).
     Its logits are the model's own. Give it the run's token ids (run.encode(text)); `tokenizer`, a Transformers
     tokenizer, lets it read text itself (bridge.to_tokens), with the BOS handling TransformerLens gives it. `bos`:
-    the id an encoder-decoder's decoder starts from in the run (its data's), named where a call leaves it out.
+    the id an encoder-decoder's decoder starts from in the run (its data's), the twin's decoder start.
 
     Built with TransformerLens's loader-agnostic builder (transformer_lens.model_bridge.sources
     .build_bridge_from_module), not TransformerBridge.boot_transformers: given a model in memory (hf_model=),
@@ -54,7 +53,7 @@ def to_transformer_lens(model: torch.nn.Module, meta: dict | None = None, tokeni
 
     from transformer_lab.pretrained.twin import transformers_twin
 
-    twin = transformers_twin(model, meta, what)
+    twin = transformers_twin(model, meta, what, bos)
     architecture = type(twin).__name__
     if architecture not in SUPPORTED_ARCHITECTURES:
         raise UserError(
@@ -63,19 +62,19 @@ def to_transformer_lens(model: torch.nn.Module, meta: dict | None = None, tokeni
         )
     twin.to(next(model.parameters()).device)
     if twin.config.is_encoder_decoder:
-        twin.register_forward_pre_hook(functools.partial(decoder_input_given, bos=bos), with_kwargs=True)
+        twin.register_forward_pre_hook(decoder_input_given, with_kwargs=True)
     return build_bridge_from_module(twin, architecture, hf_config=twin.config, tokenizer=tokenizer)
 
 
-def decoder_input_given(twin, args, kwargs, bos: int | None = None):
+def decoder_input_given(twin, args, kwargs):
     """An encoder-decoder's bridge called without `decoder_input`: TransformerLens then feeds the decoder the source
     shifted right, whose logits look fine and mean nothing (upstream: github.com/TransformerLensOrg/TransformerLens,
     transformer_lens/model_bridge/transformer_bridge.py, "Auto-generate decoder_input_ids"; tests/unit/test_lens.py
     fails if it changes). Refused in one line, as is a decoder input that is not a tensor of ids: the decoder reads
-    what the run's decoder reads, its <bos> (`bos`) and the target."""
+    what the run's decoder reads, its <bos> (the twin's decoder start) and the target."""
     source, decoder = kwargs.get("input_ids", args[0] if args else None), kwargs.get("decoder_input_ids")
-    start = twin.config.decoder_start_token_id  # (what TransformerLens starts the shifted source with)
-    right = f"decoder_input=torch.tensor([[{'<bos>' if bos is None else bos}, *target_ids]])"
+    start = twin.config.decoder_start_token_id  # (the run's <bos>, where the twin was given it)
+    right = f"decoder_input=torch.tensor([[{start}, *target_ids]])"
     if decoder is not None and not (isinstance(decoder, torch.Tensor) and decoder.dim() == 2):
         what = f"a {decoder.dim()}-d tensor" if isinstance(decoder, torch.Tensor) else type(decoder).__name__
         raise UserError(f"to_transformer_lens: {right} (batch, target), a tensor of the run's ids; got {what}")

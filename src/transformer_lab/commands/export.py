@@ -186,6 +186,10 @@ def export(target: str | Path, out_dir: str | Path, overwrite: bool = False) -> 
     family = family_for(model, s)
     tokenizer, end_of_text = tokenizer_of(meta)
     ids, tokens = special_ids(tokenizer, end_of_text, s)
+    if model.architecture == "encoder-decoder" and "data" in meta["config"]:  # (generate() starts at the run's <bos>)
+        from transformer_lab.run.build import datamodule_from_checkpoint
+
+        ids["decoder_start_token_id"] = datamodule_from_checkpoint(meta).data.specials.bos
     config = {"model_type": family.model_type, **family.hf_config(s, ids), "torch_dtype": "float32"}
     if config.get("num_labels"):
         names = class_names(meta, config["num_labels"])

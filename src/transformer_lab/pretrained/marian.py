@@ -106,7 +106,6 @@ class Marian(Family):
             dropout=s["dropout"],
             tie_word_embeddings=s["tie_weights"],
             is_encoder_decoder=True,
-            **tokens,
             pad_token_id=s["pad_id"],
-            decoder_start_token_id=s["pad_id"],
+            **{"decoder_start_token_id": s["pad_id"], **tokens},  # (export and the twin give the run's <bos>)
         )

@@ -95,7 +95,6 @@ class T5(Family):
             feed_forward_proj=s["feed_forward"],
             tie_word_embeddings=s["tie_weights"],
             is_encoder_decoder=True,
-            **tokens,
             pad_token_id=s["pad_id"],
-            decoder_start_token_id=s["pad_id"],
+            **{"decoder_start_token_id": s["pad_id"], **tokens},  # (export and the twin give the run's <bos>)
         )

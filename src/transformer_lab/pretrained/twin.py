@@ -44,17 +44,21 @@ def family_for(model: torch.nn.Module, s: dict, what: str = "export"):
     raise UserError(f"{what}: no Transformers architecture has this model's settings: {'; '.join(reasons)}")
 
 
-def transformers_twin(model: torch.nn.Module, meta: dict | None = None, what: str = "transformers_twin"):
+def transformers_twin(
+    model: torch.nn.Module, meta: dict | None = None, what: str = "transformers_twin", bos: int | None = None
+):
     """The Transformers model (a PreTrainedModel, in eval mode, float32, on the CPU) that computes what `model`
     computes: the config and tensors `export` writes (family.hf_config, family.to_hf), built in memory, no file
-    written and no hub asked. `meta` (the checkpoint's record) names a classifier's classes as its data did.
+    written and no hub asked. `meta` (the checkpoint's record) names a classifier's classes as its data did; `bos`,
+    the id an encoder-decoder's decoder starts from in the run (its data's), is the twin's decoder start.
     Attention is eager (Transformers' own softmax, not SDPA's kernel), the one TransformerLens hooks."""
     from transformer_lab.pretrained.load import IGNORED
 
     transformers = imported("transformers", what)
     s = settings_of(model)
     family = family_for(model, s, what)
-    config = {"model_type": family.model_type, **family.hf_config(s, {})}
+    start = {"decoder_start_token_id": bos} if bos is not None and model.architecture == "encoder-decoder" else {}
+    config = {"model_type": family.model_type, **family.hf_config(s, start)}
     if config.get("num_labels"):
         labels = (meta or {}).get("labels")
         names = [str(label) for label in labels] if labels else [str(i) for i in range(config["num_labels"])]
