@@ -181,10 +181,10 @@ class TranslationData(DataSource):
         self.encoded = {split: self.encode_pairs(pairs) for split, pairs in self.text.items()}
         self.warn_cut_sentences()
         self.ready = True
+        c = self.config  # (a file of one's own pairs is named, not Multi30k's languages it does not have)
         log.info(
-            "translation %s->%s: %s pairs; vocabulary %d",
-            self.config.source,
-            self.config.target,
+            "translation %s: %s pairs; vocabulary %d",
+            f"{c.source}->{c.target}" if c.path is None else Path(c.path).name,
             {k: len(v) for k, v in self.text.items()},
             self.vocab_size,
         )
