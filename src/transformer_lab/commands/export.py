@@ -97,16 +97,13 @@ def class_names(meta: dict, n_classes: int) -> list[str]:
     return [str(label) for label in labels] if labels else [str(i) for i in range(n_classes)]
 
 
-def with_classifier_specials(tokenizer, meta: dict):
+def with_classifier_specials(tokenizer, specials):
     """A classifier reads `[CLS] text [SEP]` (its data's start and end ids: batching/labelled.py): a tokenizer
     learned here adds them on Transformers' side too, as a pretrained BERT's own post-processor does."""
     from tokenizers import processors
 
-    from transformer_lab.run.build import datamodule_from_checkpoint
-
-    if tokenizer.post_processor is not None or "data" not in meta["config"]:
+    if tokenizer.post_processor is not None or specials is None:
         return tokenizer
-    specials = datamodule_from_checkpoint(meta).data.specials
     bos, eos = tokenizer.id_to_token(specials.bos), tokenizer.id_to_token(specials.eos)
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"{bos} $A {eos}", special_tokens=[(bos, specials.bos), (eos, specials.eos)]
@@ -171,7 +168,7 @@ def check_out_dir(out: Path, overwrite: bool, checkpoint: Path) -> None:
 def export(target: str | Path, out_dir: str | Path, overwrite: bool = False) -> Path:
     from transformer_lab.pretrained.hub import require_pretrained
     from transformer_lab.pretrained.twin import family_for, settings_of
-    from transformer_lab.run.build import load_model
+    from transformer_lab.run.build import datamodule_from_checkpoint, load_model
     from transformer_lab.store.atomic import DiskRefused, staging_folder
     from transformer_lab.store.checkpoint import checkpoint_of
 
@@ -186,16 +183,15 @@ def export(target: str | Path, out_dir: str | Path, overwrite: bool = False) -> 
     family = family_for(model, s)
     tokenizer, end_of_text = tokenizer_of(meta)
     ids, tokens = special_ids(tokenizer, end_of_text, s)
-    if model.architecture == "encoder-decoder" and "data" in meta["config"]:  # (generate() starts at the run's <bos>)
-        from transformer_lab.run.build import datamodule_from_checkpoint
-
-        ids["decoder_start_token_id"] = datamodule_from_checkpoint(meta).data.specials.bos
+    specials = datamodule_from_checkpoint(meta).data.specials if "data" in meta["config"] else None  # (its data's)
+    if model.architecture == "encoder-decoder" and specials is not None:  # (generate() starts at the run's <bos>)
+        ids["decoder_start_token_id"] = specials.bos
     config = {"model_type": family.model_type, **family.hf_config(s, ids), "torch_dtype": "float32"}
     if config.get("num_labels"):
         names = class_names(meta, config["num_labels"])
         config["id2label"] = dict(enumerate(names))
         config["label2id"] = {name: i for i, name in enumerate(names)}
-        tokenizer = with_classifier_specials(tokenizer, meta)
+        tokenizer = with_classifier_specials(tokenizer, specials)
     tensors = {k: v.detach().clone().contiguous() for k, v in family.to_hf(model.state_dict(), s).items()}
     length = s.get("block_size") or 512
     tokenizer_config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": length, **tokens}
