@@ -74,16 +74,16 @@ CASES = [
         "data.block_size: sequences of 512 tokens exceed the model's maximum, model.block_size=256",
     ),
     ("batch-size", ["data.batch_size=0"], "data.batch_size: must be a positive integer, got 0"),
-    ("dropout", ["model.dropout=1.5"], "model.dropout: must be in [0, 1), got 1.5"),
+    ("dropout", ["model.dropout=1.5"], "model.dropout: must be a number in [0, 1), got 1.5"),
     (
         "logit-softcap",
         ["model.logit_softcap=0"],
-        "error: model.logit_softcap: must be a positive number or null, got 0.0\n",
+        "error: model.logit_softcap: must be a number > 0 or null, got 0.0\n",
     ),
     (
         "logit-softcap-inf",
         ["model.logit_softcap=inf"],
-        "error: model.logit_softcap: must be a positive number or null, got inf\n",
+        "error: model.logit_softcap: must be a number > 0 or null, got inf\n",
     ),
     ("positions", ["model.pos_encoding=alibi"], "Invalid value 'alibi', expected one of [learned, rope]"),
     (
@@ -93,14 +93,18 @@ CASES = [
     ),
     ("not-prime", ["data=modular", "data.p=100"], "data.p: must be a prime"),
     ("operator", ["data=modular", "data.op=pow"], "Invalid value 'pow', expected one of [+, -, *, /]"),
-    ("train-fraction", ["data=modular", "data.train_fraction=1.5"], "data.train_fraction: must be in (0, 1)"),
+    (
+        "train-fraction",
+        ["data=modular", "data.train_fraction=1.5"],
+        "data.train_fraction: must be a number in (0, 1), got 1.5",
+    ),
     ("min-lr", ["optim.min_lr=1"], "optim.min_lr: must be in [0, optim.lr=0.001]"),
     ("betas", ["optim.betas=[0.9,1.5]"], "optim.betas: must be two numbers in [0, 1)"),
     ("optimizer", ["optim.name=sgd"], "Invalid value 'sgd', expected one of [adamw, adafactor, muon]"),
     ("endless", ["trainer.max_steps=-1"], "trainer.max_steps: must be set: task=lm on data=shakespeare draws"),
     ("val-interval", ["trainer.val_check_interval=0.5"], "trainer.val_check_interval: must be a number of steps"),
-    ("temperature", ["task.sample.temperature=-1"], "task.sample.temperature: must be >= 0"),
-    ("top-k", ["task.sample.top_k=0"], "task.sample.top_k: must be >= 1 or null"),
+    ("temperature", ["task.sample.temperature=-1"], "task.sample.temperature: must be a number >= 0, got -1"),
+    ("top-k", ["task.sample.top_k=0"], "task.sample.top_k: must be an integer >= 1 or null, got 0"),
     ("gpu", ["hardware=gpu"], "asks for a CUDA GPU but torch sees none"),
     (
         "callback-option-settings-alone",
@@ -584,10 +588,10 @@ def test_a_sweep_whose_every_trial_fails_ends_in_one_line_naming_their_logs(tmp_
     )
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: every trial failed (2; the first: optim.lr: must be positive, got -"), last
+    assert last.startswith("error: every trial failed (2; the first: optim.lr: must be a number > 0, got -"), last
     for job in ("0", "1"):
         assert str(tmp_path / job / "train.log") in last
-        assert "error: optim.lr: must be positive" in (tmp_path / job / "train.log").read_text()
+        assert "error: optim.lr: must be a number > 0" in (tmp_path / job / "train.log").read_text()
 
 
 def test_a_shell_setting_hydra_full_error_0_still_gets_one_line(tmp_path):

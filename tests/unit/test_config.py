@@ -1,5 +1,7 @@
 """Every config option composes and instantiates; bad values fail with one message naming the key."""
 
+import dataclasses
+import re
 from types import SimpleNamespace
 
 import hydra
@@ -11,6 +13,7 @@ from omegaconf import OmegaConf
 
 from helpers.runs import ROOT, compose_cfg
 from transformer_lab.callbacks import RichProgressBar
+from transformer_lab.choices import check_ranges, within
 from transformer_lab.config.checks import validate
 
 # DESIGN.md's model x data matrix; the code computes it from what models and data modules declare.
@@ -241,22 +244,22 @@ BAD_VALUES = [
     (["model.block_size=128", "data.block_size=256"], "data.block_size", "model.block_size=128"),
     (["data.batch_size=0"], "data.batch_size", "positive integer"),
     (["data=modular", "data.p=100"], "data.p", "prime"),
-    (["data=modular", "data.terms=1"], "data.terms", "at least 2"),
-    (["model=encdec", "data=translation", "data.vocab_size=50"], "data.vocab_size", "at least 100"),
+    (["data=modular", "data.terms=1"], "data.terms", "must be an integer >= 2, got 1"),
+    (
+        ["model=encdec", "data=translation", "data.vocab_size=50"],
+        "data.vocab_size",
+        "must be an integer >= 100, got 50",
+    ),
     (["model.dropout=1.5"], "model.dropout", "[0, 1)"),
     (["model.pos_encoding=rope", "model.n_embd=36", "model.n_head=4"], "model.n_embd", "even head size"),
     (["model=t5", "model.num_buckets=2"], "model.num_buckets", "num_buckets >= 4"),
     (["model=t5", "task.extra_ids=5"], "task.extra_ids", "noise spans"),
     (["task.sample.temperature=-1"], "task.sample.temperature", ">= 0"),
-    (["task.decode.beam_size=0"], "task.decode.beam_size", "at least 1"),
+    (["task.decode.beam_size=0"], "task.decode.beam_size", "must be an integer >= 1, got 0"),
     (["model=encdec", "data=translation", "task.label_smoothing=1"], "task.label_smoothing", "[0, 1)"),
     (["optim.min_lr=1"], "optim.min_lr", "[0, optim.lr"),
-    (["optim.name=muon", "optim.muon_weight_decay=-1"], "optim.muon_weight_decay", ">= 0, or null, got -1"),
-    (
-        ["optim.name=muon", "optim.muon_weight_decay=inf"],
-        "optim.muon_weight_decay",
-        "finite number >= 0, or null, got inf",
-    ),
+    (["optim.name=muon", "optim.muon_weight_decay=-1"], "optim.muon_weight_decay", ">= 0 or null, got -1"),
+    (["optim.name=muon", "optim.muon_weight_decay=inf"], "optim.muon_weight_decay", ">= 0 or null, got inf"),
     (["trainer.max_steps=-1"], "trainer.max_steps", "must be set"),
     (["callbacks.throughput.peak_flops=-5"], "callbacks.throughput.peak_flops", "positive number of FLOP/s"),
     (["attention_kernel=fast"], "attention_kernel", "must be one of auto, math, flash, efficient, cudnn, got 'fast'"),
@@ -270,6 +273,27 @@ def test_bad_values_name_the_key(overrides, key, fragment, tmp_path):
         validate(cfg)
         make_datamodule(cfg)  # checks of the data beside the model (no file read)
     assert info.value.key == key and fragment in str(info.value)
+
+
+def test_a_within_field_is_refused_outside_its_interval_as_extending_md_says():
+    @dataclasses.dataclass
+    class CellConfig:  # a user's model settings, as docs/extending.md declares them
+        n_layer: int = within(2, "[1, inf)")
+        keep: float | None = within(None, "(0, 1]")
+
+        def __post_init__(self):
+            check_ranges(self)
+
+    for settings, message in [
+        ({"n_layer": 0}, "n_layer: must be an integer >= 1, got 0"),
+        ({"n_layer": 2.5}, "n_layer: must be an integer >= 1, got 2.5"),
+        ({"n_layer": True}, "n_layer: must be an integer >= 1, got True"),
+        ({"keep": 0.0}, "keep: must be a number in (0, 1] or null, got 0.0"),
+        ({"keep": float("nan")}, "keep: must be a number in (0, 1] or null, got nan"),
+    ]:
+        with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+            CellConfig(**settings)
+    assert CellConfig(n_layer=1, keep=1).keep == 1 and CellConfig().keep is None
 
 
 def test_resolved_config_is_plain_data(tmp_path):
@@ -509,9 +533,9 @@ def test_hydras_flags_and_their_values_are_no_overrides():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (["data.model_defaults.n_layer=-1"], "data.model_defaults.n_layer: must be a positive integer, got -1"),
+        (["data.model_defaults.n_layer=-1"], "data.model_defaults.n_layer: must be an integer >= 1, got -1"),
         (["data.model_defaults.n_embd=130"], "data.model_defaults.n_embd: 130 is not divisible by model.n_head=4"),
-        (["model.n_layer=-1"], "model.n_layer: must be a positive integer, got -1"),  # set by hand: its own name
+        (["model.n_layer=-1"], "model.n_layer: must be an integer >= 1, got -1"),  # set by hand: its own name
     ],
 )
 def test_a_bad_suggestion_is_named_where_it_was_written(tmp_path, overrides, message):

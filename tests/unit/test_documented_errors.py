@@ -11,6 +11,7 @@ from helpers.runs import ROOT
 ASSERTED_ELSEWHERE = [
     ("distributed.md", "ended without a result (state: CANCELLED); its logs:", "e2e/test_slurm.py"),
     ("extending.md", "model.n_embd: must be even", "e2e/test_extension.py"),
+    ("extending.md", "n_layer: must be an integer >= 1, got 0", "unit/test_config.py"),
     ("extending.md", "its run imported", "e2e/test_extension.py"),
     ("extending.md", "lacks what task=lm calls on it with", "unit/test_config.py"),
     ("extending.md", "task.gamma: must be >= 0, got -1", "e2e/test_extension.py"),

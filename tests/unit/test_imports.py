@@ -56,10 +56,12 @@ def test_the_cycle_finder_finds_one():
 
 
 # The package's rooms from the ground up: each imports only from its own floor or the floors below (a room
-# of a floor from the others of it, none either way): the one-line errors and enums; what a run leaves on disk; models; data; batches; objectives; the configuration and its
-# checks; the attention maps; Transformers checkpoints; callbacks; a run; the Python API; the commands.
+# of a floor from the others of it, none either way): the one-line errors; the values a setting may take; what a run
+# leaves on disk; models; data; batches; objectives; the configuration and its checks; the attention maps;
+# Transformers checkpoints; callbacks; a run; the Python API; the commands.
 FLOORS = [
-    {"errors", "choices"},
+    {"errors"},
+    {"choices"},
     {"store"},
     {"models"},
     {"data"},

@@ -136,5 +136,5 @@ def test_the_options_are_off_by_default_and_a_bad_cap_is_one_line():
         None,
     )
     for bad in (0.0, -1.0, float("inf"), float("nan")):
-        with pytest.raises(ConfigError, match=rf"^logit_softcap: must be a positive number or null, got {bad}$"):
+        with pytest.raises(ConfigError, match=rf"^logit_softcap: must be a number > 0 or null, got {bad}$"):
             GPTConfig(logit_softcap=bad)

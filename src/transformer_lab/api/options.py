@@ -4,9 +4,9 @@ checked against its default's kind, its minimum, and the device against torch's,
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
+from transformer_lab.choices import check_number
 from transformer_lab.errors import ConfigError, UserError, require
 
 
@@ -32,19 +32,11 @@ def with_defaults(args: dict, defaults: dict, minimums: dict | None = None, null
 def check_option(key: str, value, default, minimum: float | None, nullable: bool = False) -> None:
     """One option's value: of its default's kind, at least `minimum`, a number finite and within 64 bits (Python's
     API takes what no command line gives: nan, 2**70); text given explicitly is not empty, nor None for text."""
-    number = int if isinstance(default, int) and not isinstance(default, float) else float
     if isinstance(default, bool):
         require(isinstance(value, bool), key, f"must be true or false, got {value!r}")
     elif isinstance(default, (int, float)) or (default is None and minimum is not None):
-        nullable = nullable or default is None
-        if value is None and nullable:
-            return
-        kinds = (int,) if number is int else (int, float)
-        what = "an integer" if number is int else "a number"
-        bound = f" >= {minimum}" if minimum is not None else ""
-        ok = isinstance(value, kinds) and not isinstance(value, bool) and math.isfinite(value) and abs(value) < 2**63
-        ok = ok and (minimum is None or value >= minimum)
-        require(ok, key, f"must be {what}{bound}{' or null' if nullable else ''}, got {value!r}")
+        integer = isinstance(default, int) and not isinstance(default, float)
+        check_number(key, value, integer, None if minimum is None else f"[{minimum}, inf)", nullable or default is None)
     elif value is not None or isinstance(default, str):
         require(isinstance(value, str), key, f"must be text, got {value!r}")
         require(value != "", key, "is empty")

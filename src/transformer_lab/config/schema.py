@@ -9,7 +9,6 @@ models/configs.py, ...); checks across sections, and of conf/train.yaml's own ke
 from __future__ import annotations
 
 import dataclasses
-import math
 import typing
 from dataclasses import MISSING, dataclass, field
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-from transformer_lab.choices import choice
+from transformer_lab.choices import check_ranges, choice, within
 from transformer_lab.data.configs import (
     DATA_DECIDED,
     LabelledConfig,
@@ -124,14 +123,14 @@ class TrainerConfig:
     max_epochs: int = -1
     max_time: Optional[str] = None  # a wall-clock budget for training, "DD:HH:MM:SS"
     val_check_interval: Any = 250  # steps (int) or a fraction of an epoch (float)
-    check_val_every_n_epoch: Optional[int] = None
+    check_val_every_n_epoch: Optional[int] = within(None, "[1, inf)")
     limit_val_batches: Any = 20  # batches (int) or a fraction (float) of the validation set
     limit_train_batches: Any = None
     limit_test_batches: Any = None  # batches (int) or a fraction (float) of the test set; None: all
-    num_sanity_val_steps: int = 2
-    log_every_n_steps: int = 10
-    gradient_clip_val: Optional[float] = 1.0
-    accumulate_grad_batches: int = 1
+    num_sanity_val_steps: int = within(2, "[-1, inf)")  # -1: the whole validation set
+    log_every_n_steps: int = within(10, "[1, inf)")
+    gradient_clip_val: Optional[float] = within(1.0, "[0, inf)")
+    accumulate_grad_batches: int = within(1, "[1, inf)")
     deterministic: Any = False
     benchmark: Optional[bool] = None
     enable_progress_bar: bool = True
@@ -144,22 +143,11 @@ class TrainerConfig:
 
     def __post_init__(self):
         # values Lightning takes and fails on later (what it refuses at once, config/trainer.check_trainer finds)
+        check_ranges(self)
         require(
             self.max_steps == -1 or self.max_steps >= 1,
             "max_steps",
             f"must be -1 (no limit) or positive, got {self.max_steps}",
-        )
-        for key, lowest in (("log_every_n_steps", 1), ("accumulate_grad_batches", 1), ("num_sanity_val_steps", -1)):
-            value = getattr(self, key)
-            require(
-                isinstance(value, int) and not isinstance(value, bool) and value >= lowest,
-                key,
-                f"must be an integer >= {lowest}, got {value!r}",
-            )
-        clip, every = self.gradient_clip_val, self.check_val_every_n_epoch
-        require(clip is None or clip >= 0, "gradient_clip_val", f"must be >= 0 or null, got {clip}")
-        require(
-            every is None or every >= 1, "check_val_every_n_epoch", f"must be a positive integer or null, got {every}"
         )
         require(
             self.deterministic in (True, False, "warn"),
@@ -196,38 +184,31 @@ class OptimConfig:
     # adamw | adafactor (relative steps, T5's optimizer: lr is relative, e.g. 1e-2; betas, eps, fused unused) |
     # muon (torch's Muon on the hidden matrices at muon_lr, AdamW on the rest at lr: tasks/optim.py)
     name: Optimizer = Optimizer.adamw
-    lr: float = 1e-3  # peak learning rate, reached after warmup
+    lr: float = within(1e-3, "(0, inf)")  # peak learning rate, reached after warmup
     min_lr: float = 1e-4  # where the cosine decay ends
-    warmup_steps: int = 100
+    warmup_steps: int = within(100, "[0, inf)")
     decay_steps: Optional[int] = None  # default: trainer.max_steps
-    weight_decay: float = 0.1  # on matrices only; biases and norm gains never decay
+    weight_decay: float = within(0.1, "[0, inf)")  # on matrices only; biases and norm gains never decay
     betas: List[float] = field(default_factory=lambda: [0.9, 0.99])
     eps: float = 1e-8
     fused: Optional[bool] = True  # torch's fused AdamW kernel (CUDA and CPU); null lets torch choose
     skip_nonfinite: bool = False  # on an inf/nan loss: false stops the run, true skips the step (counted)
-    pretrained_lr: Optional[float] = None  # with init_from: peak lr of the loaded tensors (null: lr, as the rest)
-    muon_lr: float = 0.02  # optim.name=muon: peak lr of the hidden matrices (the schedule scales it as lr)
-    muon_momentum: float = 0.95  # Muon's (Nesterov) momentum
+    # with init_from: peak lr of the loaded tensors (null: lr, as the rest)
+    pretrained_lr: Optional[float] = within(None, "(0, inf)")
+    # optim.name=muon: peak lr of the hidden matrices (the schedule scales it as lr)
+    muon_lr: float = within(0.02, "(0, inf)")
+    muon_momentum: float = within(0.95, "[0, 1)")  # Muon's (Nesterov) momentum
     muon_shape_scaling: MuonShapeScaling = MuonShapeScaling.original  # Keller Jordan's, or Moonshot's
     # the hidden matrices' decoupled decay (each step shrinks them by lr x decay: at Muon's larger lr one decay for
     # both optimizers decays Muon's matrices more); null: weight_decay. (Unused by adamw, as every muon_ key.)
-    muon_weight_decay: Optional[float] = None
+    muon_weight_decay: Optional[float] = within(None, "[0, inf)")
     # Newton-Schulz in bfloat16 (torch's Muon) where the device has bf16 units (CUDA; a CPU with AMX or AVX512-BF16),
     # float32 elsewhere: emulated bf16 took 3x float32's time there (issue #67). Resolved as the run is composed.
     muon_precision: MuonPrecision = "${fast_precision:${trainer.accelerator}}"  # type: ignore[assignment]
 
     def __post_init__(self):
-        require(self.lr > 0, "lr", f"must be positive, got {self.lr}")
-        pretrained = self.pretrained_lr
-        require(pretrained is None or pretrained > 0, "pretrained_lr", f"must be positive or null, got {pretrained}")
+        check_ranges(self)
         require(0 <= self.min_lr <= self.lr, "min_lr", f"must be in [0, optim.lr={self.lr}], got {self.min_lr}")
-        require(self.warmup_steps >= 0, "warmup_steps", f"must be >= 0, got {self.warmup_steps}")
-        require(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
-        require(self.muon_lr > 0, "muon_lr", f"must be positive, got {self.muon_lr}")
-        require(0 <= self.muon_momentum < 1, "muon_momentum", f"must be in [0, 1), got {self.muon_momentum}")
-        muon_decay = self.muon_weight_decay
-        ok = muon_decay is None or 0 <= muon_decay < math.inf
-        require(ok, "muon_weight_decay", f"must be a finite number >= 0, or null, got {muon_decay}")
         require(
             len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
             "betas",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from transformer_lab.choices import choice
+from transformer_lab.choices import check_ranges, choice, within
 from transformer_lab.errors import require
 
 # Model settings the data decides: a model config's fields of these names are filled from the data
@@ -27,8 +27,8 @@ def is_prime(n: int) -> bool:
 class ModularConfig:  # data/modular.py
     p: int = 97  # a prime modulus
     op: Op = Op("+")  # noqa: RUF009  (an enum member, immutable)
-    terms: int = 2  # operands per equation: (a op b op c ...) mod p
-    train_fraction: float = 0.5
+    terms: int = within(2, "[2, inf)")  # operands per equation: (a op b op c ...) mod p
+    train_fraction: float = within(0.5, "(0, 1)")
     split_seed: int = 0  # which equations go to training
     batch_size: int = 512
     val_batch_size: int | None = None  # default (null): batch_size
@@ -36,27 +36,25 @@ class ModularConfig:  # data/modular.py
     seed: int = 1337
 
     def __post_init__(self):
+        check_ranges(self)
         self.val_batch_size = self.val_batch_size or self.batch_size
-        require(is_prime(self.p), "data.p", f"must be a prime (division needs inverses), got {self.p}")
-        require(self.terms >= 2, "data.terms", f"must be at least 2, got {self.terms}")
-        require(0 < self.train_fraction < 1, "data.train_fraction", f"must be in (0, 1), got {self.train_fraction}")
+        require(is_prime(self.p), "p", f"must be a prime (division needs inverses), got {self.p}")
 
 
 @dataclass
 class ShakespeareConfig:  # data/shakespeare.py
     data_dir: str = "data"
     path: str | None = None  # a UTF-8 text file to use instead of Tiny Shakespeare
-    block_size: int = 256  # context length of each training window
+    block_size: int = within(256, "[1, inf)")  # context length of each training window
     batch_size: int = 64
     val_batch_size: int | None = None  # default (null): batch_size
-    val_fraction: float = 0.1  # the last 10% of the text is held out
+    val_fraction: float = within(0.1, "(0, 1)")  # the last 10% of the text is held out
     seed: int = 1337
     sample_prompt: str = "\n"  # where text samples at each validation start
 
     def __post_init__(self):
+        check_ranges(self)
         self.val_batch_size = self.val_batch_size or self.batch_size
-        require(self.block_size >= 1, "data.block_size", f"must be a positive integer, got {self.block_size}")
-        require(0 < self.val_fraction < 1, "data.val_fraction", f"must be in (0, 1), got {self.val_fraction}")
 
 
 LEARNED_KINDS = ("char", "bytes", "bpe")  # data=text's tokenizers made here; elsewhere data.tokenizer is pretrained
@@ -66,29 +64,27 @@ LEARNED_KINDS = ("char", "bytes", "bpe")  # data=text's tokenizers made here; el
 class LabelledConfig:  # data/labelled.py
     path: str | None = None  # a file of `text<TAB>label` lines
     data_dir: str = "data"  # where a learned tokenizer is cached
-    val_fraction: float = 0.1  # the share held out for validation, drawn with split_seed
+    val_fraction: float = within(0.1, "(0, 0.5)")  # the share held out for validation, drawn with split_seed
     split_seed: int = 0
     tokenizer: str | None = (
         None  # a pretrained tokenizer.json, a directory holding one or a HF name (null: BPE learned here)
     )
-    vocab_size: int = 4000  # the learned BPE's
-    max_length: int = 128  # tokens per text with its two specials ([CLS] ... [SEP]); longer texts are cut
+    vocab_size: int = within(4000, "[100, inf)")  # the learned BPE's
+    max_length: int = within(128, "[4, inf)")  # tokens per text with its two specials ([CLS] ... [SEP]); longer cut
     batch_size: int = 32
     val_batch_size: int | None = None  # default (null): batch_size
     seed: int = 1337
 
     def __post_init__(self):
+        check_ranges(self)
         self.val_batch_size = self.val_batch_size or self.batch_size
-        require(self.path is not None, "data.path", "give a file of text<TAB>label lines")
+        require(self.path is not None, "path", "give a file of text<TAB>label lines")
         require(
             self.tokenizer not in LEARNED_KINDS,
-            "data.tokenizer",
+            "tokenizer",
             f"{self.tokenizer} is a kind data=text learns; data=labelled learns a BPE when data.tokenizer is left out "
             "(null), or reads a pretrained one: a tokenizer.json, a directory holding one, or a Hugging Face name",
         )
-        require(0 < self.val_fraction < 0.5, "data.val_fraction", f"must be in (0, 0.5), got {self.val_fraction}")
-        require(self.vocab_size >= 100, "data.vocab_size", f"must be at least 100, got {self.vocab_size}")
-        require(self.max_length >= 4, "data.max_length", f"must be at least 4, got {self.max_length}")
 
 
 @dataclass
@@ -97,44 +93,41 @@ class TranslationConfig:  # data/translation.py
     source: str = "de"  # Multi30k languages: de, en, fr
     target: str = "en"
     path: str | None = None  # a file of `source<TAB>target` lines to use instead of Multi30k
-    val_fraction: float = 0.05  # with path: the shares held out for validation and test
-    test_fraction: float = 0.05
+    val_fraction: float = within(0.05, "(0, 0.5)")  # with path: the shares held out for validation and test
+    test_fraction: float = within(0.05, "(0, 0.5)")
     split_seed: int = 0
-    vocab_size: int = 8000  # BPE vocabulary size, trained on the training split only
+    vocab_size: int = within(8000, "[100, inf)")  # BPE vocabulary size, trained on the training split only
     shared_vocab: bool = True  # one vocabulary for both languages (false: one each)
     tokenizer: str | None = (
         None  # a pretrained tokenizer.json, a directory holding one or a HF name (null: BPE learned here)
     )
-    max_length: int = 128  # tokens per sentence, longer ones are cut
+    max_length: int = within(128, "[4, inf)")  # tokens per sentence, longer ones are cut
     batch_size: int = 128  # sentence pairs, grouped by length
     val_batch_size: int | None = None  # default (null): batch_size
     seed: int = 1337
 
     def __post_init__(self):
+        check_ranges(self)
         self.val_batch_size = self.val_batch_size or self.batch_size
         if self.path is None:
             for key, language in (("source", self.source), ("target", self.target)):
                 require(
                     language in LANGUAGES,
-                    f"data.{key}",
+                    key,
                     f"Multi30k has {', '.join(LANGUAGES)}; got {language!r} (or give data.path=FILE)",
                 )
-            require(self.source != self.target, "data.target", f"is the same language as data.source ({self.source})")
-        for key in ("val_fraction", "test_fraction"):
-            require(0 < getattr(self, key) < 0.5, f"data.{key}", f"must be in (0, 0.5), got {getattr(self, key)}")
+            require(self.source != self.target, "target", f"is the same language as data.source ({self.source})")
         require(
             self.tokenizer not in LEARNED_KINDS,
-            "data.tokenizer",
+            "tokenizer",
             f"{self.tokenizer} is a kind data=text learns; data=translation learns a BPE when data.tokenizer is left out "
             "(null), or reads a pretrained one: a tokenizer.json, a directory holding one, or a Hugging Face name",
         )
-        require(self.vocab_size >= 100, "data.vocab_size", f"must be at least 100, got {self.vocab_size}")
         require(
             self.tokenizer is None or self.shared_vocab,
-            "data.shared_vocab",
+            "shared_vocab",
             "a pretrained data.tokenizer serves both languages: leave shared_vocab true",
         )
-        require(self.max_length >= 4, "data.max_length", f"must be at least 4, got {self.max_length}")
 
 
 TokenDtype = choice("TokenDtype", "auto", "uint16", "uint32")
@@ -151,40 +144,32 @@ class TextConfig:  # data/corpus/
     separator: str = "\n\n"  # what ends a document in a .txt file
     end_of_text: str = "<|endoftext|>"  # the token after each document (a pretrained tokenizer's own if it has one)
     tokenizer: str = "bpe"  # char, bytes, bpe (learned from the training documents), a tokenizer.json or HF name
-    vocab_size: int = 4096  # bpe's, the end-of-text token included
+    vocab_size: int = within(4096, "[257, inf)")  # bpe's, the end-of-text token and the 256 bytes included
     token_dtype: TokenDtype = TokenDtype("auto")  # noqa: RUF009 (an enum member, immutable); of the cache's token files: auto (uint16 where the vocabulary fits), uint16, uint32
     cache_dir: str | None = None  # default (null): DATA_DIR/corpus_cache
-    val_fraction: float = 0.01  # the share of documents held out
+    val_fraction: float = within(0.01, "(0, 1)")  # the share of documents held out
     split_seed: int = 0  # which documents are held out
-    block_size: int = 256  # context length of each training window
+    block_size: int = within(256, "[1, inf)")  # context length of each training window
     batch_size: int = 64
     val_batch_size: int | None = None  # default (null): batch_size
     seed: int = 1337
     sample_prompt: str = ""  # text samples start a new document with this text
 
     def __post_init__(self):
+        check_ranges(self)
         self.val_batch_size = self.val_batch_size or self.batch_size
         paths = [self.path] if isinstance(self.path, str) else self.path
         require(
             self.path is None
             or (isinstance(paths, (list, tuple)) and paths and all(isinstance(p, str) for p in paths)),
-            "data.path",
+            "path",
             f"must be a file, directory or glob, or a list of them; got {self.path!r}",
         )
         require(
             self.path is not None or self.dataset is not None,
-            "data.path",
+            "path",
             "give the corpus: data.path=FILE|DIR|GLOB (.txt, .jsonl, .parquet) or data.dataset=NAME (Hugging Face)",
         )
-        require(
-            bool(self.tokenizer), "data.tokenizer", "give char, bytes, bpe, a tokenizer.json or a HF tokenizer name"
-        )
-        require(
-            self.vocab_size >= 257,
-            "data.vocab_size",
-            f"must be at least 257 (the bytes and end-of-text), got {self.vocab_size}",
-        )
-        require(bool(self.separator), "data.separator", "must not be empty")
-        require(bool(self.end_of_text), "data.end_of_text", "must not be empty")
-        require(self.block_size >= 1, "data.block_size", f"must be a positive integer, got {self.block_size}")
-        require(0 < self.val_fraction < 1, "data.val_fraction", f"must be in (0, 1), got {self.val_fraction}")
+        require(bool(self.tokenizer), "tokenizer", "give char, bytes, bpe, a tokenizer.json or a HF tokenizer name")
+        for key in ("separator", "end_of_text"):
+            require(bool(getattr(self, key)), key, "must not be empty")

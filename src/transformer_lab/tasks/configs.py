@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from transformer_lab.batching.span_lengths import num_noise_spans, raw_and_target_length
+from transformer_lab.choices import check_ranges, within
 from transformer_lab.errors import ConfigError, require
 
 
@@ -16,30 +17,24 @@ class SampleConfig:
     """Text samples at each validation of a language model on text."""
 
     enabled: bool = True  # print (and log to W&B) a text sample at each validation
-    max_new_tokens: int = 200
-    temperature: float = 0.8
-    top_k: int | None = 200
+    max_new_tokens: int = within(200, "[1, inf)")
+    temperature: float = within(0.8, "[0, inf)")
+    top_k: int | None = within(200, "[1, inf)")
     seed: int = 0
 
-    def __post_init__(self):
-        require(self.max_new_tokens >= 1, "sample.max_new_tokens", f"must be at least 1, got {self.max_new_tokens}")
-        require(self.temperature >= 0, "sample.temperature", f"must be >= 0, got {self.temperature}")
-        require(self.top_k is None or self.top_k >= 1, "sample.top_k", f"must be >= 1 or null, got {self.top_k}")
+    __post_init__ = check_ranges
 
 
 @dataclass
 class DecodeConfig:
     """How outputs are produced for BLEU (validation, test, the translate command)."""
 
-    beam_size: int = 4  # for test/bleu and the translate command; 1 is greedy
-    val_beam_size: int = 1  # for val/bleu at each validation (greedy keeps validation fast)
-    length_penalty: float = 0.6  # GNMT's alpha; 0 ranks finished outputs by raw log-probability
-    max_extra_len: int = 50  # an output may be this many tokens longer than its source
+    beam_size: int = within(4, "[1, inf)")  # for test/bleu and the translate command; 1 is greedy
+    val_beam_size: int = within(1, "[1, inf)")  # for val/bleu at each validation (greedy keeps validation fast)
+    length_penalty: float = within(0.6, "[0, inf)")  # GNMT's alpha; 0 ranks finished outputs by raw log-probability
+    max_extra_len: int = within(50, "[1, inf)")  # an output may be this many tokens longer than its source
 
-    def __post_init__(self):
-        for key in ("beam_size", "val_beam_size", "max_extra_len"):
-            require(getattr(self, key) >= 1, f"decode.{key}", f"must be at least 1, got {getattr(self, key)}")
-        require(self.length_penalty >= 0, "decode.length_penalty", f"must be >= 0, got {self.length_penalty}")
+    __post_init__ = check_ranges
 
 
 def _section(value, cls: type, key: str):
@@ -75,11 +70,11 @@ class LanguageModelConfig(TaskConfig):  # tasks/lm.py: next-token loss (text, eq
 
 @dataclass
 class Seq2SeqConfig(TaskConfig):  # tasks/seq2seq.py: teacher-forced target loss; BLEU or answer accuracy
-    label_smoothing: float = 0.1  # of the training loss; val/loss and test/loss are the plain one
+    label_smoothing: float = within(0.1, "[0, 1)")  # of the training loss; val/loss and test/loss are the plain one
     decode: DecodeConfig = field(default_factory=DecodeConfig)
 
     def __post_init__(self):
-        require(0 <= self.label_smoothing < 1, "label_smoothing", f"must be in [0, 1), got {self.label_smoothing}")
+        check_ranges(self)
         self.decode = _section(self.decode, DecodeConfig, "decode")
 
 
@@ -92,19 +87,13 @@ class ClassifyConfig(TaskConfig):  # tasks/classify.py: one class per sequence, 
 class SpanCorruptionConfig(
     TaskConfig
 ):  # tasks/span_corruption.py: T5's objective (batching/span_corruption.py); T5's defaults
-    input_length: int = 128  # corrupted input tokens, EOS included (raw windows are longer: 128 <- 141)
-    noise_density: float = 0.15  # share of a window's tokens dropped
-    mean_noise_span_length: float = 3.0
+    input_length: int = within(128, "[4, inf)")  # corrupted input tokens, EOS included (raw windows: 128 <- 141)
+    noise_density: float = within(0.15, "(0, 1)")  # share of a window's tokens dropped
+    mean_noise_span_length: float = within(3.0, "[1, inf)")
     extra_ids: int = 100  # sentinel tokens, at the top of the vocabulary
 
     def __post_init__(self):
-        require(0 < self.noise_density < 1, "noise_density", f"must be in (0, 1), got {self.noise_density}")
-        require(
-            self.mean_noise_span_length >= 1,
-            "mean_noise_span_length",
-            f"must be at least 1, got {self.mean_noise_span_length}",
-        )
-        require(self.input_length >= 4, "input_length", f"must be at least 4, got {self.input_length}")
+        check_ranges(self)
         raw, _ = raw_and_target_length(self.input_length, self.noise_density, self.mean_noise_span_length)
         spans = num_noise_spans(raw, self.noise_density, self.mean_noise_span_length)
         require(
@@ -116,16 +105,13 @@ class SpanCorruptionConfig(
 
 @dataclass
 class MaskedLMConfig(TaskConfig):  # tasks/masked_lm.py: BERT's objective (batching/masked_lm.py); BERT's defaults
-    length: int = 128  # tokens per sequence, [CLS] included
-    mask_prob: float = 0.15  # share of tokens chosen for prediction (the loss is on these only)
-    mask_token_prob: float = 0.8  # of the chosen: replaced by [MASK]
-    random_token_prob: float = 0.1  # replaced by a random token; the rest are kept as they are
+    length: int = within(128, "[2, inf)")  # tokens per sequence, [CLS] included (and a token at least)
+    mask_prob: float = within(0.15, "(0, 1]")  # share of tokens chosen for prediction (the loss is on these only)
+    mask_token_prob: float = within(0.8, "[0, 1]")  # of the chosen: replaced by [MASK]
+    random_token_prob: float = within(0.1, "[0, 1]")  # replaced by a random token; the rest are kept as they are
 
     def __post_init__(self):
-        require(self.length >= 2, "length", f"must be at least 2 ([CLS] and a token), got {self.length}")
-        require(0 < self.mask_prob <= 1, "mask_prob", f"must be in (0, 1], got {self.mask_prob}")
-        for key in ("mask_token_prob", "random_token_prob"):
-            require(0 <= getattr(self, key) <= 1, key, f"must be in [0, 1], got {getattr(self, key)}")
+        check_ranges(self)
         require(
             self.mask_token_prob + self.random_token_prob <= 1,
             "random_token_prob",
