@@ -1,5 +1,5 @@
 """One path from `python train.py` to `Trainer.fit`: the config is composed by Hydra alone, validated once, and
-its data module built once (README: "Where to read the code first"), for a new run and for a resumed one
+its data module and each callback built once (README: "Where to read the code first"), for a new run and for a resumed one
 (whose config is composed again, from its checkpoint's overrides: that is what resuming is). Hydra's
 @main composes the command line twice itself (once to tell a run from a multirun, once to run it)."""
 
@@ -11,8 +11,10 @@ from helpers.runs import TINY, run_train
 
 def counted_run(monkeypatch, *overrides):
     """train.py's run (as `__main__`, in this process), with the steps counted: Hydra's compositions and ours
-    (its public compose()), validate() wherever it is bound, the data modules built."""
+    (its public compose()), validate() wherever it is bound, the data modules built, and what Hydra instantiates
+    (the callbacks: `instantiated`, by class)."""
     import hydra
+    import hydra.utils
     import hydra._internal.config_loader_impl as loader
 
     import transformer_lab.config.checks as checks
@@ -36,8 +38,16 @@ def counted_run(monkeypatch, *overrides):
         if module is not None and getattr(module, "validate", None) is validate:
             monkeypatch.setattr(module, "validate", counted_validate)
     monkeypatch.setattr(base.DataSource, "__init__", counted("datamodule", base.DataSource.__init__))
+    instantiated, instantiate = collections.Counter(), hydra.utils.instantiate
+
+    def counted_instantiate(config, *args, **kwargs):
+        instantiated[str(config.get("_target_"))] += 1
+        return instantiate(config, *args, **kwargs)
+
+    monkeypatch.setattr(hydra.utils, "instantiate", counted_instantiate)
     result = run_train(*overrides)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert len(instantiated) >= 5 and set(instantiated.values()) == {1}, instantiated  # (each callback once)
     return dict(calls)
 
 

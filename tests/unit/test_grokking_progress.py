@@ -17,7 +17,7 @@ from transformer_lab.callbacks.grokking import (
     fourier_basis,
     key_frequencies,
 )
-from transformer_lab.config.classes import check_callbacks
+from transformer_lab.config.classes import built_callbacks
 from transformer_lab.errors import ConfigError
 
 P = 7
@@ -102,13 +102,13 @@ BAD = [
 def test_a_wrong_setting_is_one_line_naming_the_callback(overrides, message, tmp_path):
     cfg = compose_cfg(["callbacks=[default,progress]", *overrides], tmp_path)
     with pytest.raises(ConfigError) as info:
-        check_callbacks(cfg)
+        built_callbacks(cfg)
     assert info.value.key == "callbacks.progress" and str(info.value).endswith(message) and "\n" not in str(info.value)
 
 
 def test_the_callback_is_built_for_modular_addition_on_a_decoder(tmp_path):
     cfg = compose_cfg(["callbacks=[default,progress]", "data=modular"], tmp_path)
-    check_callbacks(cfg)
+    built_callbacks(cfg)
     assert isinstance(
         GrokkingProgress(**{k: v for k, v in cfg.callbacks.progress.items() if k != "_target_"}), GrokkingProgress
     )

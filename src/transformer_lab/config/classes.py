@@ -195,23 +195,26 @@ def check_model(cfg: DictConfig, datamodule: Batching) -> None:
         )
 
 
-def check_callbacks(cfg: DictConfig) -> None:
-    """Builds each callback once, before the run exists: a setting its class refuses (callbacks.ema.decay=1.5)
-    becomes a ConfigError naming its section, not a traceback once the run's directory is there."""
+def built_callbacks(cfg: DictConfig) -> dict:
+    """Each callback of the config built, once, before the run exists ({name: callback}; a null one dropped): a
+    setting its class refuses (callbacks.ema.decay=1.5) becomes a ConfigError naming its section, not a traceback
+    once the run's directory is there."""
     from hydra.errors import InstantiationException
     from hydra.utils import instantiate
 
+    built = {}
     for name, settings in (cfg.get("callbacks") or {}).items():
         if settings is None:
             continue
         try:
-            instantiate(settings)
+            built[name] = instantiate(settings)
         except InstantiationException as e:
             cause = e.__cause__ or e
             first = first_line(cause)
             raise ConfigError(
                 f"callbacks.{name}", f"{settings.get('_target_')} refuses its settings: {first}"
             ) from None
+    return built
 
 
 def check_length(cfg: DictConfig, datamodule: Batching) -> None:
@@ -329,6 +332,5 @@ def check_buildable(cfg: DictConfig) -> Batching:
         import_class(path, f"task.metrics.{datamodule.form}[{i}]", Metric)
     check_model(cfg, datamodule)
     check_trainer(cfg)
-    check_callbacks(cfg)
     check_length(cfg, datamodule)
     return datamodule

@@ -97,7 +97,7 @@ def trainer_for(prepared: Prepared) -> L.Trainer:
         )
     prepared.task.translations_dir = output_dir / "translations"
     callbacks = [
-        *prepared.callbacks,
+        *prepared.callbacks.values(),
         Summary(),
         History(output_dir / "metrics.jsonl"),
         StepAxis(),

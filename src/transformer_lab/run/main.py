@@ -181,7 +181,7 @@ def main(cfg: DictConfig, start_time: float | None = None, trials: Trials | None
                 return objective_value(cfg, read_json(run_dir / "summary.json")) if multirun else None
             from transformer_lab.run.fit import best_checkpoint, fitting, trainer_for  # (Lightning's settings, first)
 
-            build_run(prepared)  # data, model, task and callbacks, each built once, and the checks that need them
+            build_run(prepared)  # data, model and task, each built once, and the checks that need them
             claim(run_dir, key, prepared.resumed and prepared.resumed.path, bool(prepared.cfg.get("overwrite")))
         finally:
             logging.getLogger().removeHandler(early)

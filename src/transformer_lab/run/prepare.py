@@ -38,7 +38,7 @@ class Prepared:
     datamodule: Any
     model: Any = None  # build_run's: the model, the task and the callbacks' instances
     task: Any = None
-    callbacks: list = field(default_factory=list)
+    callbacks: dict = field(default_factory=dict)  # {name: callback}, built once (prepare), checked (build_run)
     settled: bool = False  # a resume with nothing to do: said so, and nothing is built
 
 
@@ -58,9 +58,12 @@ def prepare(config: DictConfig, run_dir: Path | None = None, key: str = "hydra.r
         validate(cfg)  # (the command line's mistakes before the checkpoint is read)
         cfg, overrides = apply(cfg, overrides)
     validate(cfg)
-    from transformer_lab.config.classes import check_buildable  # (imports torch and Lightning: a mistake is told first)
+    # (imports torch and Lightning: a mistake is told first)
+    from transformer_lab.config.classes import built_callbacks, check_buildable
 
-    prepared = Prepared(cfg, resumed, overrides, cfg is not config, check_buildable(cfg))
+    prepared = Prepared(
+        cfg, resumed, overrides, cfg is not config, check_buildable(cfg), callbacks=built_callbacks(cfg)
+    )
     prepared.settled = settled_before_building(prepared, run_dir or Path(cfg.paths.output_dir), key)
     return prepared
 
@@ -70,7 +73,6 @@ def build_run(prepared: Prepared) -> Prepared:
     directory is claimed, in the order and with the seed a run has always built in (the same weights)."""
     import lightning as L
     import torch
-    from hydra.utils import instantiate
 
     from transformer_lab.config.compatibility import check_same_data, check_same_files, check_state_fits
     from transformer_lab.errors import require as _require
@@ -91,10 +93,8 @@ def build_run(prepared: Prepared) -> Prepared:
             check_same_files(resumed.path, resumed.meta, files)
     datamodule, model, task = build(cfg, prepared.overrides, datamodule=prepared.datamodule)
     check_optimizer(str(cfg.optim.name), model)
-    callbacks = []
-    for name, settings in (cfg.callbacks or {}).items():
-        if settings is not None:  # (null: dropped)
-            callbacks.append(checked_callback(name, instantiate(settings), model, datamodule))
+    for name, callback in prepared.callbacks.items():
+        checked_callback(name, callback, model, datamodule)
     if cfg.get("init_from"):  # (a new run's: a resume's weights are its checkpoint's, checked next)
         report, misfits, task.pretrained = init_weights(model, cfg.init_from, datamodule.data.checkpoint_meta())
         _require(not (misfits and cfg.init_strict), "init_strict", f"not every tensor fits: {report}")
@@ -104,7 +104,7 @@ def build_run(prepared: Prepared) -> Prepared:
     if resumed:
         check_same_data(resumed.path, resumed.meta, datamodule, files_checked=bool(files))
         check_state_fits(resumed.path, resumed.shapes, resumed.config, cfg, task)
-    prepared.datamodule, prepared.model, prepared.task, prepared.callbacks = datamodule, model, task, callbacks
+    prepared.datamodule, prepared.model, prepared.task = datamodule, model, task
     return prepared
 
 
