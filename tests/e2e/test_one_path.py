@@ -14,8 +14,8 @@ def counted_run(monkeypatch, *overrides):
     (its public compose()), validate() wherever it is bound, the data modules built, and what Hydra instantiates
     (the callbacks: `instantiated`, by class)."""
     import hydra
-    import hydra.utils
     import hydra._internal.config_loader_impl as loader
+    import hydra.utils
 
     import transformer_lab.config.checks as checks
     import transformer_lab.data.base as base
