@@ -17,7 +17,7 @@ from transformer_lab.choices import check_ranges, within
 from transformer_lab.config.checks import validate
 
 # DESIGN.md's model x data matrix; the code computes it from what models and data modules declare.
-from transformer_lab.config.classes import make_datamodule
+from transformer_lab.config.classes import built_callbacks, make_datamodule
 from transformer_lab.errors import ConfigError
 from transformer_lab.run.build import build_model
 
@@ -261,7 +261,7 @@ BAD_VALUES = [
     (["optim.name=muon", "optim.muon_weight_decay=-1"], "optim.muon_weight_decay", ">= 0 or null, got -1"),
     (["optim.name=muon", "optim.muon_weight_decay=inf"], "optim.muon_weight_decay", ">= 0 or null, got inf"),
     (["trainer.max_steps=-1"], "trainer.max_steps", "must be set"),
-    (["callbacks.throughput.peak_flops=-5"], "callbacks.throughput.peak_flops", "positive number of FLOP/s"),
+    (["callbacks.throughput.peak_flops=-5"], "callbacks.throughput.peak_flops", "must be a number > 0 or null, got -5"),
     (["attention_kernel=fast"], "attention_kernel", "must be one of auto, math, flash, efficient, cudnn, got 'fast'"),
 ]
 
@@ -272,6 +272,7 @@ def test_bad_values_name_the_key(overrides, key, fragment, tmp_path):
     with pytest.raises(ConfigError) as info:
         validate(cfg)
         make_datamodule(cfg)  # checks of the data beside the model (no file read)
+        built_callbacks(cfg)  # a callback's own checks of its settings
     assert info.value.key == key and fragment in str(info.value)
 
 

@@ -9,6 +9,8 @@ import lightning as L
 import torch
 from lightning.fabric.utilities.throughput import get_available_flops
 
+from transformer_lab.choices import check_number
+
 log = logging.getLogger(__name__)
 
 # Dense tensor-core peaks of the H200, which Lightning's table misses under the name CUDA reports
@@ -47,6 +49,7 @@ class Throughput(L.Callback):
     """
 
     def __init__(self, log_every_n_steps: int = 50, peak_flops: float | None = None):
+        check_number("peak_flops", peak_flops, False, "(0, inf)", nullable=True)  # (FLOP/s, e.g. 989e12)
         self.log_every_n_steps = log_every_n_steps
         self.peak_flops = peak_flops
         self.tokens_per_sec: float | None = None

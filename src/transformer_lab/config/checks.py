@@ -276,13 +276,6 @@ def validate(cfg: DictConfig) -> None:
             f"or set callbacks.{name}=null",
         )
 
-    peak = OmegaConf.select(cfg, "callbacks.throughput.peak_flops")
-    _require(
-        peak is None or (isinstance(peak, (int, float)) and peak > 0),
-        "callbacks.throughput.peak_flops",
-        f"must be a positive number of FLOP/s (e.g. 989e12) or null, got {peak!r}",
-    )
-
 
 def no_such_key(key: str, known) -> ConfigError:
     """The one message for a key that is not there, whether mistyped (Hydra refuses it while composing) or

@@ -210,6 +210,8 @@ def built_callbacks(cfg: DictConfig) -> dict:
             built[name] = instantiate(settings)
         except InstantiationException as e:
             cause = e.__cause__ or e
+            if isinstance(cause, ConfigError):  # (one of its settings, named: `callbacks.NAME.KEY`)
+                raise ConfigError(f"callbacks.{name}.{cause.key}", cause.message) from None
             first = first_line(cause)
             raise ConfigError(
                 f"callbacks.{name}", f"{settings.get('_target_')} refuses its settings: {first}"
