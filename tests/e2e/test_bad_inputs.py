@@ -121,20 +121,27 @@ CASES = [
     (
         "callback-setting-out-of-range",
         ["callbacks=[default,ema]", "callbacks.ema.decay=1.5"],
-        "error: callbacks.ema: transformer_lab.callbacks.EMAWeightAveraging refuses its settings: Invalid decay value "
-        "1.5 provided. Please provide a value in [0,1] range.\n",
+        "error: callbacks.ema.decay: must be a number in [0, 1], got 1.5\n",
+    ),
+    (
+        "callback-nan",
+        ["callbacks=[default,ema]", "callbacks.ema.decay=nan"],
+        "callbacks.ema.decay: must be a number in [0, 1], got nan",
+    ),
+    (
+        "callback-grokfast-lamb",
+        ["callbacks=[default,grokfast]", "callbacks.grokfast.lamb=nan"],
+        "error: callbacks.grokfast.lamb: must be a number >= 0, got nan\n",
     ),
     (
         "callback-steps-zero",
         ["callbacks=[default,ema]", "callbacks.ema.update_every_n_steps=0"],
-        "error: callbacks.ema: transformer_lab.callbacks.EMAWeightAveraging refuses its settings: "
-        "update_every_n_steps must be an integer >= 1, got 0\n",
+        "error: callbacks.ema.update_every_n_steps: must be an integer >= 1, got 0\n",
     ),
     (
         "callback-grokfast-alpha",
         ["callbacks=[default,grokfast]", "callbacks.grokfast.alpha=1"],
-        "error: callbacks.grokfast: transformer_lab.callbacks.GrokfastEMA refuses its settings: alpha must be in "
-        "[0, 1), got 1",
+        "error: callbacks.grokfast.alpha: must be a number in [0, 1), got 1",
     ),
     ("ckpt-missing", [*MODULAR, "ckpt_path={ws}/nowhere.ckpt"], "ckpt_path: no checkpoint file at"),
     (
@@ -303,6 +310,23 @@ CASES = [
         ["data.path={ws}/short.txt", "data.block_size=16"],
         "9 characters to validate on, fewer than one window of data.block_size + 1 = 17",
     ),
+    (
+        "tiny-val-fraction",
+        ["data.val_fraction=0.0000001"],
+        "1 characters to validate on, fewer than one window of data.block_size + 1 = 257 (data.val_fraction=1e-07 of",
+    ),
+    (
+        "model-beyond-memory",
+        ["data=modular", "data.p=11", "model.n_layer=1", "model.n_head=2", "model.n_embd=1000000000000"],
+        "error: model: model=gpt of these sizes (model.* and the data's: its vocabulary, its sequence length) need more "
+        "memory than this machine can allocate (",
+    ),
+    (
+        "vocabulary-beyond-memory",
+        ["data=modular", "data.p=100000000003"],
+        "error: model: model=gpt of these sizes (model.* and the data's: its vocabulary, its sequence length) need more",
+    ),
+    ("decay-steps", ["optim.decay_steps=-5"], "error: optim.decay_steps: must be an integer >= 1 or null, got -5\n"),
     ("max-time", ["trainer.max_time=soon"], "trainer.max_time: `Timer(duration='soon')` is not a valid duration"),
     ("accelerator", ["trainer.accelerator=npu"], "trainer.accelerator: You selected an invalid accelerator name"),
     ("precision", ["trainer.precision=17"], "trainer.precision: Precision 17 is invalid. Allowed precision values"),

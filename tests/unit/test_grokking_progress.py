@@ -82,28 +82,31 @@ def test_logits_made_of_the_key_frequencies_lose_nothing_restricted_and_everythi
 
 
 BAD = [
-    (["data=shakespeare"], "needs data=modular data.op=+ data.terms=2, got data=shakespeare"),
-    (["data=modular", "data.op=*"], "got data.op='*', data.terms=2"),
-    (["data=modular", "data.terms=3"], "got data.op='+', data.terms=3"),
-    (["data=modular", "model=bert"], "reads a decoder's logits at '=' (model=gpt); transformer_lab.models.bert.Bert is an 'encoder' model"),
-    (["data=modular", "data.p=2"], "needs a frequency to measure, 1..(p-1)/2: data.p >= 3, got 2"),
-    (["data=modular", "callbacks.progress.key_share=0"], "key_share must be a number in (0, 1], got 0"),
-    (["data=modular", "callbacks.progress.key_share=abc"], "key_share must be a number in (0, 1], got 'abc'"),
-    (["data=modular", "callbacks.progress.key_share=null"], "key_share must be a number in (0, 1], got None"),
-    *[(["data=modular", f"callbacks.progress.frequencies={bad}"],
-       f"frequencies must be a list of distinct integers in 1..48 (p=97), or null, got {shown}")
+    (["data=shakespeare"], "", "needs data=modular data.op=+ data.terms=2, got data=shakespeare"),
+    (["data=modular", "data.op=*"], "", "got data.op='*', data.terms=2"),
+    (["data=modular", "data.terms=3"], "", "got data.op='+', data.terms=3"),
+    (["data=modular", "model=bert"], "", "reads a decoder's logits at '=' (model=gpt); transformer_lab.models.bert.Bert is an 'encoder' model"),
+    (["data=modular", "data.p=2"], "", "needs a frequency to measure, 1..(p-1)/2: data.p >= 3, got 2"),
+    (["data=modular", "callbacks.progress.key_share=0"], ".key_share", ": must be a number in (0, 1], got 0"),
+    (["data=modular", "callbacks.progress.key_share=abc"], ".key_share", ": must be a number in (0, 1], got 'abc'"),
+    (["data=modular", "callbacks.progress.key_share=nan"], ".key_share", ": must be a number in (0, 1], got nan"),
+    (["data=modular", "callbacks.progress.key_share=null"], ".key_share", ": must be a number in (0, 1], got None"),
+    *[(["data=modular", f"callbacks.progress.frequencies={bad}"], ".frequencies",
+       f": must be a list of distinct integers in 1..48 (p=97), or null, got {shown}")
       for bad, shown in [("[0,60]", "[0, 60]"), ("[2,2]", "[2, 2]"), ("[]", "[]"), ("3", "3"), ("abc", "'abc'"),
                          ("[true]", "[True]"), ("[1.5]", "[1.5]")]],
-    (["data=modular", "callbacks.progress.images=yes"], "images must be true or false, got 'yes'"),
+    (["data=modular", "callbacks.progress.images=yes"], ".images", ": must be true or false, got 'yes'"),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("overrides,message", BAD, ids=[m for _, m in BAD])
-def test_a_wrong_setting_is_one_line_naming_the_callback(overrides, message, tmp_path):
+@pytest.mark.parametrize("overrides,setting,message", BAD, ids=[m for _, _, m in BAD])
+def test_a_wrong_setting_is_one_line_naming_the_callback(overrides, setting, message, tmp_path):
+    """A setting the callback refuses is named (callbacks.progress.KEY); what the run's data or model lacks, the callback."""
     cfg = compose_cfg(["callbacks=[default,progress]", *overrides], tmp_path)
     with pytest.raises(ConfigError) as info:
         built_callbacks(cfg)
-    assert info.value.key == "callbacks.progress" and str(info.value).endswith(message) and "\n" not in str(info.value)
+    key = f"callbacks.progress{setting}"
+    assert info.value.key == key and str(info.value).endswith(message) and "\n" not in str(info.value)
 
 
 def test_the_callback_is_built_for_modular_addition_on_a_decoder(tmp_path):

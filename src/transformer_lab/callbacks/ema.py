@@ -8,6 +8,8 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import EMAWeightAveraging as LightningEMA
 from lightning.pytorch.trainer.states import TrainerFn
 
+from transformer_lab.choices import check_number
+
 
 class EMAWeightAveraging(LightningEMA):
     """Lightning's EMA, except when a checkpoint is loaded to test, validate or predict (train.py's
@@ -15,18 +17,25 @@ class EMAWeightAveraging(LightningEMA):
     puts back the trained weights the checkpoint keeps beside them, which is right only for resuming a fit,
     and the test then scored weights that no validation had chosen."""
 
-    def __init__(self, *args, update_every_n_steps: int = 1, update_starting_at_step: int | None = None, **kwargs):
-        # Lightning's checks decay; these two it takes as they come (0 steps: a ZeroDivisionError mid-run)
-        if not (isinstance(update_every_n_steps, int) and update_every_n_steps >= 1):
-            raise ValueError(f"update_every_n_steps must be an integer >= 1, got {update_every_n_steps!r}")
-        if update_starting_at_step is not None and not (
-            isinstance(update_starting_at_step, int) and update_starting_at_step >= 0
-        ):
-            raise ValueError(
-                f"update_starting_at_step must be null or an integer >= 0, got {update_starting_at_step!r}"
-            )
+    def __init__(
+        self,
+        *args,
+        decay: float = 0.999,
+        update_every_n_steps: int = 1,
+        update_starting_at_step: int | None = None,
+        **kwargs,
+    ):
+        # (Lightning's own check of decay lets nan through; these two it takes as they come: 0 steps, a
+        # ZeroDivisionError mid-run)
+        check_number("decay", decay, False, "[0, 1]")
+        check_number("update_every_n_steps", update_every_n_steps, True, "[1, inf)")
+        check_number("update_starting_at_step", update_starting_at_step, True, "[0, inf)", nullable=True)
         super().__init__(
-            *args, update_every_n_steps=update_every_n_steps, update_starting_at_step=update_starting_at_step, **kwargs
+            *args,
+            decay=decay,
+            update_every_n_steps=update_every_n_steps,
+            update_starting_at_step=update_starting_at_step,
+            **kwargs,
         )
 
     def on_load_checkpoint(

@@ -10,11 +10,13 @@ from __future__ import annotations
 import lightning as L
 import torch
 
+from transformer_lab.choices import check_number
+
 
 class GrokfastEMA(L.Callback):
     def __init__(self, alpha: float = 0.98, lamb: float = 2.0):
-        if not 0 <= alpha < 1:
-            raise ValueError(f"alpha must be in [0, 1), got {alpha}")
+        check_number("alpha", alpha, False, "[0, 1)")
+        check_number("lamb", lamb, False, "[0, inf)")
         self.alpha, self.lamb = alpha, lamb
         self.ema: dict[str, torch.Tensor] = {}
 

@@ -30,6 +30,9 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 
+from transformer_lab.choices import check_number
+from transformer_lab.errors import require
+
 
 def fourier_basis(p: int) -> torch.Tensor:
     """(p, p) orthonormal rows over the residues 0..p-1 (p odd): the constant, then cos and sin of each frequency
@@ -116,19 +119,18 @@ class GrokkingProgress(L.Callback):
         architecture = getattr(import_class(model, "model"), "architecture", None)
         if architecture != "decoder":
             raise ValueError(f"reads a decoder's logits at '=' (model=gpt); {model} is an {architecture!r} model")
-        number = isinstance(key_share, (int, float)) and not isinstance(key_share, bool)
-        if not number or not 0 < key_share <= 1:
-            raise ValueError(f"key_share must be a number in (0, 1], got {key_share!r}")
+        check_number("key_share", key_share, False, "(0, 1]")
         if frequencies is not None:
             top = (p - 1) // 2
             listed = list(frequencies) if not isinstance(frequencies, (str, int, float)) else None
             bad = [k for k in listed or [] if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= top]
-            if not listed or bad or len(set(listed)) != len(listed):
-                raise ValueError(
-                    f"frequencies must be a list of distinct integers in 1..{top} (p={p}), or null, got {frequencies!r}"
-                )
-        if not isinstance(images, bool):
-            raise ValueError(f"images must be true or false, got {images!r}")
+            ok = listed and not bad and len(set(listed)) == len(listed)
+            require(
+                ok,
+                "frequencies",
+                f"must be a list of distinct integers in 1..{top} (p={p}), or null, got {frequencies!r}",
+            )
+        require(isinstance(images, bool), "images", f"must be true or false, got {images!r}")
         self.p, self.key_share, self.images = p, key_share, images
         self.dirpath = Path(run_dir) / "progress"  # (the run's own folder)
         self.frequencies = sorted(frequencies) if frequencies is not None else None

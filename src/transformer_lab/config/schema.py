@@ -187,7 +187,7 @@ class OptimConfig:
     lr: float = within(1e-3, "(0, inf)")  # peak learning rate, reached after warmup
     min_lr: float = 1e-4  # where the cosine decay ends
     warmup_steps: int = within(100, "[0, inf)")
-    decay_steps: Optional[int] = None  # default: trainer.max_steps
+    decay_steps: Optional[int] = within(None, "[1, inf)")  # default: trainer.max_steps
     weight_decay: float = within(0.1, "[0, inf)")  # on matrices only; biases and norm gains never decay
     betas: List[float] = field(default_factory=lambda: [0.9, 0.99])
     eps: float = 1e-8

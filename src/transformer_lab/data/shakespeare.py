@@ -66,7 +66,8 @@ class ShakespeareData(DataSource):
             if len(split_tokens) <= self.config.block_size and (split == "validate" or not self.whole_file):
                 raise DataUnavailableError(
                     f"data.path: {self.path}: {len(split_tokens)} characters to {split} on, fewer than "
-                    f"one window of data.block_size + 1 = {self.config.block_size + 1}"
+                    f"one window of data.block_size + 1 = {self.config.block_size + 1} "
+                    f"(data.val_fraction={self.config.val_fraction} of {len(tokens)} is held out to validate on)"
                 )
         self.ready = True
 

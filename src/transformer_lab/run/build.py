@@ -5,6 +5,7 @@ alone: `load_model`, the one loader of every command."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import torch
@@ -117,7 +118,13 @@ def build(
         raise ConfigError(
             f"data={cfg.data.name}", f"{type(datamodule.data).__name__}.setup(): {first_line(e)}"
         ) from None
-    model, from_data = build_model(cfg, datamodule)
+    except (MemoryError, RuntimeError) as e:
+        raise beyond_memory(e, f"data={cfg.data.name}", "its splits") from None
+    try:
+        model, from_data = build_model(cfg, datamodule)
+    except (MemoryError, RuntimeError) as e:
+        what = f"model={cfg.model.name} of these sizes (model.* and the data's: its vocabulary, its sequence length)"
+        raise beyond_memory(e, "model", what) from None
     task_cls, named = task_class(cfg), (cfg.task.get("metrics") or {}).get(datamodule.form) or []
     from transformer_lab.tasks.metrics import Metric  # (torchmetrics: only where a run is built)
 
@@ -134,6 +141,16 @@ def build(
     }
     task = task_cls.build(cfg, model, datamodule, meta, metrics)
     return datamodule, model, task
+
+
+def beyond_memory(error: BaseException, key: str, what: str) -> BaseException:
+    """A ConfigError naming `key` for an allocation the machine refused while `what` was built (a size typed a few
+    digits too long), the error itself for any other."""
+    if not (isinstance(error, (MemoryError, torch.OutOfMemoryError)) or "can't allocate memory" in str(error)):
+        return error
+    asked = re.search(r"allocate (\d+) bytes", str(error))
+    size = f" ({int(asked.group(1)) / 2**30:,.0f} GiB at once)" if asked else ""
+    return ConfigError(key, f"{what} need more memory than this machine can allocate{size}: lower the sizes")
 
 
 def datamodule_from_checkpoint(meta: dict) -> Batching:
