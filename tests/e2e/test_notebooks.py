@@ -13,12 +13,13 @@ from helpers.runs import ROOT, needs_shakespeare
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
-def test_there_are_the_four_lessons():
+def test_there_are_the_lessons_in_the_curriculums_order():
     assert [p.name for p in NOTEBOOKS] == [
         "1_attention_by_hand.ipynb",
-        "2_shakespeare.ipynb",
-        "3_grokking_fourier.ipynb",
-        "4_translation_alignment.ipynb",
+        "2_positions.ipynb",
+        "3_shakespeare.ipynb",
+        "4_grokking_fourier.ipynb",
+        "5_translation_alignment.ipynb",
     ]
 
 
