@@ -18,7 +18,8 @@ def test_there_are_the_lessons_in_the_curriculums_order():
         "1_attention_by_hand.ipynb",  # (a) of issue #66's curriculum
         "2_positions.ipynb",  # (b)
         "3_block.ipynb",  # (c)
-        "4_shakespeare.ipynb",  # (d); (e) BERT's masking and (f) T5's span corruption, 5_ and 6_, are to come
+        "4_shakespeare.ipynb",  # (d)
+        "5_bert.ipynb",  # (e); (f) T5's span corruption, 6_, is to come
         "7_grokking_fourier.ipynb",  # (g)
         "8_translation_alignment.ipynb",  # (h)
     ]
