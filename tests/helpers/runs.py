@@ -70,12 +70,12 @@ def train_in_process(cfg) -> None:
     from transformer_lab.run.fit import best_checkpoint, fitting, trainer_for
     from transformer_lab.run.prepare import build_run, prepare
 
-    HydraConfig.instance().set_config(cfg)
+    HydraConfig.instance().set_config(cfg)  # (what ${hydra:...} reads)
     with open_dict(cfg):
-        del cfg["hydra"]
+        hydra = cfg.pop("hydra")
     logging.disable(logging.WARNING)
     try:  # (run/main.py's fit, without its run directory's claim)
-        prepared = build_run(prepare(cfg))
+        prepared = build_run(prepare(cfg, hydra))
         trainer = trainer_for(prepared)
         with fitting(trainer, prepared, time.time()):
             trainer.fit(prepared.task, datamodule=prepared.datamodule)

@@ -28,10 +28,8 @@ def test_a_job_type_w_and_b_cannot_take_is_left_out_and_tags_are_each_once(monke
         sweeper = OmegaConf.create({"params": {"optim.lr": "interval(1e-4, 1e-2)"}})
         runtime = OmegaConf.create({"choices": {"hardware": "cpu"}})
 
-    monkeypatch.setattr(loggers.HydraConfig, "initialized", staticmethod(lambda: True))
-    monkeypatch.setattr(loggers.HydraConfig, "get", staticmethod(lambda: Hydra))
     monkeypatch.setattr(loggers.sys, "argv", ["train.py", "-m", "model=gpt,bert"])
     cfg = OmegaConf.create({"model": {"name": "gpt"}, "data": {"name": "modular"}})
-    identity = loggers.wandb_identity(cfg, OmegaConf.create({"name": None, "group": None, "tags": []}))
+    identity = loggers.wandb_identity(cfg, OmegaConf.create({"name": None, "group": None, "tags": []}), Hydra)
     assert identity["job_type"] is None  # over W&B's 64 characters: a trial of its own, grouping nothing
     assert identity["tags"] == ["model=gpt", "data=modular", "hardware=cpu"]  # the swept model=gpt once

@@ -28,11 +28,11 @@ class Launch:
 
 
 def launched(monkeypatch, argv, launch):
+    """The job's Hydra runtime (`launch`), for build_loggers, once its command line is this process's."""
     from transformer_lab.run import loggers
 
-    monkeypatch.setattr(loggers.HydraConfig, "initialized", staticmethod(lambda: True))
-    monkeypatch.setattr(loggers.HydraConfig, "get", staticmethod(lambda: launch))
     monkeypatch.setattr(loggers.sys, "argv", ["train.py", *argv])
+    return launch
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +58,7 @@ def first_process(monkeypatch, cfg, argv, launch) -> tuple[dict, dict]:
     from transformer_lab.callbacks.logger_versions import LoggerVersions
     from transformer_lab.run.loggers import build_loggers
 
-    launched(monkeypatch, argv, launch)
-    loggers, settings = build_loggers(cfg)
+    loggers, settings = build_loggers(cfg, None, launched(monkeypatch, argv, launch))
     run = loggers["wandb"].experiment  # (started: W&B gives the run its id)
     run.finish()
     checkpoint = {}
@@ -117,8 +116,8 @@ def test_a_resumed_run_keeps_its_wandb_group_job_type_and_tags(
 
     # the resume: `python train.py ckpt_path=last hydra.run.dir=JOB ...`, a run of its own (not a sweep), whose
     # Hydra composed hardware's default (auto) where the job had hardware=cpu among the sweep's arguments
-    launched(monkeypatch, [*RESUME, f"hydra.run.dir={job}"], Launch(RESUME, hardware="auto"))
-    loggers, settings = build_loggers(cfg, recorded)
+    resume = launched(monkeypatch, [*RESUME, f"hydra.run.dir={job}"], Launch(RESUME, hardware="auto"))
+    loggers, settings = build_loggers(cfg, recorded, resume)
     resumed = loggers["wandb"]._wandb_init
     assert {k: resumed[k] for k in IDENTITY} == {k: first[k] for k in IDENTITY}
     assert resumed["resume"] == "allow" and {k: settings["wandb"][k] for k in ("group", "job_type", "tags")} == {
@@ -147,16 +146,16 @@ def test_a_tag_the_resume_adds_joins_its_own_and_a_checkpoint_from_before_keeps_
         *("version", "name", "group", "job_type", "tags")
     }
 
-    launched(monkeypatch, RESUME, Launch([*RESUME, "logger.wandb.tags=[extended]"]))
+    resume = launched(monkeypatch, RESUME, Launch([*RESUME, "logger.wandb.tags=[extended]"]))
     extended = compose_cfg(["data=modular", "data.p=11", "logger=[wandb,csv]", "logger.wandb.tags=[extended]"],
                            output_dir=str(job))  # fmt: skip
-    loggers, _ = build_loggers(extended, recorded)
+    loggers, _ = build_loggers(extended, recorded, resume)
     resumed = loggers["wandb"]._wandb_init
     assert (resumed["group"], resumed["job_type"]) == (str(tmp_path / "sweep"), "data.p=11")
     assert resumed["tags"] == ["model=gpt", "data=modular", "hardware=cpu", "data.p=11", "extended"]
     assert loggers["csv"].version == recorded["csv"]["version"]
 
     before = {"wandb": {"version": first["id"], "name": first["name"]}, "csv": recorded["csv"]}
-    loggers, _ = build_loggers(cfg, before)
+    loggers, _ = build_loggers(cfg, before, resume)
     resumed = loggers["wandb"]._wandb_init
     assert (resumed["id"], resumed["name"], resumed["group"]) == (first["id"], first["name"], None)

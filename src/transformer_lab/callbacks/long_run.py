@@ -7,7 +7,6 @@ import logging
 import time
 from pathlib import Path
 
-from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.callbacks import Callback
 from omegaconf import OmegaConf
@@ -15,13 +14,15 @@ from omegaconf import OmegaConf
 log = logging.getLogger(__name__)
 
 
-def presets_for(data: str, model: str, on_cpu: bool) -> list[str]:
-    """The experiment presets (conf/experiment/) whose defaults select this data and model, and a CPU
-    hardware option (cpu, cpu_bf16) exactly when the run is on a CPU."""
-    if not HydraConfig.initialized():
+def presets_for(data: str, model: str, on_cpu: bool, run_dir: Path) -> list[str]:
+    """The experiment presets (conf/experiment/ of the config sources the run's record names: .hydra/hydra.yaml,
+    a resume's newer .hydra/TIME/hydra.yaml) whose defaults select this data and model, and a CPU hardware
+    option (cpu, cpu_bf16) exactly when the run is on a CPU."""
+    records = list((run_dir / ".hydra").glob("**/hydra.yaml"))
+    if not records:  # (a run trained outside the command line has none)
         return []
     found = []
-    for source in HydraConfig.get().runtime.config_sources:
+    for source in OmegaConf.load(max(records, key=lambda p: p.stat().st_mtime)).hydra.runtime.config_sources:
         folder = Path(source.path) / "experiment"
         if source.schema != "file" or not folder.is_dir():
             continue
@@ -56,7 +57,7 @@ class LongRunWarning(Callback):
             remaining = trainer.estimated_stepping_batches - step
             if remaining * per_step > self.hours * 3600 and trainer.is_global_zero:
                 on_cpu = isinstance(trainer.accelerator, CPUAccelerator)
-                presets = presets_for(self.data, self.model, on_cpu)
+                presets = presets_for(self.data, self.model, on_cpu, Path(trainer.default_root_dir))
                 advice = (
                     f"sized for a {'CPU' if on_cpu else 'GPU'}: python train.py {' or '.join(presets)}"
                     if presets

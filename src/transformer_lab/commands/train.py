@@ -140,7 +140,7 @@ def in_this_process(*overrides: str, **keywords) -> Run:
 
     @hydra.main(version_base="1.3", config_path=str(CONF), config_name="train")
     def task(cfg):
-        run_dirs.append(Path(HydraConfig.get().runtime.output_dir))
+        run_dirs.append(Path(cfg.paths.output_dir))
         return main(cfg, start)
 
     errors, root = _Kept(sys.stderr), logging.getLogger()

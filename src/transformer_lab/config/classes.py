@@ -112,19 +112,13 @@ def _located(path: str) -> type | None:
         return None
 
 
-def working_combinations(cfg: DictConfig) -> list[tuple[str, str, str, bool]]:
+def working_combinations(searchpath: tuple[str, ...]) -> list[tuple[str, str, str, bool]]:
     """(model, data, task, whether it is the model's own task) for every combination of the config groups'
-    options whose declarations fit."""
+    options (ours and `searchpath`'s) whose declarations fit."""
     from hydra.core.global_hydra import GlobalHydra
 
     if not GlobalHydra.instance().is_initialized():
         return []
-    searchpath = tuple(OmegaConf.select(cfg, "hydra.searchpath", default=None) or ())
-    if not searchpath:
-        from hydra.core.hydra_config import HydraConfig
-
-        if HydraConfig.initialized():
-            searchpath = tuple(HydraConfig.get().searchpath or ())
     found = []
     models, datas, tasks = (_options(group, searchpath) for group in ("model", "data", "task"))
     for model, (model_target, default_task, _) in models.items():
@@ -246,8 +240,9 @@ def import_class(path, key: str, base: type | None = None) -> type:
     return cls
 
 
-def check_fits(cfg: DictConfig, data_cls: type, batches) -> None:
-    """The model, the task and the data declare that they train together, or one line naming what works."""
+def check_fits(cfg: DictConfig, data_cls: type, batches, searchpath: tuple[str, ...] = ()) -> None:
+    """The model, the task and the data declare that they train together, or one line naming what works (the
+    config groups' options, ours and `searchpath`'s)."""
     model_cls, task_cls = model_class(cfg), task_class(cfg)
     if not fits(model_cls, task_cls, batches, data_cls):
         if model_cls.architecture != task_cls.architecture:
@@ -259,13 +254,13 @@ def check_fits(cfg: DictConfig, data_cls: type, batches) -> None:
             provides = ", ".join(getattr(data_cls, "provides", ())) or "nothing (it declares no `provides`)"
             reads = ", ".join(batches) or "nothing (its YAML names no `batches`)"
             why = f"task={cfg.task.name} does not train on data={cfg.data.name} (it reads {reads}; the data gives {provides})"
-        combinations = working_combinations(cfg)
+        combinations = working_combinations(searchpath)
         these = [f"task={t}" for m, d, t, _ in combinations if (m, d) == (cfg.model.name, cfg.data.name)]
         hint = f"model={cfg.model.name} data={cfg.data.name} trains with {' or '.join(these)}; " if these else ""
         raise ConfigError("task", f"{why}; {hint}combinations that work: {listed(combinations)}")
 
 
-def make_datamodule(cfg: DictConfig, lightning: bool = True) -> Batching:
+def make_datamodule(cfg: DictConfig, lightning: bool = True, searchpath: tuple[str, ...] = ()) -> Batching:
     """The run's data module, built but not yet set up (no file is read): the dataset (data.*) inside the
     batch transform the task's YAML names for the first form of raw splits it provides, a LightningDataModule
     (`lightning`) unless a loaded run's, which no Trainer takes. The model's, the task's and the data's
@@ -275,7 +270,7 @@ def make_datamodule(cfg: DictConfig, lightning: bool = True) -> Batching:
     if (
         lightning
     ):  # (a loaded run's combination was checked as it trained: its task's class, Lightning's, stays unimported)
-        check_fits(cfg, data_cls, batches)
+        check_fits(cfg, data_cls, batches, searchpath)
     settings = {
         k: v
         for k, v in OmegaConf.to_container(cfg.data, resolve=True, enum_to_str=True).items()
@@ -317,15 +312,15 @@ def check_readers(data_cls: type, form: str) -> None:
         )
 
 
-def check_buildable(cfg: DictConfig) -> Batching:
-    """The checks of build() that need the classes but read no file: the model and data declarations fit,
-    the data module's and the model's own checks of their settings, and Lightning's of the trainer's.
-    Returns the data module, not set up."""
+def check_buildable(cfg: DictConfig, searchpath: tuple[str, ...] = ()) -> Batching:
+    """The checks of build() that need the classes but read no file: the model and data declarations fit
+    (`searchpath`: the config groups' folders beside ours, for the hint), the data module's and the model's
+    own checks of their settings, and Lightning's of the trainer's. Returns the data module, not set up."""
     # a user's own task and model, once imported, by their dataclasses (ours: config.checks.validate)
     task_cls = task_class(cfg)
     if hasattr(task_cls, "config_class") and cfg.task.get("_target_") not in SETTINGS:
         check_settings(cfg, "task", task_cls.config_class)
-    datamodule = make_datamodule(cfg)
+    datamodule = make_datamodule(cfg, searchpath=searchpath)
     if cfg.model.get("_target_") not in SETTINGS:
         check_settings(cfg, "model", model_class(cfg).config_class)
     from transformer_lab.tasks.metrics import Metric  # (torchmetrics: only where a run is built)

@@ -109,7 +109,7 @@ def trainer_for(prepared: Prepared) -> L.Trainer:
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     if not cfg.trainer.enable_model_summary:  # and a model summary
         callbacks = [c for c in callbacks if not isinstance(c, ModelSummary)]
-    loggers, logger_settings = build_loggers(cfg, logger_versions(cfg, prepared.resumed))
+    loggers, logger_settings = build_loggers(cfg, logger_versions(cfg, prepared.resumed), prepared.hydra)
     for logger in loggers.values():  # what the loggers write, in the run's manifest (store/atomic.py)
         note_written(getattr(logger, "log_dir", None) or Path(logger.save_dir or output_dir) / "wandb")
     callbacks.append(LoggerVersions(loggers, logger_settings))

@@ -11,9 +11,8 @@ import sys
 import warnings
 from pathlib import Path
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
+from hydra.utils import instantiate
 from lightning.pytorch.loggers import CSVLogger as LightningCSVLogger
 from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
 from omegaconf import DictConfig, OmegaConf
@@ -48,19 +47,18 @@ def swept(overrides: list[str], argv: list[str], params) -> list[str]:
     return [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in keys and not is_seed(o.split("=", 1)[0])]
 
 
-def wandb_identity(cfg: DictConfig, section: DictConfig) -> dict:
+def wandb_identity(cfg: DictConfig, section: DictConfig, hydra: DictConfig | None) -> dict:
     """A W&B run's name (its overrides), group (its sweep, in a multirun), job_type (the settings its sweep
     varies, seeds left out: W&B's grouping by job type averages a configuration's seeds) and tags (model,
     data, hardware, and those settings), wherever its logger section leaves them unset."""
     name, group, hardware, varied = None, None, None, []
-    if HydraConfig.initialized():
-        hydra_cfg = HydraConfig.get()
-        overrides = [o for o in hydra_cfg.overrides.task if not o.startswith(("hydra.", "logger."))]
+    if hydra is not None:
+        overrides = [o for o in hydra.overrides.task if not o.startswith(("hydra.", "logger."))]
         name = ",".join(overrides) or None
-        if hydra_cfg.mode == RunMode.MULTIRUN:
-            group = str(Path(hydra_cfg.sweep.dir))
-            varied = swept(overrides, sys.argv[1:], hydra_cfg.sweeper.get("params"))
-        hardware = hydra_cfg.runtime.choices.get("hardware")
+        if hydra.mode == RunMode.MULTIRUN:
+            group = str(Path(hydra.sweep.dir))
+            varied = swept(overrides, sys.argv[1:], hydra.sweeper.get("params"))
+        hardware = hydra.runtime.choices.get("hardware")
     tags = [f"model={cfg.model.name}", f"data={cfg.data.name}"] + ([f"hardware={hardware}"] if hardware else [])
     tags += [t for t in varied if len(t) <= W_AND_B_LIMIT]
     return {
@@ -73,7 +71,7 @@ def wandb_identity(cfg: DictConfig, section: DictConfig) -> dict:
     }
 
 
-def build_loggers(cfg: DictConfig, runs: dict | None = None) -> tuple[dict, dict]:
+def build_loggers(cfg: DictConfig, runs: dict | None = None, hydra: DictConfig | None = None) -> tuple[dict, dict]:
     """The run's loggers by section, one per section of `logger` (`logger=[wandb,csv]`: both), and the
     settings each was built with (W&B: name, group, job_type, tags and offline filled in). `runs`: the runs a
     resumed run's loggers go on with (its checkpoint's, callbacks/logger_versions.py): their version, and the
@@ -87,7 +85,7 @@ def build_loggers(cfg: DictConfig, runs: dict | None = None) -> tuple[dict, dict
         if name in (runs or {}):
             section = OmegaConf.merge(OmegaConf.to_container(section, resolve=True), same)
         if section._target_.endswith("WandbLogger"):
-            section = OmegaConf.merge(section, wandb_identity(cfg, section))
+            section = OmegaConf.merge(section, wandb_identity(cfg, section, hydra))
             if "tags" in same:  # (as recorded, not with what this command's own composition would add)
                 section.tags = list(dict.fromkeys([*same["tags"], *given]))
             mode = os.environ.get("WANDB_MODE")
@@ -98,7 +96,7 @@ def build_loggers(cfg: DictConfig, runs: dict | None = None) -> tuple[dict, dict
                     "Sync afterwards with: wandb sync %s/wandb/offline-run-*",
                     cfg.paths.output_dir,
                 )
-        loggers[name] = hydra.utils.instantiate(section)
+        loggers[name] = instantiate(section)
         settings[name] = OmegaConf.to_container(section, resolve=True)
     return loggers, settings
 

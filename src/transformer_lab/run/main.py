@@ -125,8 +125,8 @@ def objective_value(cfg: DictConfig, summary: dict) -> float | None:
 
 @contextlib.contextmanager
 def job(cfg: DictConfig, trials: Trials):
-    """Hydra's runtime, read here alone: the run directory, the setting that names it and whether this is a
-    multirun's job. A user's mistake is one line and exit code 2; in a multirun it fails its own job only (its
+    """Hydra's runtime, read here alone (the run's code is handed it): the run directory, the setting that names
+    it and whether this is a multirun's job. A user's mistake is one line and exit code 2; in a multirun it fails its own job only (its
     directory keeps what was tried and why, the sweep goes on; `trials` notes it); a directory this run made and
     left unused goes, whatever stopped it. A multirun's DDP processes and SLURM tasks leave nothing for the next job."""
     hydra = HydraConfig.get()
@@ -137,13 +137,13 @@ def job(cfg: DictConfig, trials: Trials):
     with distributed_job() if multirun else contextlib.nullcontext():
         try:
             with contextlib.nullcontext() if multirun else exit_on_user_error():
-                yield run_dir, "hydra.sweep.dir" if multirun else "hydra.run.dir", multirun
+                yield hydra, run_dir, "hydra.sweep.dir" if multirun else "hydra.run.dir", multirun
         except (UserError, TrialFailed) as e:  # (a multirun's job: the sweep goes on)
             if not multirun:
                 raise
             # Its own directory keeps what was tried and why it failed; not one another process is writing to.
             if (new or earlier_run(run_dir) is None) and (not first_process() or holds(run_dir)):
-                with recording(run_dir), record(run_dir, cfg, None):  # (in its manifest: a run's, not a user's)
+                with recording(run_dir), record(run_dir, cfg, None, hydra):  # (in its manifest: a run's, not a user's)
                     log.error("error: %s", e)
             else:
                 log.error("error: %s", e)
@@ -172,11 +172,13 @@ def distributed_job():
 
 def main(cfg: DictConfig, start_time: float | None = None, trials: Trials | None = None) -> float | None:
     """Hydra's task function: check, build, claim, record, fit, finish. Returns the objective, for sweepers."""
-    with job(cfg, trials if trials is not None else Trials()) as (run_dir, key, multirun):
+    with job(cfg, trials if trials is not None else Trials()) as (hydra, run_dir, key, multirun):
         early = logging.handlers.MemoryHandler(capacity=1_000, flushLevel=logging.CRITICAL + 1)
         logging.getLogger().addHandler(early)  # (what the checks log goes into the run's log file once there is one)
         try:
-            prepared = prepare(cfg, run_dir, key)  # a resume's config; every check (a mistake before torch loads)
+            prepared = prepare(
+                cfg, hydra, run_dir, key
+            )  # a resume's config; every check (a mistake before torch loads)
             if prepared.settled:  # (a resume with nothing to do)
                 return objective_value(cfg, read_json(run_dir / "summary.json")) if multirun else None
             from transformer_lab.run.fit import best_checkpoint, fitting, trainer_for  # (Lightning's settings, first)
@@ -203,7 +205,8 @@ def recorded(run_dir: Path, prepared: Prepared, early: logging.handlers.MemoryHa
     the checks logged before it existed) for as long as the run lasts; a mistake's one line is in the log too. A run
     that fails or is stopped before it trained puts the directory back as it was claimed (rundir.unwind)."""
     try:
-        with record(run_dir, prepared.cfg, prepared.overrides if prepared.recomposed else None) as log_handler:
+        overrides = prepared.overrides if prepared.recomposed else None
+        with record(run_dir, prepared.cfg, overrides, prepared.hydra) as log_handler:
             early.setTarget(log_handler)  # (None: no log file, the records go)
             early.close()  # (flushed into the log file)
             try:

@@ -39,19 +39,22 @@ class Prepared:
     model: Any = None  # build_run's: the model, the task and the callbacks' instances
     task: Any = None
     callbacks: dict = field(default_factory=dict)  # {name: callback}, built once (prepare), checked (build_run)
+    hydra: Any = None  # Hydra's runtime config (run/main.py's job reads it), None outside a Hydra app
     settled: bool = False  # a resume with nothing to do: said so, and nothing is built
 
 
-def prepare(config: DictConfig, run_dir: Path | None = None, key: str = "hydra.run.dir") -> Prepared:
+def prepare(
+    config: DictConfig, hydra: DictConfig | None = None, run_dir: Path | None = None, key: str = "hydra.run.dir"
+) -> Prepared:
     """The one validation pass of a run's config (a resume's: the one its checkpoint's run trained, with this
     command's changes; init_from=hf:'s: the sizes that checkpoint gives the model), and its data module's
     construction: what needs no torch first (a new run's mistakes answer before torch is imported), then the
     model's, task's and data's declarations and settings, and the Trainer's arguments. Last, what the claim of
     `run_dir` (default: paths.output_dir; `key`: the setting that names it) would refuse, or a resume with
-    nothing to do (`settled`)."""
+    nothing to do (`settled`). `hydra`: Hydra's runtime config (what composed this one), None outside Hydra."""
     from transformer_lab.run.resume import resume_config
 
-    cfg, resumed, overrides = resume_config(config)  # (a new run's is its own: nothing read, torch not imported)
+    cfg, resumed, overrides = resume_config(config, hydra)  # (a new run's is its own: nothing read, torch not imported)
     if str(cfg.get("init_from") or "").startswith("hf:"):  # a Transformers checkpoint decides the model's settings
         from transformer_lab.pretrained.load import apply
 
@@ -61,8 +64,10 @@ def prepare(config: DictConfig, run_dir: Path | None = None, key: str = "hydra.r
     # (imports torch and Lightning: a mistake is told first)
     from transformer_lab.config.classes import built_callbacks, check_buildable
 
+    searchpath = tuple(hydra.searchpath) if hydra is not None else ()
+    datamodule = check_buildable(cfg, searchpath)
     prepared = Prepared(
-        cfg, resumed, overrides, cfg is not config, check_buildable(cfg), callbacks=built_callbacks(cfg)
+        cfg, resumed, overrides, cfg is not config, datamodule, callbacks=built_callbacks(cfg), hydra=hydra
     )
     prepared.settled = settled_before_building(prepared, run_dir or Path(cfg.paths.output_dir), key)
     return prepared

@@ -16,7 +16,6 @@ import logging
 import os
 from pathlib import Path
 
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
 from transformer_lab.config.compatibility import check_resume, resumed_config
@@ -41,13 +40,6 @@ def merge_overrides(base: list[str], top: list[str]) -> list[str]:
     return merged
 
 
-def _recompose(overrides: list[str]) -> DictConfig:
-    """The config composed again from a run's overrides (its search path among them, store/origins.py)."""
-    from hydra import compose
-
-    return compose(config_name=HydraConfig.get().job.config_name, overrides=overrides)
-
-
 def requeued(cfg: DictConfig) -> bool:
     """A SLURM job started again after a requeue (preemption, `scontrol requeue`, its time limit near: see
     callbacks/interrupt.py) whose run directory holds the checkpoint it stopped at."""
@@ -58,13 +50,13 @@ def requeued(cfg: DictConfig) -> bool:
     )
 
 
-def resume_config(cfg: DictConfig) -> tuple[DictConfig, Resumed | None, list[str] | None]:
+def resume_config(cfg: DictConfig, hydra: DictConfig | None) -> tuple[DictConfig, Resumed | None, list[str] | None]:
     """The config to run, the checkpoint it resumes (None for a new run), and the overrides the run's
-    config is composed from (kept in its checkpoints; None outside a Hydra app). A requeued SLURM job
-    resumes its own run directory's last.ckpt (its first start's init_from is in there already)."""
+    config is composed from (kept in its checkpoints; None outside a Hydra app: `hydra`, its runtime, None).
+    A requeued SLURM job resumes its own run directory's last.ckpt (its first start's init_from is in there)."""
     overrides = None
-    if HydraConfig.initialized():  # what composed this config: the command line and the search path it gives
-        overrides = [*HydraConfig.get().overrides.task, *searchpath_override(HydraConfig.get().searchpath)]
+    if hydra is not None:  # what composed this config: the command line and the search path it gives
+        overrides = [*hydra.overrides.task, *searchpath_override(hydra.searchpath)]
     if requeued(cfg):
         log.info("SLURM requeued this job (restart %s): resuming from its last.ckpt", os.environ["SLURM_RESTART_COUNT"])
         with open_dict(cfg):
@@ -86,21 +78,25 @@ def resume_config(cfg: DictConfig) -> tuple[DictConfig, Resumed | None, list[str
                 "ckpt_path",
                 f"{path} was trained with {group}={resumed.config[group]['name']}, this run has {group}={option}",
             )
-    typed = [override_key(o) for o in HydraConfig.get().overrides.task] if HydraConfig.initialized() else []
+    typed = [override_key(o) for o in hydra.overrides.task] if hydra is not None else []
     if stored is not None and overrides is not None:
         where = [o for o in overrides if override_key(o) == "hydra.searchpath"]  # (the groups' folders now)
         overrides = merge_overrides(stored, overrides)
-        trained = _composed_again(merge_overrides(stored, where), path)  # the run's overrides with today's YAML ...
-        given = _composed_again(overrides, path)  # ... and with this command's on top: the difference is its
+        again = hydra.job.config_name, path
+        trained = _composed_again(merge_overrides(stored, where), *again)  # the run's overrides with today's YAML ...
+        given = _composed_again(overrides, *again)  # ... and with this command's on top: the difference is its
         cfg = resumed_config(trained, given, resumed.config, resumed.path, typed)
     else:
         check_resume(resumed.path, resumed.config, cfg, {}, typed)
     return cfg, resumed, overrides
 
 
-def _composed_again(overrides: list[str], path: Path) -> DictConfig:
+def _composed_again(overrides: list[str], config_name: str, path: Path) -> DictConfig:
+    """The config composed again from a run's overrides (its search path among them, store/origins.py)."""
+    from hydra import compose
+
     try:
-        return _recompose(overrides)
+        return compose(config_name=config_name, overrides=overrides)
     except Exception as e:  # noqa: BLE001  (Hydra's: an option or key the config groups no longer have)
         from hydra.errors import MissingConfigException
 

@@ -446,12 +446,11 @@ def _remove(path: Path) -> None:
 
 
 @contextmanager
-def record(run_dir: Path, cfg, overrides: list[str] | None):
+def record(run_dir: Path, cfg, overrides: list[str] | None, hydra):
     """The run's record, written once its directory is claimed (Hydra writes none: conf/hydra/default.yaml):
-    by the job's first process, its config, Hydra's and the overrides in `.hydra/` (`.hydra/TIME/` where a
-    record is there already: a resume, whose config is composed from its checkpoint's overrides); and the
-    run's log file for as long as it lasts (log_file)."""
-    from hydra.core.hydra_config import HydraConfig
+    by the job's first process, its config, Hydra's (`hydra`, its runtime config) and the overrides in
+    `.hydra/` (`.hydra/TIME/` where a record is there already: a resume, whose config is composed from its
+    checkpoint's overrides); and the run's log file for as long as it lasts (log_file)."""
     from omegaconf import OmegaConf
 
     if first_process():
@@ -463,26 +462,23 @@ def record(run_dir: Path, cfg, overrides: list[str] | None):
                     _remove(run_dir / name)
         if (folder / "config.yaml").exists():
             folder = folder / f"{datetime.now():%Y-%m-%d_%H-%M-%S}"
-        given = overrides if overrides is not None else HydraConfig.get().overrides.task
+        given = overrides if overrides is not None else hydra.overrides.task
         for name, content in (
             ("config.yaml", cfg),
-            ("hydra.yaml", HydraConfig.instance().cfg),
+            ("hydra.yaml", OmegaConf.create({"hydra": hydra})),
             ("overrides.yaml", OmegaConf.create(list(given))),
         ):
             with atomic_path(folder / name) as tmp:
                 OmegaConf.save(content, tmp)
         note_written(folder)
-    with log_file(run_dir) as handler:
+    with log_file(run_dir, hydra) as handler:
         yield handler
 
 
 @contextmanager
-def log_file(run_dir: Path):
+def log_file(run_dir: Path, hydra):
     """The log file of the run's process (train.log; a DDP process's ddp_process_N.log) as Hydra's job
-    logging would write it, from its settings, while inside."""
-    from hydra.core.hydra_config import HydraConfig
-
-    hydra = HydraConfig.get()
+    logging (`hydra`: its runtime config) would write it, from its settings, while inside."""
     # The job's first process writes train.log; the others their own (Lightning's launcher names them
     # ddp_process_N; processes started together, by torchrun or srun, are named here by their rank).
     rank = next((os.environ[v] for v in ("RANK", "SLURM_PROCID", "LOCAL_RANK") if os.environ.get(v)), "0")
