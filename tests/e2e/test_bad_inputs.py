@@ -34,7 +34,7 @@ CASES = [
     (
         "unknown-option",
         ["data=imagenet"],
-        "data=imagenet: no such option; data has: labelled, modular, shakespeare, text, translation",
+        "data=imagenet: no such option; data has: labelled, modular, repeats, shakespeare, text, translation",
     ),
     ("seed-type", ["seed=abc"], "seed: must be an integer, got 'abc'"),
     (
@@ -216,8 +216,8 @@ CASES = [
         ["model=bert", "data=shakespeare"],
         "task: task=classify does not train on data=shakespeare (it reads equations, labelled; the data gives text); "
         "model=bert data=shakespeare trains with task=mlm; "
-        "combinations that work: model=bert data=labelled, model=bert data=modular, model=bert data=shakespeare task=mlm, "
-        "model=bert data=text task=mlm, model=bert data=translation task=mlm, ",
+        "combinations that work: model=bert data=labelled, model=bert data=modular, model=bert data=repeats task=mlm, "
+        "model=bert data=shakespeare task=mlm, model=bert data=text task=mlm, model=bert data=translation task=mlm, ",
     ),
     ("mlm-probabilities", ["model=bert", "task=mlm", "task.mask_token_prob=0.95"], "task.random_token_prob: "),
     (

@@ -22,6 +22,7 @@ def test_there_are_the_lessons_in_the_curriculums_order():
         "5_bert.ipynb",  # (e); (f) T5's span corruption, 6_, is to come
         "7_grokking_fourier.ipynb",  # (g)
         "8_translation_alignment.ipynb",  # (h)
+        "9_induction_heads.ipynb",  # issue #66's item 2
     ]
 
 

@@ -22,10 +22,10 @@ from transformer_lab.errors import ConfigError
 from transformer_lab.run.build import build_model
 
 SUPPORTED = {
-    "gpt": ("shakespeare", "modular", "translation", "text"),
+    "gpt": ("shakespeare", "modular", "translation", "text", "repeats"),
     "encdec": ("translation", "modular"),
     "bert": ("modular", "labelled"),
-    "t5": ("shakespeare", "translation", "text"),
+    "t5": ("shakespeare", "translation", "text", "repeats"),
 }
 # What a model takes from the data, as a data module gives it after setup().
 DATA = SimpleNamespace(vocab_size=17, source_vocab_size=None, n_classes=5, pad_id=0, sequence_length=8)
@@ -36,7 +36,7 @@ def options(group: str) -> list[str]:
 
 
 def test_groups_offer_the_documented_options():
-    assert options("data") == ["labelled", "modular", "shakespeare", "text", "translation"]
+    assert options("data") == ["labelled", "modular", "repeats", "shakespeare", "text", "translation"]
     assert options("model") == ["bert", "encdec", "gpt", "t5"]
     assert set(options("hardware")) >= {"auto", "cpu", "gpu"}
     assert options("logger") == ["csv", "none", "tensorboard", "wandb"]
@@ -86,6 +86,10 @@ TASKS_OF = {
     ("encdec", "labelled"): set(),
     ("bert", "labelled"): {"classify"},
     ("t5", "labelled"): set(),
+    ("gpt", "repeats"): {"lm"},
+    ("encdec", "repeats"): {"spans"},
+    ("bert", "repeats"): {"mlm"},
+    ("t5", "repeats"): {"spans"},
 }
 
 

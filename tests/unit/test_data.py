@@ -373,3 +373,25 @@ def test_a_text_evaluated_whole_is_scored_to_its_last_token(tmp_path):
         kept = targets[targets != -100]
         assert len(kept) == scored and len(set(kept.tolist())) == scored  # each once
         assert (99 in kept.tolist()) == whole  # the last token
+
+
+def test_repeats_text_is_segments_each_written_copies_times_and_drawn_by_its_seed():
+    """data=repeats (the data induction heads form on): every segment, 4-16 letters of the first 32, comes
+    `copies` times in a row; the same text_seed draws the same text, another another; a mistake names its key."""
+    import re
+
+    from transformer_lab.data.repeats import RepeatsData
+    from transformer_lab.errors import ConfigError
+
+    data = RepeatsData(characters=5_000, copies=3)
+    text = data.read_text()
+    assert len(text) == 5_000 and set(text) <= set("abcdefghijklmnopqrstuvwxyzABCDEF")
+    segments = re.findall(r"([a-zA-Z]{4,16}?)\1\1", text)  # (the shortest period: a segment may repeat a letter)
+    assert sum(3 * len(s) for s in segments) > 4_800  # all but the cut-off last
+    assert RepeatsData(characters=5_000).read_text() != RepeatsData(characters=5_000, text_seed=1).read_text()
+    data.setup()
+    assert data.vocab_size == 32 and data.data_files() == {}
+    with pytest.raises(ConfigError, match=r"^data\.max_segment: must be >= data\.min_segment=8$"):
+        RepeatsData(min_segment=8, max_segment=4)
+    with pytest.raises(ConfigError, match=r"^data\.characters: holds 10 to validate on, not a window of data"):
+        RepeatsData(characters=100)

@@ -78,6 +78,11 @@ CASES = {
     "gpt: attention only (GPT-2 with zero MLPs)": (lambda: gpt(mlp="none"), "GPT2LMHeadModel", DECODER),
     "gpt: rotary positions, RMSNorm, SwiGLU (a Llama)": (lambda: gpt(**LLAMA), "LlamaForCausalLM", DECODER),
     "gpt: a Llama with GQA": (lambda: gpt(**LLAMA, n_kv_head=2), "LlamaForCausalLM", DECODER),
+    "gpt: rotary, attention only (a Llama with zero MLPs)": (
+        lambda: gpt(**{**LLAMA, "mlp": "none"}),
+        "LlamaForCausalLM",
+        DECODER,
+    ),
     "gpt: a Llama with GQA and biases on q, k, v (Qwen2)": (
         lambda: gpt(**LLAMA, n_kv_head=1, qkv_bias=True),
         "Qwen2ForCausalLM",

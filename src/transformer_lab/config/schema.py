@@ -22,6 +22,7 @@ from transformer_lab.data.configs import (
     DATA_DECIDED,
     LabelledConfig,
     ModularConfig,
+    RepeatsConfig,
     ShakespeareConfig,
     TextConfig,
     TranslationConfig,
@@ -53,6 +54,7 @@ MODELS = {
 DATA = {
     "shakespeare": ("transformer_lab.data.shakespeare.ShakespeareData", ShakespeareConfig),
     "modular": ("transformer_lab.data.modular.ModularData", ModularConfig),
+    "repeats": ("transformer_lab.data.repeats.RepeatsData", RepeatsConfig),
     "translation": ("transformer_lab.data.translation.TranslationData", TranslationConfig),
     "text": ("transformer_lab.data.corpus.TextCorpus", TextConfig),
     "labelled": ("transformer_lab.data.labelled.LabelledText", LabelledConfig),

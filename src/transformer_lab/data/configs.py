@@ -57,6 +57,33 @@ class ShakespeareConfig:  # data/shakespeare.py
         self.val_batch_size = self.val_batch_size or self.batch_size
 
 
+@dataclass
+class RepeatsConfig:  # data/repeats.py
+    letters: int = within(32, "[2, 52]")  # the alphabet: the first N of a-z, A-Z
+    min_segment: int = within(4, "[1, inf)")  # a segment's letters, drawn uniformly in [min_segment, max_segment]
+    max_segment: int = within(16, "[1, inf)")
+    copies: int = within(4, "[2, inf)")  # each segment written this many times in a row
+    characters: int = within(200_000, "[1, inf)")  # the text's length
+    text_seed: int = 0  # the text drawn (the run's seed draws the windows)
+    block_size: int = within(32, "[1, inf)")  # context length of each training window
+    batch_size: int = 64
+    val_batch_size: int | None = None  # default (null): batch_size
+    val_fraction: float = within(0.1, "(0, 1)")  # the last 10% of the text is held out
+    seed: int = 1337
+    sample_prompt: str = "quickbrownquick"  # where text samples at each validation start
+
+    def __post_init__(self):
+        check_ranges(self)
+        self.val_batch_size = self.val_batch_size or self.batch_size
+        require(self.max_segment >= self.min_segment, "max_segment", f"must be >= data.min_segment={self.min_segment}")
+        held_out = int(self.characters * self.val_fraction)
+        require(
+            held_out > self.block_size,
+            "characters",
+            f"holds {held_out} to validate on, not a window of data.block_size + 1",
+        )
+
+
 LEARNED_KINDS = ("char", "bytes", "bpe")  # data=text's tokenizers made here; elsewhere data.tokenizer is pretrained
 
 

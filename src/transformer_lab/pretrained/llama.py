@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from transformer_lab.pretrained.gpt2 import hidden_width
 from transformer_lab.pretrained.tables import (
     LOADED_OFF,
@@ -78,17 +80,29 @@ class Llama(Family):
         for i in range(s["n_layer"]):
             ours, theirs = f"blocks.{i}", f"model.layers.{i}"
             t += norm(f"{ours}.ln_1", f"{theirs}.input_layernorm", False)
-            t += norm(f"{ours}.ln_2", f"{theirs}.post_attention_layernorm", False)
             proj = [f"{theirs}.self_attn.{p}_proj" for p in "qkv"]
             t += qkv(f"{ours}.attn.in_proj", proj, bool(s["qkv_bias"]), kv_rows)
             t += linear(f"{ours}.attn.out_proj", f"{theirs}.self_attn.o_proj", False)
-            for ours_name, their_name in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
-                t += linear(f"{ours}.mlp.{ours_name}", f"{theirs}.mlp.{their_name}", False)
+            if s["mlp"] != "none":
+                t += norm(f"{ours}.ln_2", f"{theirs}.post_attention_layernorm", False)
+                for ours_name, their_name in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
+                    t += linear(f"{ours}.mlp.{ours_name}", f"{theirs}.mlp.{their_name}", False)
         t += norm("ln_f", "model.norm", False)
         return t + ([] if s["tie_weights"] else [Entry("lm_head.weight", ("lm_head.weight",))])
 
+    def to_hf(self, ours, s):
+        """An attention-only model (model.mlp=none) is a Llama with zero MLPs of width 1: it computes the same."""
+        theirs = super().to_hf(ours, s)
+        C, dtype = s["n_embd"], ours["wte.weight"].dtype
+        for i in range(s["n_layer"]) if s["mlp"] == "none" else ():
+            zero = {"post_attention_layernorm.weight": (C,), "mlp.gate_proj.weight": (1, C)}
+            zero |= {"mlp.up_proj.weight": (1, C), "mlp.down_proj.weight": (C, 1)}
+            theirs |= {f"model.layers.{i}.{name}": torch.zeros(shape, dtype=dtype) for name, shape in zero.items()}
+        return theirs
+
     def hf_config(self, s, tokens):
-        wanted = {"pos_encoding": "rope", "norm": "rmsnorm", "mlp": "swiglu", "bias": False}
+        mlp = "none" if s["mlp"] == "none" else "swiglu"  # (attention only: zero MLPs, to_hf)
+        wanted = {"pos_encoding": "rope", "norm": "rmsnorm", "mlp": mlp, "bias": False}
         refuse_export("a Llama", differ(s, wanted) + options_on(s))
         return dict(
             architectures=[self.architecture],
