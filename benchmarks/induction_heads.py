@@ -11,7 +11,7 @@ Prints one markdown row a run (experiments/induction_heads.md records them).
 
 from __future__ import annotations
 
-import sys
+import argparse
 
 import torch
 import torch.nn.functional as F
@@ -47,20 +47,23 @@ def measure(run_dir: str, half: int = 10) -> dict:
         "train_time_s": run.summary.get("train_time_s"),
         "val_loss": round(run.summary["val/loss"], 3),
         "copies": copies(logits),
-        "ablated": copies(ablated)[1],
+        "ablated": copies(ablated)[1] if heads else None,
         "induction": [round(v, 2) for v in induction.tolist()],
         "previous": [round(v, 2) for v in previous.tolist()],
     }
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", help="run directories (or checkpoints) of a GPT trained on data=repeats")
+    runs = parser.parse_args().runs
     print(
         "| positions | seed | train s | val/loss | loss 1st / 2nd copy | 2nd, induction heads zeroed | induction (L1) | previous-token (L0) |"
     )
     print("|---|---|---|---|---|---|---|---|")
-    for run_dir in sys.argv[1:]:
+    for run_dir in runs:
         m = measure(run_dir)
         print(
             f"| {m['pos_encoding']} | {m['seed']} | {m['train_time_s']} | {m['val_loss']} | {m['copies'][0]} / "
-            f"{m['copies'][1]} | {m['ablated']} | {m['induction']} | {m['previous']} |"
+            f"{m['copies'][1]} | {m['ablated'] or '(none to zero)'} | {m['induction']} | {m['previous']} |"
         )

@@ -38,6 +38,12 @@ CASES = [
     ),
     ("seed-type", ["seed=abc"], "seed: must be an integer, got 'abc'"),
     (
+        "a-preset-with-another-model",  # (a key of the preset's own model, which the other's schema has not)
+        ["experiment=induction_heads", "model=bert"],
+        "error: experiment=induction_heads sets model.mlp, which model=bert does not have: the experiment is made for "
+        "its own model; leave model=bert out\n",
+    ),
+    (
         "slurm-devices",  # a resolver's refusal (config.tasks_per_node), raised while Hydra builds the launcher
         ["-m", "hydra/launcher=slurm_local", "trainer.devices=auto", "hydra.sweep.dir={ws}/sweep"],
         "error: trainer.devices: hydra/launcher=slurm and slurm_local start one task (one process) per device on each "

@@ -13,7 +13,7 @@ from helpers.runs import ROOT, needs_shakespeare
 HEAVY = re.compile(r"\|\s+(torch|lightning)$", re.M)  # `python -X importtime`'s line for a top-level import
 
 COMMANDS = [
-    (["--help"], 0, "data: labelled, modular, [shakespeare], text, translation"),
+    (["--help"], 0, "data: labelled, modular, repeats, [shakespeare], text, translation"),
     (["--cfg", "job"], 0, "n_layer: ${suggested:n_layer,6}"),
     (["model=t5", "data=translation", "--cfg", "job"], 0, "mean_noise_span_length: 3.0"),
     (["model.n_layr=2"], 2, "error: model.n_layr: no such key; did you mean model.n_layer?"),

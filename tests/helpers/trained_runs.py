@@ -37,6 +37,7 @@ RUNS = {
     ],
     # the other pairs, for evaluate
     "gpt_equations": ["model=gpt", "data=modular", "data.p=11", *EVALUATED],
+    "gpt_repeats": ["model=gpt", "data=repeats", "data.characters=5000", *EVALUATED],  # (sample_prompt not "\n")
     "encdec_equations": ["model=encdec", "data=modular", "data.p=11", *EVALUATED],
     "t5_pairs": ["model=t5", "data=translation", "data.vocab_size=100", "task.input_length=16", *EVALUATED, *SMALL],
     # the combinations of a second task (task=NAME)

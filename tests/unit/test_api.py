@@ -73,13 +73,24 @@ def test_an_options_mistake_is_the_commands_one_line(trained, call, error, messa
 def test_what_python_gives_and_no_command_line_does_is_one_line_too(trained):
     run = transformer_lab.load(trained("gpt_text"))
     for options, message in [
-        ({"prompt": None}, "prompt: must be text, got None"),  # (it sampled the text "None")
+        ({"prompt": 3}, "prompt: must be text, got 3"),  # (it sampled the text "3")
         ({"temperature": float("nan")}, "temperature: must be a number >= 0, got nan"),
         ({"seed": 2**70}, f"seed: must be an integer >= 0, got {2**70}"),  # (torch's overflow traceback)
     ]:
         with pytest.raises(ConfigError) as raised:
             run.generate(**{"prompt": "RO", **options})
         assert str(raised.value) == message
+
+
+def test_a_sample_without_a_prompt_starts_where_the_run_sampled_from(trained):
+    """prompt=None (the default): the run's own data.sample_prompt, which its data can encode (the command's "\n"
+    was not in data=repeats' letters)."""
+    run = transformer_lab.load(trained("gpt_repeats"))
+    text = run.generate(max_new_tokens=5, temperature=0)[0]
+    assert (
+        text.startswith(run.config.data.sample_prompt)
+        and text == run.generate(run.config.data.sample_prompt, max_new_tokens=5, temperature=0)[0]
+    )
 
 
 def test_loading_what_is_not_a_run_or_on_a_missing_device_is_one_line(trained, tmp_path):

@@ -41,8 +41,9 @@ def generate(model, datamodule, options: dict) -> list[str]:
     options = GENERATE.checked(options)
     if not callable(getattr(model, "generate", None)):
         raise UserError(f"{type(model).__qualname__} has no generate(): `sample` continues a prompt with it")
-    try:
-        prompt_ids = encoder(datamodule)(str(options["prompt"]))
+    prompt_ids = datamodule.sample_prompt_ids() if options["prompt"] is None else None
+    try:  # (a dataset without a sample prompt of its own: a new line)
+        prompt_ids = prompt_ids or encoder(datamodule)(str(options["prompt"] or "\n"))
     except ValueError as e:
         raise UserError(f"prompt: {e}") from None
     device = device_of(model)

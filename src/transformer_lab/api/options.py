@@ -76,9 +76,10 @@ class Options:
 
 
 GENERATE = Options(
-    {"prompt": "\n", "max_new_tokens": 500, "num_samples": 1, "temperature": 0.8, "top_k": 200, "seed": 0},
+    # prompt null: the run's own (its data.sample_prompt, what it sampled from while it trained)
+    {"prompt": None, "max_new_tokens": 500, "num_samples": 1, "temperature": 0.8, "top_k": 200, "seed": 0},
     {"max_new_tokens": 1, "num_samples": 1, "temperature": 0, "top_k": 1, "seed": 0},
-    nullable=("top_k",),
+    nullable=("top_k", "prompt"),
 )
 TRANSLATE = Options(
     {"beam_size": 4, "length_penalty": 0.6, "max_extra_len": 50, "batch_size": 64},

@@ -141,8 +141,9 @@ class Run:
         outputs = verb(self.model, self.datamodule, options, texts, warn)
         return list(outputs) if isinstance(texts, (list, tuple)) else outputs
 
-    def generate(self, prompt="\n", **options) -> list:
-        """`num_samples` continuations of `prompt` (options: max_new_tokens, num_samples, temperature, top_k, seed)."""
+    def generate(self, prompt=None, **options) -> list:
+        """`num_samples` continuations of `prompt` (None: the run's data.sample_prompt; options: max_new_tokens,
+        num_samples, temperature, top_k, seed)."""
         from transformer_lab.api.inference import generate
 
         self.serves("sample")

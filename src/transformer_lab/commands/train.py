@@ -362,6 +362,16 @@ def composition_problem(error: BaseException, config_dir: str, overrides: list[s
         if group and options:
             return f"{group}={option}: no such option; {group} has: {', '.join(options)}"
         return str(error).split("\n")[0]
+    # A YAML's key another option's schema has not (experiment=induction_heads model=bert: model.mlp): Hydra names
+    # the YAML in its text alone ("In 'experiment/induction_heads': ..."), the key's error is its context.
+    inside, yaml = error.__context__, re.match(r"In '([^']+)/([^'/]+)'", str(error))
+    if isinstance(inside, (ConfigKeyError, ConfigAttributeError)) and inside.full_key and yaml:
+        section = inside.full_key.partition(".")[0]
+        if chosen := [o for o in overrides if o.lstrip("+").partition("=")[0] == section != yaml[1]]:
+            return (
+                f"{yaml[1]}={yaml[2]} sets {inside.full_key}, which {chosen[-1]} does not have: the {yaml[1]} is "
+                f"made for its own {section}; leave {chosen[-1]} out"
+            )
     cause = error.__cause__ if isinstance(error.__cause__, OmegaConfBaseException) else None
     if cause is None or not cause.full_key:
         if raised_in_a_run(error) or not isinstance(error, (HydraException, OmegaConfBaseException)):
