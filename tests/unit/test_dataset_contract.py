@@ -457,3 +457,25 @@ def test_evaluate_scores_7_of_7_rows_of_a_users_new_file_or_exits_2_before_writi
         f"error: TsvLabels has no data_files(), and data.path={tmp_path / 'folder'} is not a file: give TsvLabels "
         "a data_files() naming the files its splits are read from, each with its SHA-256\n"
     )
+
+
+def test_evaluate_scores_the_runs_own_data_after_its_yaml_is_edited(tmp_path):
+    """A data option's YAML edited after the run trained (another op, another split) does not change what evaluate
+    scores: the checkpoint's resolved settings are put back, as a resume's (a researcher's finding: evaluate ran on
+    the edited data, silently). (What the command line sets still applies: the test above, data.path.)"""
+    from transformer_lab.commands.evaluate import evaluate
+
+    option = tmp_path / "conf" / "data" / "mine.yaml"
+    option.parent.mkdir(parents=True)
+    yaml = "defaults:\n  - /schema/data@_here_: modular\n  - _self_\n\np: 11\nop: {op}\nseed: ${{seed}}\n"
+    option.write_text(yaml.format(op='"+"'))
+    run_dir = tmp_path / "run"
+    cfg = compose_cfg(
+        ["data=mine", f"hydra.searchpath=[file://{tmp_path / 'conf'}]", *TINY, "logger=none", "trainer.max_steps=3"],
+        output_dir=str(run_dir),
+        return_hydra_config=True,
+    )
+    train_in_process(cfg)
+    before = evaluate(str(run_dir))["metrics"]
+    option.write_text(yaml.format(op='"-"') + "train_fraction: 0.9\n")
+    assert evaluate(str(run_dir))["metrics"] == before

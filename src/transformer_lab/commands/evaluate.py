@@ -65,7 +65,7 @@ def evaluate(
     import transformer_lab.config.schema  # noqa: F401  (registers the config schemas)
     from transformer_lab.config.checks import validate
     from transformer_lab.config.classes import check_buildable
-    from transformer_lab.config.compatibility import check_compatible, check_state_fits
+    from transformer_lab.config.compatibility import as_trained, changed_leaves, check_compatible, check_state_fits
     from transformer_lab.config.trainer import trainer_arguments
     from transformer_lab.errors import ConfigError, first_line
     from transformer_lab.run.build import build
@@ -110,10 +110,14 @@ def evaluate(
     searchpath = [o for o in given if o.split("=", 1)[0].lstrip("+") == "hydra.searchpath"]
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         try:
+            as_recorded = compose("train", overrides=[o for o in recorded if o not in searchpath] + fixed + searchpath)
             cfg = compose("train", overrides=[o for o in given if o not in searchpath] + fixed + searchpath)
         except Exception as e:  # noqa: BLE001  (Hydra's composition errors: a mistyped key or option)
             cause = f": {first_line(e.__cause__)}" if e.__cause__ else ""
             raise UserError(f"{first_line(e)}{cause}") from None
+        # The run's own data and settings, as a resume's: what a YAML edited since would change is put back, and
+        # only what this command sets differs from the checkpoint's run.
+        cfg = as_trained(cfg, meta["config"], changed_leaves(as_recorded, cfg))
         validate(cfg)
         check_compatible(meta["config"], cfg, str(path))
         datamodule = check_buildable(cfg)

@@ -263,8 +263,8 @@ def changed_leaves(before: DictConfig, after: DictConfig) -> dict[str, tuple]:
 
 
 def as_trained(cfg: DictConfig, trained: dict, changes: dict[str, tuple]) -> DictConfig:
-    """`cfg` (today's composition of the run's overrides and this command's) with every value the checkpoint's
-    run resolved put back, but those this command changes and where the run's files are (paths, and values that
+    """`cfg` (today's composition of the run's overrides and this command's: a resume's, evaluate's) with every
+    value the checkpoint's run resolved put back, but those this command changes and where the run's files are (paths, and values that
     differ only by them: a checkpoint resumed into another directory writes there). What an edited YAML file
     would change of a trained run is logged, and not changed. The schedule keeps the run's horizon."""
     was = trained.get("paths") or {}
@@ -303,7 +303,7 @@ def as_trained(cfg: DictConfig, trained: dict, changes: dict[str, tuple]) -> Dic
         if not (key == "optim.decay_steps" and current[key] is None):  # (the horizon a resume recorded: below)
             kept.append(f"{key}={shown(value)} (the files now say {shown(current[key])})")
     if kept:
-        log.info("resume: the run continues as it was trained: %s", ", ".join(kept))
+        log.info("the run continues as it was trained: %s", ", ".join(kept))
     horizon = (trained.get("trainer") or {}).get("max_steps")
     if (
         "optim.decay_steps" not in changes
