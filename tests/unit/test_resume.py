@@ -31,3 +31,20 @@ def test_a_resume_refusal_lists_every_key_a_resume_may_change_model_dropout_and_
         "new run from its weights with init_from=run/checkpoints/last.ckpt"
     )
     check_changeable({"model.dropout": (0.0, 0.1), "model.compile": (False, True)}, "run/checkpoints/last.ckpt")
+
+
+def test_a_resume_that_would_train_for_hours_says_so(tmp_path):
+    """The long-run warning counts its steps from the first this process trains (a resume's from its checkpoint's
+    step, not from step 1, which a resume never sees: a stranger's finding)."""
+    from helpers.runs import run_train
+
+    tiny = ["data=modular", "data.p=13", "model.n_layer=1", "model.n_embd=32", "model.n_head=2", "logger=none"]
+    run = [f"hydra.run.dir={tmp_path}", "trainer.val_check_interval=12", "callbacks.long_run.hours=1e-9"]
+    first = run_train(*tiny, *run, "trainer.max_steps=12")
+    assert first.returncode == 0 and "this run would train for" in first.stdout + first.stderr, first.stderr[-2000:]
+    resumed = run_train(*run, "ckpt_path=last", "trainer.max_steps=36")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    warning = next(
+        line for line in (resumed.stdout + resumed.stderr).splitlines() if "this run would train for" in line
+    )
+    assert "(13 steps at" in warning  # (10 steps after its first, step 13: 36 - 23 to go)

@@ -41,19 +41,20 @@ def presets_for(data: str, model: str, on_cpu: bool, run_dir: Path) -> list[str]
 
 
 class LongRunWarning(Callback):
-    """After `after_steps` steps (the first, which pays for lazy initialisation, not counted), warns when the
-    remaining steps at the pace so far would take more than `hours`."""
+    """After `after_steps` steps (the first of this process, which pays for lazy initialisation, not counted; a
+    resume's from its checkpoint's step), warns when the remaining steps at the pace so far would take more than
+    `hours`."""
 
     def __init__(self, data: str, model: str, hours: float = 1.0, after_steps: int = 10):
         self.data, self.model, self.hours, self.after_steps = data, model, hours, after_steps
-        self.start: float | None = None
+        self.start: tuple[int, float] | None = None  # the first step this process trained, and when it ended
 
     def on_train_batch_end(self, trainer, *args) -> None:
         step = trainer.global_step
-        if step == 1:
-            self.start = time.perf_counter()
-        elif self.start is not None and step == 1 + self.after_steps:
-            per_step = (time.perf_counter() - self.start) / self.after_steps
+        if self.start is None:
+            self.start = step, time.perf_counter()
+        elif step == self.start[0] + self.after_steps:
+            per_step = (time.perf_counter() - self.start[1]) / self.after_steps
             remaining = trainer.estimated_stepping_batches - step
             if remaining * per_step > self.hours * 3600 and trainer.is_global_zero:
                 on_cpu = isinstance(trainer.accelerator, CPUAccelerator)
