@@ -503,6 +503,31 @@ def test_sigterm_before_the_first_step_says_nothing_was_trained(tmp_path):
     assert not (tmp_path / "run").exists()  # (Hydra made it for this run: it goes)
 
 
+def test_a_resume_stopped_before_its_first_step_leaves_the_run_as_it_was(tmp_path):
+    """SIGTERM as a resume's training starts, where its first loop action is the end of the epoch its checkpoint
+    closed (one batch an epoch): nothing is trained, so no checkpoint is saved over the run's, its summary stays
+    `completed` and the resume's record and log lines go (a stranger's finding: last.ckpt and summary.json were
+    rewritten as `interrupted`, and a plain resume then took the stopped one's trainer.max_steps)."""
+    run = tmp_path / "run"
+    one_batch = ["data=modular", "data.p=5", "data.train_fraction=0.9", "data.batch_size=64", *TINY, "logger=none"]
+    first = run_train(*one_batch, "trainer.max_steps=6", "trainer.val_check_interval=3", f"hydra.run.dir={run}")
+    assert first.returncode == 0, first.stderr[-2000:]
+    before = snapshot(run)
+    stopped = train_in_a_process(
+        "ckpt_path=last",
+        "trainer.max_steps=12",
+        "+callbacks.stop._target_=helpers.callbacks.SignalIn",
+        "+callbacks.stop.stage=train",
+        "+callbacks.stop.signum=SIGTERM",
+        f"hydra.run.dir={run}",
+        env=HELPERS,
+    )
+    assert stopped.returncode == 143, stopped.stderr[-2000:]
+    output = stopped.stdout + stopped.stderr
+    assert f"interrupted before the first step: nothing was trained; {run} goes back to what it was" in output
+    assert snapshot(run) == before
+
+
 def test_a_run_directory_moved_or_copied_resumes_as_it_would_in_place(tmp_path):
     import shutil
 

@@ -44,10 +44,15 @@ class SleepAt(L.Callback):
 
 
 class SignalIn(L.Callback):
-    """Sends its own process `signum` at the first batch of the sanity check or of the test (`stage`)."""
+    """Sends its own process `signum` at the first batch of the sanity check or of the test, or as training starts
+    (after a resume's checkpoint is restored) (`stage`: sanity, test, train)."""
 
     def __init__(self, stage: str, signum: str = "SIGINT"):
         self.stage, self.signum = stage, getattr(signal, signum)
+
+    def on_train_start(self, trainer, pl_module):
+        if self.stage == "train":
+            os.kill(os.getpid(), self.signum)
 
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
         if self.stage == "sanity" and trainer.sanity_checking and batch_idx == 0:

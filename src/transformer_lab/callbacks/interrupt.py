@@ -45,6 +45,7 @@ class GracefulInterrupt(L.Callback):
         self.ckpt_path = Path(ckpt_path)
         self.by_ctrl_c = False
         self.requeue = False  # stopped by the time limit's signal: requeue the job once saved
+        self.start_step: int | None = None  # the step training started at (a resume's, its checkpoint's)
         self._previous_sigint = None
         self._previous_sigusr2 = None
 
@@ -66,6 +67,9 @@ class GracefulInterrupt(L.Callback):
         if "SLURM_JOB_ID" in os.environ and hasattr(signal, "SIGUSR2"):  # (in place of submitit's handler)
             self._previous_sigusr2 = signal.signal(signal.SIGUSR2, self._on_time_limit)
 
+    def on_train_start(self, trainer, pl_module):  # (after the checkpoint's loops are restored)
+        self.start_step = trainer.global_step
+
     def on_test_start(self, trainer, pl_module):  # the test after training stops the same way on Ctrl-C
         if trainer.is_global_zero and hasattr(signal, "SIGTERM"):
             self._previous_sigint = signal.signal(signal.SIGINT, self._on_sigint)
@@ -83,24 +87,27 @@ class GracefulInterrupt(L.Callback):
         if not isinstance(exception, SIGTERMException):
             return
         run_dir = self.ckpt_path.parent.parent
-        if trainer.training:  # between two training steps: a consistent state to save
+        trained = self.start_step is not None and trainer.global_step > self.start_step  # (by this process)
+        if trainer.testing:  # after training, whose end last.ckpt holds
+            saved = f"testing stopped; {self.ckpt_path} holds the end of training, and resuming it tests"
+        elif not trained:  # (its claim is taken back: main.py; a resumed run's files are as they were)
+            saved = None
+        elif trainer.training:  # between two training steps: a consistent state to save
             trainer.save_checkpoint(
                 self.ckpt_path, weights_only=False
             )  # (the whole state, to resume: said, not defaulted)
             saved = f"saved {self.ckpt_path}"
-        elif trainer.testing:  # after training, whose end last.ckpt holds
-            saved = f"testing stopped; {self.ckpt_path} holds the end of training, and resuming it tests"
         else:  # mid-validation, whose partial metrics a checkpoint cannot hold: the save before (last_checkpoint.py)
             saved = f"kept {self.ckpt_path}, saved before this step (a resume trains it again and validates it)"
-        if self.ckpt_path.is_file():
+        if saved is None:
+            log.info("interrupted before the first step: nothing was trained; %s goes back to what it was", run_dir)
+        elif self.ckpt_path.is_file():
             log.info(
                 "interrupted at step %d; %s. Resume with ckpt_path=last hydra.run.dir=%s",
                 trainer.global_step,
                 saved,
                 run_dir,
             )
-        elif trainer.global_step == 0:  # (its claim is taken back: an earlier run overwrite=true set aside returns)
-            log.info("interrupted before the first step: nothing was trained; %s goes back to what it was", run_dir)
         else:
             log.info(
                 "interrupted at step %d, before any checkpoint was written: nothing to resume. "

@@ -1,4 +1,4 @@
-"""A run's directory settles when training starts: what overwrite=true set aside goes, a resume's records stay."""
+"""A run's directory settles at its first step: what overwrite=true set aside goes, a resume's records stay."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ from transformer_lab.store.rundir import started
 
 
 class TrainingStarted(L.Callback):
-    """Tells store/rundir.py that training started: the data was read, the model built and the checkpoint, if any,
-    loaded. Until then a failure or a stop puts the directory back as it was claimed (main.py, rundir.unwind):
-    an earlier run set aside by overwrite=true returns, a failed resume's train.log lines and record go."""
+    """Tells store/rundir.py that the run trained its first step (a resume's first since its checkpoint). Until
+    then a failure or a stop puts the directory back as it was claimed (main.py, rundir.unwind): an earlier run
+    set aside by overwrite=true returns, a resume's train.log lines and record go."""
 
     def __init__(self, run_dir: str | Path):
-        self.run_dir = Path(run_dir)
+        self.run_dir, self.settled = Path(run_dir), False
 
-    def on_train_start(self, trainer, pl_module):
-        if trainer.is_global_zero:
+    def on_train_batch_end(self, trainer, *args):
+        if trainer.is_global_zero and not self.settled:
             started(self.run_dir)
+            self.settled = True

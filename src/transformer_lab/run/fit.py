@@ -187,9 +187,9 @@ def fitting(trainer: L.Trainer, prepared: Prepared, start_time: float):
         )
         raise SystemExit(130) from None
     finally:
-        # A run that failed before its first step leaves the run directory as it was claimed (main.py: a new
-        # run's goes, a resume's summary.json stays as it was); a failure after it trained is recorded.
-        untouched = status == "failed" and trainer.global_step <= (resumed.step if resumed else 0)
+        # A run that failed or was stopped before its first step leaves the run directory as it was claimed (main.py:
+        # a new run's goes, a resume's summary.json stays as it was); a failure or stop after it trained is recorded.
+        untouched = status != "completed" and trainer.global_step <= (resumed.step if resumed else 0)
         if trainer.is_global_zero and not untouched:
             model, datamodule = prepared.model, prepared.datamodule
             result.update(
