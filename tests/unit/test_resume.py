@@ -48,3 +48,22 @@ def test_a_resume_that_would_train_for_hours_says_so(tmp_path):
         line for line in (resumed.stdout + resumed.stderr).splitlines() if "this run would train for" in line
     )
     assert "(13 steps at" in warning  # (10 steps after its first, step 13: 36 - 23 to go)
+
+
+def test_a_resumes_record_names_the_options_it_ran(tmp_path):
+    """A resume's .hydra/TIME/hydra.yaml records the choices and config sources of the config it ran (its
+    checkpoint's overrides composed again), not of its own command line's defaults (a stranger's finding:
+    `data: shakespeare`, `logger: wandb` for a run of data=modular logger=csv)."""
+    from omegaconf import OmegaConf
+
+    from helpers.runs import run_train
+
+    tiny = ["data=modular", "data.p=13", "model.n_layer=1", "model.n_embd=32", "model.n_head=2", "logger=csv"]
+    first = run_train(*tiny, "trainer.max_steps=4", "trainer.val_check_interval=2", f"hydra.run.dir={tmp_path}")
+    assert first.returncode == 0, first.stderr[-2000:]
+    resumed = run_train("ckpt_path=last", "trainer.max_steps=6", f"hydra.run.dir={tmp_path}")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    (record,) = [p for p in (tmp_path / ".hydra").iterdir() if p.is_dir()]
+    runtime = OmegaConf.load(record / "hydra.yaml").hydra.runtime
+    assert (runtime.choices.data, runtime.choices.logger) == ("modular", "csv")
+    assert OmegaConf.load(record / "hydra.yaml").hydra.overrides.task == ["ckpt_path=last", "trainer.max_steps=6"]

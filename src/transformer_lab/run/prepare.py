@@ -54,7 +54,9 @@ def prepare(
     nothing to do (`settled`). `hydra`: Hydra's runtime config (what composed this one), None outside Hydra."""
     from transformer_lab.run.resume import resume_config
 
-    cfg, resumed, overrides = resume_config(config, hydra)  # (a new run's is its own: nothing read, torch not imported)
+    cfg, resumed, overrides, hydra = resume_config(
+        config, hydra
+    )  # (a new run's is its own: nothing read, torch not imported)
     if str(cfg.get("init_from") or "").startswith("hf:"):  # a Transformers checkpoint decides the model's settings
         from transformer_lab.pretrained.load import apply
 

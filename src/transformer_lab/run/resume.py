@@ -16,7 +16,7 @@ import logging
 import os
 from pathlib import Path
 
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from transformer_lab.config.compatibility import check_resume, resumed_config
 from transformer_lab.errors import ConfigError, first_line
@@ -50,9 +50,12 @@ def requeued(cfg: DictConfig) -> bool:
     )
 
 
-def resume_config(cfg: DictConfig, hydra: DictConfig | None) -> tuple[DictConfig, Resumed | None, list[str] | None]:
-    """The config to run, the checkpoint it resumes (None for a new run), and the overrides the run's
-    config is composed from (kept in its checkpoints; None outside a Hydra app: `hydra`, its runtime, None).
+def resume_config(
+    cfg: DictConfig, hydra: DictConfig | None
+) -> tuple[DictConfig, Resumed | None, list[str] | None, DictConfig | None]:
+    """The config to run, the checkpoint it resumes (None for a new run), the overrides the run's config is
+    composed from (kept in its checkpoints; None outside a Hydra app: `hydra`, its runtime, None), and Hydra's
+    config for the run's record (a resume's: its choices and config sources those of its recomposed config).
     A requeued SLURM job resumes its own run directory's last.ckpt (its first start's init_from is in there)."""
     overrides = None
     if hydra is not None:  # what composed this config: the command line and the search path it gives
@@ -66,7 +69,7 @@ def resume_config(cfg: DictConfig, hydra: DictConfig | None) -> tuple[DictConfig
             overrides = [o for o in overrides if override_key(o) not in started] + ["ckpt_path=last"]
     path = checkpoint_path(cfg)
     if path is None:
-        return cfg, None, overrides
+        return cfg, None, overrides, hydra
     resumed = open_resumed(path, overrides, cfg.paths.root_dir)
     stored = resumed.overrides
     # Another data or model option cannot resume this checkpoint (nor be composed on its run's overrides).
@@ -84,19 +87,25 @@ def resume_config(cfg: DictConfig, hydra: DictConfig | None) -> tuple[DictConfig
         overrides = merge_overrides(stored, overrides)
         again = hydra.job.config_name, path
         trained = _composed_again(merge_overrides(stored, where), *again)  # the run's overrides with today's YAML ...
-        given = _composed_again(overrides, *again)  # ... and with this command's on top: the difference is its
+        given = _composed_again(
+            overrides, *again, hydra=True
+        )  # ... and with this command's on top: the difference is its
+        with open_dict(given):
+            composed = given.pop("hydra").runtime  # (what composed it, for the run's record: not this command line's)
+        hydra = OmegaConf.merge(hydra, {"runtime": {k: composed[k] for k in ("choices", "config_sources")}})
         cfg = resumed_config(trained, given, resumed.config, resumed.path, typed)
     else:
         check_resume(resumed.path, resumed.config, cfg, {}, typed)
-    return cfg, resumed, overrides
+    return cfg, resumed, overrides, hydra
 
 
-def _composed_again(overrides: list[str], config_name: str, path: Path) -> DictConfig:
-    """The config composed again from a run's overrides (its search path among them, store/origins.py)."""
+def _composed_again(overrides: list[str], config_name: str, path: Path, hydra: bool = False) -> DictConfig:
+    """The config composed again from a run's overrides (its search path among them, store/origins.py); `hydra`:
+    with Hydra's node (its choices and config sources)."""
     from hydra import compose
 
     try:
-        return compose(config_name=config_name, overrides=overrides)
+        return compose(config_name=config_name, overrides=overrides, return_hydra_config=hydra)
     except Exception as e:  # noqa: BLE001  (Hydra's: an option or key the config groups no longer have)
         from hydra.errors import MissingConfigException
 
