@@ -123,3 +123,21 @@ def test_a_sweep_into_a_folder_holding_another_sweep_or_a_run_is_one_line_before
         f"alone: python train.py ckpt_path=last hydra.run.dir={sweep}/N)"
     ]
     assert [p.name for p in sweep.iterdir()] == [held] and (sweep / held).read_text() == "the earlier one's\n"
+
+
+def test_a_key_an_options_yaml_sets_that_its_schema_has_not_is_one_line_naming_the_yaml(tmp_path):
+    """A user's own data option (hydra.searchpath) whose YAML sets a key its schema has not: Hydra's line named the
+    YAML and the schema's class in its own words (a stranger's finding); now the key, what the section has, and
+    which YAML set it."""
+    from helpers.runs import run_train
+
+    (tmp_path / "conf" / "data").mkdir(parents=True)
+    (tmp_path / "conf" / "data" / "mine.yaml").write_text(
+        "defaults:\n  - /schema/data@_here_: modular\n  - _self_\n\npp: 11\n"
+    )
+    result = run_train("data=mine", f"hydra.searchpath=[file://{tmp_path / 'conf'}]", cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.splitlines() == [
+        "error: data.pp: no such key; data has: _target_, name, p, op, terms, train_fraction, split_seed, batch_size, "
+        "val_batch_size, max_examples, seed, model_defaults (in data=mine's YAML)"
+    ], result.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["conf"]

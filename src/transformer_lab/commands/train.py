@@ -7,6 +7,7 @@ the caller's process (`transformer_lab.train`, docs/python.md)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import io
 import logging
@@ -362,8 +363,9 @@ def composition_problem(error: BaseException, config_dir: str, overrides: list[s
         if group and options:
             return f"{group}={option}: no such option; {group} has: {', '.join(options)}"
         return str(error).split("\n")[0]
-    # A YAML's key another option's schema has not (experiment=induction_heads model=bert: model.mlp): Hydra names
-    # the YAML in its text alone ("In 'experiment/induction_heads': ..."), the key's error is its context.
+    # A YAML's key its schema has not: a user's own option's (data=mine: data.pp), or a preset's for another
+    # option (experiment=induction_heads model=bert: model.mlp). Hydra names the YAML in its text alone ("In
+    # 'experiment/induction_heads': ..."); the key's error is its context, with the schema's class.
     inside, yaml = error.__context__, re.match(r"In '([^']+)/([^'/]+)'", str(error))
     if isinstance(inside, (ConfigKeyError, ConfigAttributeError)) and inside.full_key and yaml:
         section = inside.full_key.partition(".")[0]
@@ -372,6 +374,9 @@ def composition_problem(error: BaseException, config_dir: str, overrides: list[s
                 f"{yaml[1]}={yaml[2]} sets {inside.full_key}, which {chosen[-1]} does not have: the {yaml[1]} is "
                 f"made for its own {section}; leave {chosen[-1]} out"
             )
+        if yaml[1] == section and dataclasses.is_dataclass(inside.object_type):
+            known = [f.name for f in dataclasses.fields(inside.object_type)]
+            return f"{no_such_key(inside.full_key, known)} (in {section}={yaml[2]}'s YAML)"
     cause = error.__cause__ if isinstance(error.__cause__, OmegaConfBaseException) else None
     if cause is None or not cause.full_key:
         if raised_in_a_run(error) or not isinstance(error, (HydraException, OmegaConfBaseException)):
