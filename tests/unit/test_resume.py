@@ -48,6 +48,8 @@ def test_a_resume_that_would_train_for_hours_says_so(tmp_path):
         line for line in (resumed.stdout + resumed.stderr).splitlines() if "this run would train for" in line
     )
     assert "(13 steps at" in warning  # (10 steps after its first, step 13: 36 - 23 to go)
+    # the presets for its data and model, one through the preset it names in its defaults (grokking_fast: grokking)
+    assert warning.endswith("sized for a CPU: python train.py experiment=grokking or experiment=grokking_fast")
 
 
 def test_a_resumes_record_names_the_options_it_ran(tmp_path):

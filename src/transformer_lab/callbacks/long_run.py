@@ -14,6 +14,17 @@ from omegaconf import OmegaConf
 log = logging.getLogger(__name__)
 
 
+def selected(preset: Path) -> dict:
+    """The options a preset's defaults select: its own, over those of a preset it names (`- grokking`)."""
+    selects = {}
+    for entry in OmegaConf.load(preset).get("defaults") or []:
+        if OmegaConf.is_dict(entry):
+            selects.update({k.removeprefix("override ").lstrip("/"): v for k, v in entry.items()})
+        elif (preset.parent / f"{entry}.yaml").is_file() and entry != preset.stem:
+            selects = {**selected(preset.parent / f"{entry}.yaml"), **selects}
+    return selects
+
+
 def presets_for(data: str, model: str, on_cpu: bool, run_dir: Path) -> list[str]:
     """The experiment presets (conf/experiment/ of the config sources the run's record names: .hydra/hydra.yaml,
     a resume's newer .hydra/TIME/hydra.yaml) whose defaults select this data and model, and a CPU hardware
@@ -27,10 +38,7 @@ def presets_for(data: str, model: str, on_cpu: bool, run_dir: Path) -> list[str]
         if source.schema != "file" or not folder.is_dir():
             continue
         for path in sorted(folder.glob("*.yaml")):
-            selects = {}
-            for entry in OmegaConf.load(path).get("defaults") or []:
-                if OmegaConf.is_dict(entry):
-                    selects.update({k.removeprefix("override ").lstrip("/"): v for k, v in entry.items()})
+            selects = selected(path)
             hardware = selects.get("hardware") or []  # an option or a list of them: cpu, cpu_bf16, [cpu,bf16]
             cpu = any(
                 str(option).startswith("cpu") for option in ([hardware] if isinstance(hardware, str) else hardware)
