@@ -69,3 +69,23 @@ def test_a_resumes_record_names_the_options_it_ran(tmp_path):
     runtime = OmegaConf.load(record / "hydra.yaml").hydra.runtime
     assert (runtime.choices.data, runtime.choices.logger) == ("modular", "csv")
     assert OmegaConf.load(record / "hydra.yaml").hydra.overrides.task == ["ckpt_path=last", "trainer.max_steps=6"]
+
+
+def test_a_completed_run_resumed_further_logs_its_training_metrics_at_every_logging_step(tmp_path):
+    """A checkpoint saved as training ended held Lightning's count of batches that stepped one ahead of what a
+    resume expects, and no training row of the resumed steps reached the loggers (a stranger's finding, on W&B;
+    CSV's the same): the logged steps after the resume are those metrics.jsonl has."""
+    import csv
+    import json
+
+    from helpers.runs import run_train
+
+    tiny = ["data=modular", "data.p=13", "data.batch_size=16", "model.n_layer=1", "model.n_embd=32", "model.n_head=2"]
+    run = [*tiny, "logger=csv", "trainer.val_check_interval=20", "trainer.log_every_n_steps=10"]
+    assert run_train(*run, "trainer.max_steps=40", f"hydra.run.dir={tmp_path}").returncode == 0
+    resumed = run_train("ckpt_path=last", "trainer.max_steps=80", f"hydra.run.dir={tmp_path}")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    with open(tmp_path / "csv" / "metrics.csv") as f:
+        logged = [int(row["step"]) for row in csv.DictReader(f) if row.get("train/loss")]
+    local = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert logged == [r["step"] for r in local if "train/loss" in r] == [10, 20, 30, 40, 50, 60, 70, 80]
