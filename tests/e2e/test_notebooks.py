@@ -19,7 +19,8 @@ def test_there_are_the_lessons_in_the_curriculums_order():
         "2_positions.ipynb",  # (b)
         "3_block.ipynb",  # (c)
         "4_shakespeare.ipynb",  # (d)
-        "5_bert.ipynb",  # (e); (f) T5's span corruption, 6_, is to come
+        "5_bert.ipynb",  # (e)
+        "6_t5_spans.ipynb",  # (f)
         "7_grokking_fourier.ipynb",  # (g)
         "8_translation_alignment.ipynb",  # (h)
         "9_induction_heads.ipynb",  # issue #66's item 2
