@@ -102,12 +102,12 @@ class Run:
         the run logged none). Read again only once the file has changed (a run still training)."""
         import pandas as pd
 
-        from transformer_lab.store.history import read_history
+        from transformer_lab.store.files import read_jsonl
 
         file = self.path / "metrics.jsonl"
         stamp = (file.stat().st_mtime_ns, file.stat().st_size) if file.exists() else None
         if stamp is None or getattr(self, "_metrics", (None, None))[0] != stamp:
-            records = read_history(file) if stamp else []
+            records = read_jsonl(file) if stamp else []
             self._metrics = (stamp, pd.DataFrame(records, columns=None if records else ["step"]))
         return self._metrics[1].copy()
 

@@ -11,8 +11,7 @@ from pathlib import Path
 
 from transformer_lab.config.schema import is_seed  # noqa: F401 (and the resolvers of .hydra/config.yaml: ${suggested:...})
 from transformer_lab.errors import UserError
-from transformer_lab.store.files import BadFile, read_json, read_text
-from transformer_lab.store.history import read_history
+from transformer_lab.store.files import BadFile, read_json, read_jsonl, read_text
 from transformer_lab.store.rundir import DISCARDED, OVERWRITTEN, RUN_FILES, readable
 
 # Settings that only say how a run was started or resumed (the checkpoint it resumed, whether it made room for
@@ -36,7 +35,7 @@ class RunDir:
 
     def history(self) -> list[dict]:
         path = self.path / "metrics.jsonl"
-        return read_history(path) if path.exists() else []
+        return read_jsonl(path) if path.exists() else []
 
 
 def hydra_record(path: Path, edit=lambda text: text):

@@ -15,7 +15,8 @@ import lightning as L
 import torch
 
 from transformer_lab.store.atomic import atomic_write
-from transformer_lab.store.history import last_step, read_history
+from transformer_lab.store.files import read_jsonl
+from transformer_lab.store.history import last_step
 
 
 class History(L.Callback):
@@ -27,7 +28,7 @@ class History(L.Callback):
         if not trainer.is_global_zero:
             return
         new = trainer.global_step == 0 or not self.path.exists()  # a new run (or a new file)
-        kept = [] if new else [r for r in read_history(self.path) if r["step"] <= trainer.global_step]
+        kept = [] if new else [r for r in read_jsonl(self.path) if r["step"] <= trainer.global_step]
         with atomic_write(self.path, "w") as f:  # (then appended to, a line at a time: a torn last line is dropped)
             f.write("".join(json.dumps(r) + "\n" for r in kept))
 

@@ -1,7 +1,6 @@
 """A checkpoint against the run that takes it up: what a resume or an evaluation must share with the run that
 wrote it (the model's settings but CHANGEABLE_KEYS, its tensors' shapes, the data's vocabulary and files), what
-a resume may change (CHANGEABLE_ON_RESUME) and what the optimizer's state keeps (KEPT_IN_THE_OPTIMIZER). Each
-refusal is one line naming the key (docs/runs.md)."""
+a resume may change (CHANGEABLE_ON_RESUME). Each refusal is one line naming the key (docs/runs.md)."""
 
 from __future__ import annotations
 
@@ -44,12 +43,8 @@ def _listed(changed: dict) -> str:
 
 def check_compatible(saved_config: dict, cfg: DictConfig, path: str) -> None:
     """A run resumes only a checkpoint of the same architecture on the same data: every model setting
-    that differs is named at once (those a resumed run may change, CHANGEABLE_KEYS, aside)."""
-    if saved_config["data"]["name"] != cfg.data.name:
-        raise ConfigError(
-            "ckpt_path",
-            f"{path} was trained with data={saved_config['data']['name']}, this run has data={cfg.data.name}",
-        )
+    that differs is named at once (those a resumed run may change, CHANGEABLE_KEYS, aside; another data option
+    is refused before, as the resume composes its config: run/resume.py)."""
     changed = {
         key: values
         for key, values in changed_settings(saved_config, cfg, ("model",)).items()
@@ -144,7 +139,7 @@ def check_same_files(path: str, saved_meta: dict, now: dict) -> None:
 
 # What a resume may change, as keys or the sections (and prefixes) they lie in: how long and on what it trains,
 # what it logs and watches, where its files are: never what it learns from or how (docs/runs.md). The model's
-# settings are check_compatible's (its CHANGEABLE_KEYS), the optimizer's state's KEPT_IN_THE_OPTIMIZER.
+# settings are check_compatible's (its CHANGEABLE_KEYS).
 CHANGEABLE_ON_RESUME = (
     "ckpt_path",
     "trainer",
@@ -189,40 +184,11 @@ def check_changeable(changes: dict[str, tuple], path: str, typed: list[str] = ()
             )
 
 
-# optim.* settings the optimizer's state holds in its parameter groups (learning rates as the schedule's base),
-# which a resume takes up from the checkpoint rather than from the config
-KEPT_IN_THE_OPTIMIZER = (
-    "lr",
-    "weight_decay",
-    "betas",
-    "eps",
-    "pretrained_lr",
-    "muon_lr",
-    "muon_momentum",
-    "muon_shape_scaling",
-)
-
-
-def check_optimizer_kept(path: str, saved_config: dict, cfg: DictConfig) -> None:
-    """A resume that changes one of KEPT_IN_THE_OPTIMIZER would record the new value and step with the old one:
-    refused, naming the key (a schedule's min_lr, warmup_steps and decay_steps are computed anew, and change)."""
-    saved = saved_config.get("optim") or {}
-    now = OmegaConf.to_container(cfg.optim, resolve=True, enum_to_str=True)
-    for key in KEPT_IN_THE_OPTIMIZER:
-        if key in saved and key in now and saved[key] != now[key]:
-            raise ConfigError(
-                f"optim.{key}",
-                f"{path}'s optimizer state steps with optim.{key}={saved[key]}, which a resume takes up: "
-                f"resume without optim.{key}={now[key]}, or start a new run from its weights with "
-                f"init_from={path}",
-            )
-
-
 def check_resume(path: str, saved_config: dict, cfg: DictConfig, changes: dict[str, tuple], typed: list[str]) -> None:
     """A resume's config against the checkpoint at `path`, whose run was trained with `saved_config`: the
-    model's settings and the data's kept (check_compatible), the optimizer's state taken up (its kind and
-    KEPT_IN_THE_OPTIMIZER), and every change of the command line (`changes`; `typed`: the keys it gave) among
-    CHANGEABLE_ON_RESUME."""
+    model's settings and the data's kept (check_compatible), and every change of the command line (`changes`;
+    `typed`: the keys it gave) among CHANGEABLE_ON_RESUME (the optimizer's settings are not: its state steps with
+    them)."""
     check_compatible(saved_config, cfg, path)
     if cfg.trainer.get("fast_dev_run"):  # (Lightning's smoke test starts at epoch 0 and stops after one)
         raise ConfigError(
@@ -230,14 +196,6 @@ def check_resume(path: str, saved_config: dict, cfg: DictConfig, changes: dict[s
             f"debug=fast runs a few batches of a new run and cannot continue {path}: resume without debug=fast, or "
             "smoke-test a new run in another hydra.run.dir",
         )
-    saved_optimizer = (saved_config.get("optim") or {}).get("name")
-    if saved_optimizer is not None and saved_optimizer != cfg.optim.name:
-        raise ConfigError(
-            "optim.name",
-            f"{path} holds {saved_optimizer}'s optimizer state, which {cfg.optim.name} cannot take up: resume with "
-            f"optim.name={saved_optimizer}, or start a new run from its weights with init_from={path}",
-        )
-    check_optimizer_kept(path, saved_config, cfg)
     check_changeable(changes, path, typed)
 
 

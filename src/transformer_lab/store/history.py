@@ -1,16 +1,8 @@
 """metrics.jsonl: every metric at every step it is logged, one JSON object per line (written by
-callbacks/history.py; read by the runs, compare and the experiment plots), and which steps have their metrics written."""
+callbacks/history.py; read by the runs, compare and the experiment plots with store.files.read_jsonl, which leaves
+out a last line cut short by a crash), and which steps have their metrics written."""
 
 from __future__ import annotations
-
-from pathlib import Path
-
-from transformer_lab.store.files import read_jsonl
-
-
-def read_history(path: Path) -> list[dict]:
-    """metrics.jsonl's records; a last line cut short by a crash is left out."""
-    return read_jsonl(path)
 
 
 def last_step(trainer) -> bool:
