@@ -43,11 +43,12 @@ DDP_ENVIRONMENT = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WOR
 
 @contextmanager
 def distributed_job():
-    """One multirun job's DDP leaves nothing for the next: Lightning's launcher sets these variables in the
-    launching process (the next job would then take itself for a child and start no processes) and keeps
-    its process group open."""
+    """A multirun's job: its SLURM tasks run as processes (submitit_tasks_as_processes), and its DDP leaves nothing
+    for the next job: Lightning's launcher sets these variables in the launching process (the next job would then
+    take itself for a child and start no processes) and keeps its process group open."""
     saved = {key: os.environ.get(key) for key in DDP_ENVIRONMENT}
     try:
+        submitit_tasks_as_processes()
         yield
     finally:
         if torch.distributed.is_available() and torch.distributed.is_initialized():

@@ -134,6 +134,8 @@ def job(cfg: DictConfig, trials: Trials):
     run_dir = Path(hydra.runtime.output_dir)
     new = run_dir.is_dir() and not any(run_dir.iterdir())  # (Hydra made it for this run)
     stop_on_sigterm()  # (until training starts: a SystemExit, and what was claimed goes back)
+    if multirun:  # (its DDP processes and SLURM tasks: run/launch.py, which imports Lightning)
+        from transformer_lab.run.launch import distributed_job
     with distributed_job() if multirun else contextlib.nullcontext():
         try:
             with contextlib.nullcontext() if multirun else exit_on_user_error():
@@ -158,16 +160,6 @@ def job(cfg: DictConfig, trials: Trials):
         remove_if_unused(run_dir if new else None)  # (a resume with nothing to do, into a new directory)
         if multirun:
             trials.completed.append(run_dir)
-
-
-@contextlib.contextmanager
-def distributed_job():
-    """A multirun's job: its DDP processes and SLURM tasks (run/launch.py), which leave nothing for the next job."""
-    from transformer_lab.run.launch import distributed_job, submitit_tasks_as_processes
-
-    with distributed_job():
-        submitit_tasks_as_processes()
-        yield
 
 
 def main(cfg: DictConfig, start_time: float | None = None, trials: Trials | None = None) -> float | None:
