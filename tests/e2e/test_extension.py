@@ -376,6 +376,7 @@ def test_gpt_trained_on_shakespeare_continues_on_a_users_text_file(user_files, t
     assert result.returncode == 0, result.stderr[-3000:]
     line = next(line for line in (result.stdout + result.stderr).splitlines() if "init_from" in line)
     assert line.endswith("loaded 8 of 10 tensors; left as initialised (2): lm_head.weight, wte.weight")
+    assert f"[WARNING] - {line}" in (run / "train.log").read_text()  # (a partial start: not an INFO line to miss)
     assert read_summary(run)["global_step"] == 10  # a new run: its own step count
     strict = run_train(
         "model=gpt",

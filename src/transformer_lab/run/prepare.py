@@ -107,7 +107,7 @@ def build_run(prepared: Prepared) -> Prepared:
         _require(not (misfits and cfg.init_strict), "init_strict", f"not every tensor fits: {report}")
         # (init_strict=false takes what fits; nothing fitting is a wrong source, not a start from its weights)
         _require(bool(task.pretrained), "init_from", f"no tensor of it fits this model: {report}")
-        log.info(report)
+        (log.warning if misfits else log.info)(report)  # (tensors left as initialised: a warning, in train.log too)
     if resumed:
         check_same_data(resumed.path, resumed.meta, datamodule, files_checked=bool(files))
         check_state_fits(resumed.path, resumed.shapes, resumed.config, cfg, task)
