@@ -36,7 +36,7 @@ CASES = [
         ["data=imagenet"],
         "data=imagenet: no such option; data has: labelled, modular, repeats, shakespeare, text, translation",
     ),
-    ("seed-type", ["seed=abc"], "seed: must be an integer, got 'abc'"),
+    ("seed-type", ["seed=abc"], "seed: Value 'abc' of type 'str' could not be converted to Integer"),
     (
         "a-preset-with-another-model",  # (a key of the preset's own model, which the other's schema has not)
         ["experiment=induction_heads", "model=bert"],
@@ -252,8 +252,8 @@ CASES = [
     (
         "task-section-at-the-top",
         ["sample.temperature=0.5"],
-        "error: sample: no such key; the config has: trainer, optim, seed, ckpt_path, overwrite, init_from, "
-        "init_strict, model_sizes, attention_kernel, objective, model, task, data, logger, callbacks, paths "
+        "error: sample: no such key; the config has: seed, ckpt_path, overwrite, init_from, init_strict, model_sizes, "
+        "attention_kernel, objective, model, data, task, trainer, optim, logger, callbacks, paths "
         "(task.sample is a setting of task=lm)\n",
     ),
     (
@@ -345,7 +345,12 @@ CASES = [
         ["seed=4294967296"],
         "seed: must be in [0, 4294967295] (what seed_everything takes), got 4294967296",
     ),
-    ("overwrite-type", ["overwrite=maybe"], "overwrite: must be true or false, got 'maybe'"),
+    ("overwrite-type", ["overwrite=maybe"], "overwrite: Value 'maybe' is not a valid bool (type str)"),
+    (
+        "attention-kernel-unknown",
+        ["attention_kernel=fast"],
+        "attention_kernel: Invalid value 'fast', expected one of [auto, math, flash, efficient, cudnn]",
+    ),
     (
         "overwrite-and-resume",
         [*MODULAR, "overwrite=true", "ckpt_path={ws}/prior/checkpoints/last.ckpt"],

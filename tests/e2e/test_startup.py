@@ -19,7 +19,7 @@ COMMANDS = [
     (["model.n_layr=2"], 2, "error: model.n_layr: no such key; did you mean model.n_layer?"),
     (["+model.n_layers=2"], 2, "error: model.n_layers: no such key; did you mean model.n_layer?"),
     (["model.n_layer=two"], 2, "error: model.n_layer: Value 'two' of type 'str' could not be converted to Integer"),
-    (["seed=abc"], 2, "error: seed: must be an integer, got 'abc'"),
+    (["seed=abc"], 2, "error: seed: Value 'abc' of type 'str' could not be converted to Integer"),
     (["data=modular", "data.p=4"], 2, "error: data.p: must be a prime"),
     (["model.pos_encoding=rope", "model.n_embd=36", "model.n_head=4"], 2, "error: model.n_embd: rope needs an even"),
     (["model=t5", "model.num_buckets=2"], 2, "error: model.num_buckets: needs num_buckets >= 4"),

@@ -266,7 +266,6 @@ BAD_VALUES = [
     (["optim.name=muon", "optim.muon_weight_decay=inf"], "optim.muon_weight_decay", ">= 0 or null, got inf"),
     (["trainer.max_steps=-1"], "trainer.max_steps", "must be set"),
     (["callbacks.throughput.peak_flops=-5"], "callbacks.throughput.peak_flops", "must be a number > 0 or null, got -5"),
-    (["attention_kernel=fast"], "attention_kernel", "must be one of auto, math, flash, efficient, cudnn, got 'fast'"),
 ]
 
 

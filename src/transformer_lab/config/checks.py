@@ -9,7 +9,7 @@ here (check_settings); a user's own model or data module, once the build imports
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import sys
 import typing
 
@@ -17,10 +17,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.choices import Choice
 from transformer_lab.config.schema import (
-    ATTENTION_KERNELS,
     CONF,
     SETTINGS,
     OptimConfig,
+    RunConfig,
     TrainerConfig,
     cpu_has_bf16_units,
 )
@@ -108,16 +108,6 @@ def check_pair(cfg: DictConfig, datamodule) -> None:
         _require(trainer.max_epochs >= 1, "trainer.max_epochs", "set trainer.max_steps or trainer.max_epochs")
 
 
-# The config's sections; its other top-level keys are conf/train.yaml's own.
-SECTIONS = ("model", "data", "task", "trainer", "optim", "logger", "callbacks", "paths")
-
-
-@functools.cache
-def top_level_keys() -> list[str]:
-    """The config's sections and conf/train.yaml's own keys (read once per process)."""
-    return [*SECTIONS, *(k for k in OmegaConf.load(CONF / "train.yaml") if k != "defaults")]
-
-
 def check_resolvable(cfg: DictConfig) -> None:
     """Every value of the config resolved once, as the run will read it: an interpolation naming a key that is
     not there (a user's model YAML without `name:`) or giving a typed setting what it cannot hold
@@ -148,16 +138,15 @@ def _raw(cfg: DictConfig, key: str):
 
 
 def validate(cfg: DictConfig) -> None:
+    """The checks of a composed config that its schemas' types cannot make (config/schema.py RunConfig, and each
+    section's): across keys and sections, ranges, and the machine's."""
     seed = cfg.seed  # (first: ${seed} is read by other sections, whose resolution would name them instead)
-    _require(isinstance(seed, int) and not isinstance(seed, bool), "seed", f"must be an integer, got {seed!r}")
     check_resolvable(cfg)
     data, trainer, optim = cfg.data, cfg.trainer, cfg.optim
-
-    known = top_level_keys()
-    for key in cfg:  # one added with `+` (a section's own keys are its schema's to check)
+    known = [f.name for f in dataclasses.fields(RunConfig)]
+    for key in cfg:  # one added with `+`, which Hydra adds whatever the schema (a section's own: its schema's)
         if key not in known:
             raise no_such_key(str(key), known)
-
     _require(0 <= seed <= MAX_SEED, "seed", f"must be in [0, {MAX_SEED}] (what seed_everything takes), got {seed}")
 
     suggestions = data.get("model_defaults")
@@ -183,9 +172,6 @@ def validate(cfg: DictConfig) -> None:
     )
 
     _require(
-        cfg.get("overwrite") in (True, False, None), "overwrite", f"must be true or false, got {cfg.get('overwrite')!r}"
-    )
-    _require(
         not (cfg.get("overwrite") and cfg.ckpt_path is not None),
         "overwrite",
         "deletes what a run directory holds, ckpt_path resumes from it: give one of them",
@@ -200,12 +186,7 @@ def validate(cfg: DictConfig) -> None:
         "model_sizes",
         f"null or integer sizes of {', '.join(DATA_DECIDED)}, e.g. {{vocab_size:50257,block_size:1024}}; got {sizes!r}",
     )
-    kernel = cfg.get("attention_kernel", "auto")
-    _require(
-        kernel == "auto" or kernel in ATTENTION_KERNELS,
-        "attention_kernel",
-        f"must be one of auto, {', '.join(ATTENTION_KERNELS)}, got {kernel!r}",
-    )
+    kernel = cfg.attention_kernel
     _require(
         cfg.get("init_from") is None or cfg.ckpt_path is None,
         "init_from",

@@ -5,13 +5,14 @@ that is not YAML), each as one line. Light enough to run before torch is importe
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from transformer_lab.config.schema import CONF
+from transformer_lab.config.schema import CONF, RunConfig
 from transformer_lab.errors import UserError, first_line
 from transformer_lab.store.origins import override_key
 
@@ -178,9 +179,7 @@ def launcher_problem(argv: list[str], overrides: list[str]) -> str | None:
 def section_problem(overrides: list[str]) -> str | None:
     """An override that deletes what a run needs (`~optim`, `~seed`) or gives a section of settings one value
     (`optim=muon`, `trainer=null`): told before Hydra composes it (its errors are tracebacks then)."""
-    from transformer_lab.config.checks import top_level_keys
-
-    own = [k for k in top_level_keys() if k not in NEEDED]
+    own = [f.name for f in dataclasses.fields(RunConfig) if f.name not in NEEDED]
     for override in overrides:
         key, sep, value = override.partition("=")
         name = key.lstrip("+~")

@@ -272,6 +272,31 @@ ATTENTION_KERNELS = {
     "efficient": "EFFICIENT_ATTENTION",
     "cudnn": "CUDNN_ATTENTION",
 }
+AttentionKernel = choice("AttentionKernel", "auto", *ATTENTION_KERNELS)
+
+
+@dataclass
+class RunConfig:
+    """conf/train.yaml's own keys (what they mean: its comments) and its sections, each of which has its own schema or
+    is its option's: a wrong type or a key added with `+` is refused while Hydra composes. Checks across keys:
+    config/checks.py."""
+
+    seed: int = 1337
+    ckpt_path: Optional[str] = None
+    overwrite: bool = False
+    init_from: Optional[str] = None
+    init_strict: bool = False
+    model_sizes: Any = None  # (checked in config/checks.py: OmegaConf cannot merge into an Optional[Dict] that is null)
+    attention_kernel: AttentionKernel = AttentionKernel("auto")
+    objective: Optional[str] = None
+    model: Any = None
+    data: Any = None
+    task: Any = None
+    trainer: Any = None
+    optim: Any = None
+    logger: Any = None
+    callbacks: Any = None
+    paths: Any = None
 
 
 def register() -> None:
@@ -286,6 +311,7 @@ def register() -> None:
         cs.store(group="schema/data", name=name, node=_schema(name, target, config_class, model=False, data=True))
     for name, (target, config_class) in MODELS.items():
         cs.store(group="schema/model", name=name, node=_schema(name, target, config_class, model=True))
+    cs.store(name="run_schema", node=RunConfig)
     cs.store(name="trainer_schema", node=TrainerConfig, package="trainer")
     cs.store(name="optim_schema", node=OptimConfig, package="optim")
     for name, (target, config_class) in TASKS.items():
