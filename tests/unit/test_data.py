@@ -395,3 +395,12 @@ def test_repeats_text_is_segments_each_written_copies_times_and_drawn_by_its_see
         RepeatsData(min_segment=8, max_segment=4)
     with pytest.raises(ConfigError, match=r"^data\.characters: holds 10 to validate on, not a window of data"):
         RepeatsData(characters=100)
+
+
+def test_a_char_tokenizer_writes_an_id_past_its_characters_as_the_replacement_character():
+    # model_sizes may give the model a vocabulary padded beyond the data's: a sample drawn from an untrained model
+    # then holds such ids, which decode as a decoder writes what it cannot read (it raised IndexError mid-run)
+    from transformer_lab.data.tokenizers import CharTokenizer
+
+    tokenizer = CharTokenizer(["a", "b"], end_of_text="<eot>")
+    assert tokenizer.decode([0, 2, 1, 3, 7]) == "a<eot>b\ufffd\ufffd"

@@ -47,7 +47,12 @@ class CharTokenizer:
         return [self.encode(t) for t in texts]
 
     def decode(self, ids) -> str:
-        return "".join(self.end_of_text if i == self.eot_id else self.chars[i] for i in map(int, ids))
+        """Text of ids; an id past the characters (a model's vocabulary padded beyond the data's, model_sizes) is
+        U+FFFD, as a decoder writes bytes it cannot read."""
+        chars, eot = self.chars, self.eot_id
+        return "".join(
+            self.end_of_text if i == eot else chars[i] if i < len(chars) else "\ufffd" for i in map(int, ids)
+        )
 
     def token_bytes(self) -> list[int]:
         return [len(c.encode("utf-8")) for c in self.chars] + [0] * (self.eot_id is not None)
