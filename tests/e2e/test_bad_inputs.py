@@ -189,7 +189,11 @@ CASES = [
     ("data-missing-offline", ["paths.data_dir={ws}/empty"], "put it at {ws}/empty/shakespeare/input.txt"),
     ("data-corrupt", ["paths.data_dir={ws}/corrupt"], "the file is corrupt or a different version"),
     ("unwritable-output", ["hydra.run.dir={ws}/a-file/run"], "cannot create the run directory, {ws}/a-file is a file"),
-    ("prompt-vocabulary", ["data.sample_prompt=@"], "data.sample_prompt: characters not in the vocabulary: ['@']"),
+    (
+        "prompt-vocabulary",
+        ["data=repeats", "data.sample_prompt=Hello"],
+        "data.sample_prompt: characters not in the vocabulary: ['H']; it has only 'ABCDEFabcdefghijklmnopqrstuvwxyz'",
+    ),
     (
         "task-architecture",
         ["model=encdec", "task=classify"],

@@ -57,9 +57,7 @@ class ShakespeareData(DataSource):
         try:
             tokens = torch.tensor(self.tokenizer.encode(text), dtype=torch.long)
         except ValueError as e:  # only with a checkpoint's vocabulary
-            raise DataUnavailableError(
-                f"data.path: {self.path} has {e}; the model knows only {''.join(self.tokenizer.chars)!r}"
-            ) from None
+            raise DataUnavailableError(f"data.path: {self.path} has {e}") from None
         n_train = 0 if self.whole_file else int(len(tokens) * (1 - self.config.val_fraction))
         self.train_tokens, self.val_tokens = tokens[:n_train], tokens[n_train:]
         for split, split_tokens in (("validate", self.val_tokens), ("train", self.train_tokens)):

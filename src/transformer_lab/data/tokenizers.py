@@ -40,7 +40,8 @@ class CharTokenizer:
         bad = (ids >= len(self.chars)) | (self.codepoints[np.minimum(ids, len(self.chars) - 1)] != codes)
         if bad.any():
             unknown = sorted({chr(c) for c in codes[bad]})
-            raise ValueError(f"characters not in the vocabulary: {unknown[:40]!r}")
+            known = "".join(self.chars) if len(self.chars) <= 200 else f"{len(self.chars)} characters"
+            raise ValueError(f"characters not in the vocabulary: {unknown[:40]!r}; it has only {known!r}")
         return ids
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
