@@ -349,7 +349,19 @@ CASES = [
         ["seed=4294967296"],
         "seed: must be in [0, 4294967295] (what seed_everything takes), got 4294967296",
     ),
-    ("overwrite-type", ["overwrite=maybe"], "overwrite: Value 'maybe' is not a valid bool (type str)"),
+    ("overwrite-type", ["overwrite=maybe"], "overwrite: must be true or false, got 'maybe'"),
+    ("overwrite-number", ["overwrite=2"], "overwrite: must be true or false, got 2"),  # (not taken for true)
+    (
+        "seed-interpolation",
+        ["seed=${oc.env:TRANSFORMER_LAB_NO_SUCH_VARIABLE}"],
+        'error: seed: KeyError raised while resolving interpolation: "Environment variable '
+        "'TRANSFORMER_LAB_NO_SUCH_VARIABLE' not found\" (in ${oc.env:TRANSFORMER_LAB_NO_SUCH_VARIABLE})\n",
+    ),
+    (  # (known once the run has its summary: the run is kept, the objective's mistake one line)
+        "objective-not-in-summary",
+        [*MODULAR, "trainer.max_steps=2", "objective=val/nope"],
+        "error: objective=val/nope is not a number in this run's summary.json (it has: ",
+    ),
     (
         "attention-kernel-unknown",
         ["attention_kernel=fast"],

@@ -140,8 +140,8 @@ def _raw(cfg: DictConfig, key: str):
 def validate(cfg: DictConfig) -> None:
     """The checks of a composed config that its schemas' types cannot make (config/schema.py RunConfig, and each
     section's): across keys and sections, ranges, and the machine's."""
-    seed = cfg.seed  # (first: ${seed} is read by other sections, whose resolution would name them instead)
-    check_resolvable(cfg)
+    check_resolvable(cfg)  # (seed, the schema's first key, first: ${seed} is read by other sections)
+    seed = cfg.seed
     data, trainer, optim = cfg.data, cfg.trainer, cfg.optim
     known = [f.name for f in dataclasses.fields(RunConfig)]
     for key in cfg:  # one added with `+`, which Hydra adds whatever the schema (a section's own: its schema's)
@@ -171,6 +171,7 @@ def validate(cfg: DictConfig) -> None:
         f"must be a positive integer or null, got {data.val_batch_size!r}",
     )
 
+    _require(cfg.overwrite in (True, False), "overwrite", f"must be true or false, got {cfg.overwrite!r}")
     _require(
         not (cfg.get("overwrite") and cfg.ckpt_path is not None),
         "overwrite",

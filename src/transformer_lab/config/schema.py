@@ -283,7 +283,7 @@ class RunConfig:
 
     seed: int = 1337
     ckpt_path: Optional[str] = None
-    overwrite: bool = False
+    overwrite: Any = False  # (true or false only, checked in config/checks.py: OmegaConf's bool takes 2 and "yes")
     init_from: Optional[str] = None
     init_strict: bool = False
     model_sizes: Any = None  # (checked in config/checks.py: OmegaConf cannot merge into an Optional[Dict] that is null)

@@ -12,6 +12,8 @@ from hydra.core.hydra_config import HydraConfig
 from lightning.fabric.strategies.launchers import subprocess_script as fabric_launcher
 from lightning.pytorch.strategies.launchers import subprocess_script as pytorch_launcher
 
+from transformer_lab.store.origins import typed_overrides
+
 
 def ddp_process_command(local_rank: int) -> tuple[list[str], str]:
     """How Lightning's DDP launcher starts the other processes of this job under Hydra: this job alone, as
@@ -23,7 +25,7 @@ def ddp_process_command(local_rank: int) -> tuple[list[str], str]:
     command = [
         sys.executable,
         os.path.abspath(sys.argv[0]),
-        *hydra_cfg.overrides.task,
+        *typed_overrides(hydra_cfg),
         f'hydra.run.dir="{hydra_cfg.runtime.output_dir}"',
         f"hydra.job.name=ddp_process_{local_rank}",
         "hydra.output_subdir=null",

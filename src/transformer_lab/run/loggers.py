@@ -18,6 +18,7 @@ from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.config.schema import is_seed
+from transformer_lab.store.origins import typed_overrides
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ def wandb_identity(cfg: DictConfig, section: DictConfig, hydra: DictConfig | Non
     data, hardware, and those settings), wherever its logger section leaves them unset."""
     name, group, hardware, varied = None, None, None, []
     if hydra is not None:
-        overrides = [o for o in hydra.overrides.task if not o.startswith(("hydra.", "logger."))]
+        overrides = [o for o in typed_overrides(hydra) if not o.startswith(("hydra.", "logger."))]
         name = ",".join(overrides) or None
         if hydra.mode == RunMode.MULTIRUN:
             group = str(Path(hydra.sweep.dir))

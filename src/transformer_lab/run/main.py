@@ -57,8 +57,9 @@ def remove_if_unused(run_dir: Path | None) -> None:
                 break
 
 
-class TrialFailed(Exception):
-    """A multirun job that could not produce its objective: the sweeper records it as failed and goes on."""
+class TrialFailed(UserError):
+    """A job that could not produce its objective: a multirun's sweeper records it as failed and goes on; a single
+    run says so in one line (exit code 2), its files kept."""
 
 
 class JobLost(Exception):
@@ -140,7 +141,7 @@ def job(cfg: DictConfig, trials: Trials):
         try:
             with contextlib.nullcontext() if multirun else exit_on_user_error():
                 yield hydra, run_dir, "hydra.sweep.dir" if multirun else "hydra.run.dir", multirun
-        except (UserError, TrialFailed) as e:  # (a multirun's job: the sweep goes on)
+        except UserError as e:  # (a multirun's job, TrialFailed too: the sweep goes on)
             if not multirun:
                 raise
             # Its own directory keeps what was tried and why it failed; not one another process is writing to.

@@ -21,10 +21,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from transformer_lab.config.compatibility import check_resume, resumed_config
 from transformer_lab.errors import ConfigError, first_line
 from transformer_lab.store.checkpoint import Resumed, checkpoint_path, open_resumed
-from transformer_lab.store.origins import (
-    override_key,
-    searchpath_override,
-)
+from transformer_lab.store.origins import override_key, searchpath_override, typed_overrides
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +56,7 @@ def resume_config(
     A requeued SLURM job resumes its own run directory's last.ckpt (its first start's init_from is in there)."""
     overrides = None
     if hydra is not None:  # what composed this config: the command line and the search path it gives
-        overrides = [*hydra.overrides.task, *searchpath_override(hydra.searchpath)]
+        overrides = [*typed_overrides(hydra), *searchpath_override(hydra.searchpath)]
     if requeued(cfg):
         log.info("SLURM requeued this job (restart %s): resuming from its last.ckpt", os.environ["SLURM_RESTART_COUNT"])
         with open_dict(cfg):
@@ -81,7 +78,7 @@ def resume_config(
                 "ckpt_path",
                 f"{path} was trained with {group}={resumed.config[group]['name']}, this run has {group}={option}",
             )
-    typed = [override_key(o) for o in hydra.overrides.task] if hydra is not None else []
+    typed = [override_key(o) for o in typed_overrides(hydra)] if hydra is not None else []
     if stored is not None and overrides is not None:
         where = [o for o in overrides if override_key(o) == "hydra.searchpath"]  # (the groups' folders now)
         overrides = merge_overrides(stored, overrides)

@@ -154,6 +154,12 @@ def override(key: str, value) -> str:
     return f"{key}='{quoted}'"
 
 
+def typed_overrides(hydra) -> list[str]:
+    """The command line's overrides as typed (Hydra's runtime config holds them as strings it would resolve: an
+    interpolation in one, `seed=${oc.env:SEED}`, is the run's config's to resolve and to refuse, naming its key)."""
+    return OmegaConf.to_container(hydra.overrides.task, resolve=False)
+
+
 def override_key(override: str) -> str:
     """The key an override sets, without its `+` (add) or `~` (delete) prefix."""
     return override.split("=", 1)[0].lstrip("+~")

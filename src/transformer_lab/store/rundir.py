@@ -35,6 +35,7 @@ from transformer_lab.store.atomic import (
     start_recording,
     stop_recording,
 )
+from transformer_lab.store.origins import typed_overrides
 
 LOCK = ".lock"  # holds the writer's pid; an advisory flock on it is the claim
 RUN_FILES = ("summary.json", "metrics.jsonl", "checkpoints")  # what makes a directory a run's
@@ -462,7 +463,7 @@ def record(run_dir: Path, cfg, overrides: list[str] | None, hydra):
                     _remove(run_dir / name)
         if (folder / "config.yaml").exists():
             folder = folder / f"{datetime.now():%Y-%m-%d_%H-%M-%S}"
-        given = overrides if overrides is not None else hydra.overrides.task
+        given = overrides if overrides is not None else typed_overrides(hydra)
         for name, content in (
             ("config.yaml", cfg),
             ("hydra.yaml", OmegaConf.create({"hydra": hydra})),
