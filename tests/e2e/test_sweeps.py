@@ -119,3 +119,14 @@ def test_a_job_refused_a_directory_another_process_writes_leaves_that_runs_files
     assert (other / "train.log").read_text() == "the other run's log\n"
     assert sorted(p.name for p in other.iterdir()) == [".hydra", ".lock", "train.log"]
     assert (sweep / "1" / "summary.json").exists()
+
+
+def test_a_swept_value_its_key_cannot_hold_is_one_line_before_the_sweep_writes_anything(tmp_path):
+    # (Hydra composes a sweep's jobs one by one, after multirun.yaml: the first job's config types every value first)
+    for swept, message in (
+        ("seed=1,abc", "seed: Value 'abc' of type 'str' could not be converted to Integer"),
+        ("optim.lr=1e-3,fast", "optim.lr: Value 'fast' of type 'str' could not be converted to Float"),
+    ):
+        result = run_train("-m", "data=modular", *SMALL, swept, f"hydra.sweep.dir={tmp_path / 'sweep'}")
+        assert result.returncode == 2 and result.stderr.splitlines()[-1] == f"error: {message}", result.stderr[-2000:]
+        assert not (tmp_path / "sweep").exists()  # (not even multirun.yaml)

@@ -36,7 +36,7 @@ from transformer_lab.config.command_line import (
     unreadable_config,
 )
 from transformer_lab.config.schema import CONF
-from transformer_lab.errors import UserError
+from transformer_lab.errors import UserError, first_line
 from transformer_lab.run.main import Trials
 
 if TYPE_CHECKING:
@@ -301,7 +301,8 @@ def first_job_problem(config_dir: str, overrides: list[str]) -> str | None:
     line: Hydra composes a sweep's jobs only after its sweeper has made the sweep's directory and written
     multirun.yaml, so a mistyped swept key (`model.n_layr=1,2`) and a hydra.sweep.dir that holds a sweep or a run
     (given on the command line or by a preset) are told here first. Each further option of a swept config group
-    (data=modular,text) is composed too: its keys are its own. None where all compose, or where the sweep's values
+    (data=modular,text) is composed too: its keys are its own; a swept key's further values are set into the first
+    job's config, whose schema refuses a wrong type (seed=1,abc). None where all compose, or where the sweep's values
     are not a list (Optuna's intervals)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -312,12 +313,13 @@ def first_job_problem(config_dir: str, overrides: list[str]) -> str | None:
     except Exception:  # noqa: BLE001  (Hydra says what it cannot parse, as it runs)
         return None
     job = [o.input_line if value is None else f"{o.get_key_element()}={value}" for o, value in zip(parsed, first)]
-    jobs = [job]
-    for i, o in enumerate(parsed):
-        if o.is_sweep_override() and (Path(config_dir) / o.key_or_group).is_dir():
-            jobs += [
-                [*job[:i], f"{o.get_key_element()}={v}", *job[i + 1 :]] for v in list(o.sweep_string_iterator())[1:]
-            ]
+    groups = [o for o in parsed if o.is_sweep_override() and (Path(config_dir) / o.key_or_group).is_dir()]
+    jobs = [job] + [
+        [*job[:i], f"{o.get_key_element()}={v}", *job[i + 1 :]]
+        for i, o in enumerate(parsed)
+        if o in groups
+        for v in list(o.sweep_string_iterator())[1:]
+    ]
     for words in jobs:
         try:
             with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
@@ -327,6 +329,14 @@ def first_job_problem(config_dir: str, overrides: list[str]) -> str | None:
             return composition_problem(error, config_dir, words)  # (which composes again to name the keys)
         if problem := sweep_dir_problem(sweep_dir):
             return problem
+        if words is job:
+            first_config = composed
+    for o in parsed:  # a swept key's further values, set into the first job's config: its schema types them
+        for value in list(o.sweep_iterator())[1:] if o.is_sweep_override() and o not in groups else ():
+            try:
+                OmegaConf.update(first_config, o.key_or_group, value, merge=True)
+            except Exception as error:  # noqa: BLE001  (OmegaConf's refusal of the value: seed=1,abc)
+                return f"{o.key_or_group}: {first_line(error)}"
     return None
 
 
