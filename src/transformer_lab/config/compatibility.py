@@ -21,20 +21,12 @@ CHANGEABLE_KEYS = ("dropout", "compile")
 def changed_settings(saved_config: dict, cfg: DictConfig, sections: tuple[str, ...] = ("model", "data")) -> dict:
     """{key: (the checkpoint's run's value, this run's)} for every setting of `sections` that differs."""
     ours = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    changed = {}
-    for section in sections:
-        saved, now = (
-            flat(saved_config.get(section) or {}, f"{section}."),
-            flat(ours.get(section) or {}, f"{section}."),
-        )
-        changed.update(
-            {
-                key: (saved.get(key), now.get(key))
-                for key in sorted(set(saved) | set(now))
-                if saved.get(key) != now.get(key)
-            }
-        )
-    return changed
+    return {k: v for k, v in differences(flat(saved_config), flat(ours)).items() if k.split(".")[0] in sections}
+
+
+def differences(old: dict, new: dict) -> dict[str, tuple]:
+    """{key: (old's value, new's)} for every key of two flat dicts whose values differ (a key in one only, too)."""
+    return {key: (old.get(key), new.get(key)) for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)}
 
 
 def _listed(changed: dict) -> str:
@@ -215,9 +207,8 @@ _STARTED = ("ckpt_path", "init_from", "init_strict", "overwrite")  # how the run
 
 def changed_leaves(before: DictConfig, after: DictConfig) -> dict[str, tuple]:
     """{key: (before's value, after's)} for every resolved value that differs (a key in one only, too)."""
-    old = flat(OmegaConf.to_container(before, resolve=True, enum_to_str=True, throw_on_missing=False))
-    new = flat(OmegaConf.to_container(after, resolve=True, enum_to_str=True, throw_on_missing=False))
-    return {key: (old.get(key), new.get(key)) for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)}
+    resolved = lambda cfg: flat(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True, throw_on_missing=False))  # noqa: E731
+    return differences(resolved(before), resolved(after))
 
 
 def as_trained(cfg: DictConfig, trained: dict, changes: dict[str, tuple]) -> DictConfig:
