@@ -278,8 +278,8 @@ AttentionKernel = choice("AttentionKernel", "auto", *ATTENTION_KERNELS)
 @dataclass
 class RunConfig:
     """conf/train.yaml's own keys (what they mean: its comments) and its sections, each of which has its own schema or
-    is its option's: a wrong type or a key added with `+` is refused while Hydra composes. Checks across keys:
-    config/checks.py."""
+    is its option's: a wrong type is refused while Hydra composes. A key added with `+` (Hydra adds it whatever the
+    schema), the ranges and the checks across keys: config/checks.py validate."""
 
     seed: int = 1337
     ckpt_path: Optional[str] = None
