@@ -286,6 +286,11 @@ CASES = [
         "data.shared_vocab: a pretrained data.tokenizer serves both languages: leave shared_vocab true",
     ),
     ("model-sizes", ["model_sizes=5"], "model_sizes: null or integer sizes of vocab_size"),
+    (  # (by hand: named as given, not as an init_from checkpoint's, which it is not)
+        "model-sizes-too-small",
+        [*MODULAR, "model_sizes={vocab_size:5}"],
+        "error: model_sizes.vocab_size: is 5, the data needs 16\n",
+    ),
     (
         "init-from-hf-incomplete-config",
         ["init_from=hf:{ws}/hf_incomplete"],

@@ -51,21 +51,23 @@ def suggested_by_data(config_class: type, cfg: DictConfig, model_cfg: dict) -> d
     return {key: value for key, value in suggestions.items() if key in fields and key not in model_cfg}
 
 
-def check_data_sizes(model_cfg: dict, datamodule: Batching, checkpoint_sizes: dict | None = None) -> None:
-    """A size the data decides but the model's config sets (by hand, or init_from=hf:...) must hold the data:
-    a vocabulary or a length at least the data's, the same padding id and classes. A size of the checkpoint's
-    (`checkpoint_sizes`) is named as what the data must fit."""
+def check_data_sizes(model_cfg: dict, datamodule: Batching, sizes: dict | None = None, hf: bool = False) -> None:
+    """A size the data decides but the model's config sets (by hand, model_sizes, or init_from=hf:...) must hold the
+    data: a vocabulary or a length at least the data's, the same padding id and classes. `sizes` (model_sizes) are
+    named as such, or, where an init_from=hf: checkpoint gave them (`hf`), as what the data must fit."""
+    sizes = sizes or {}
+    named = lambda key: f"model_sizes.{key}" if key in sizes else f"model.{key}"  # noqa: E731
     data = {"vocab_size": datamodule.vocab_size, "src_vocab_size": datamodule.source_vocab_size,
             "block_size": datamodule.sequence_length}  # fmt: skip
     for key, theirs in data.items():
         if model_cfg.get(key) is not None and theirs is not None and model_cfg[key] < theirs:
-            if key in (checkpoint_sizes or {}):
+            if key in sizes and hf:
                 what = (datamodule.length_key or "data.block_size") if key == "block_size" else "data.tokenizer"
                 raise ConfigError(what, f"needs {key}={theirs}, the checkpoint init_from loads has {model_cfg[key]}")
-            raise ConfigError(f"model.{key}", f"is {model_cfg[key]}, the data needs {theirs}")
+            raise ConfigError(named(key), f"is {model_cfg[key]}, the data needs {theirs}")
     for key, theirs in (("pad_id", datamodule.pad_id), ("n_classes", datamodule.n_classes)):
         if model_cfg.get(key) is not None and theirs is not None and model_cfg[key] != theirs:
-            raise ConfigError(f"model.{key}", f"is {model_cfg[key]}, the data's is {theirs}")
+            raise ConfigError(named(key), f"is {model_cfg[key]}, the data's is {theirs}")
 
 
 def instantiate(cls: type, model_cfg: dict, from_data: dict) -> torch.nn.Module:
@@ -79,7 +81,7 @@ def build_model(cfg: DictConfig, datamodule: Batching) -> tuple[torch.nn.Module,
     cls = model_class(cfg)
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True)
     sizes = OmegaConf.to_container(cfg.model_sizes) if cfg.get("model_sizes") else {}  # (init_from=hf: sets them)
-    check_data_sizes({**model_cfg, **sizes}, datamodule, sizes)
+    check_data_sizes({**model_cfg, **sizes}, datamodule, sizes, str(cfg.get("init_from") or "").startswith("hf:"))
     from_data = {
         **suggested_by_data(cls.config_class, cfg, model_cfg),
         **data_decided(cls.config_class, datamodule, {**model_cfg, **sizes}),
