@@ -44,10 +44,13 @@ log = logging.getLogger(__name__)
 
 class _Quiet(logging.Filter):
     """Drops Lightning's lines with nothing for a user here: its "💡 Tip: ... try installing litlogger"
-    advert, the TPU and HPU counts (the GPU line stays), and that our model summary replaces its own."""
+    advert, the TPU and HPU counts (the GPU line stays), that our model summary replaces its own, and a `limit_*`
+    setting repeated back ("`Trainer(limit_val_batches=1.0)` was configured so 100% of the batches will be used")."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(("💡", "TPU available", "HPU available", "Trainer already configured"))
+        return not str(record.msg).startswith(
+            ("💡", "TPU available", "HPU available", "Trainer already configured", "`Trainer(limit_")
+        )
 
 
 logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_Quiet())
