@@ -44,6 +44,11 @@ def check_ranges(settings) -> None:
             check_number(f.name, getattr(settings, f.name), "int" in kind, f.metadata["within"], nullable)
 
 
+def check_flag(key: str, value) -> None:
+    """True or false (not 1, 2 or "yes"), or the one message for every flag, naming `key`."""
+    require(isinstance(value, bool), key, f"must be true or false, got {value!r}")
+
+
 def check_number(key: str, value, integer: bool, interval: str | None = None, nullable: bool = False) -> None:
     """A number (`integer`: an int) finite and within 64 bits (Python's API takes what no command line gives:
     nan, 2**70) and in `interval` (None: any), or null where `nullable`; else one line naming `key`."""

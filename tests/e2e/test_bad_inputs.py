@@ -356,6 +356,7 @@ CASES = [
     ),
     ("overwrite-type", ["overwrite=maybe"], "overwrite: must be true or false, got 'maybe'"),
     ("overwrite-number", ["overwrite=2"], "overwrite: must be true or false, got 2"),  # (not taken for true)
+    ("overwrite-one", ["overwrite=1"], "overwrite: must be true or false, got 1"),  # (1 == True, yet not a flag)
     (
         "seed-interpolation",
         ["seed=${oc.env:TRANSFORMER_LAB_NO_SUCH_VARIABLE}"],

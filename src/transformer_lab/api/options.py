@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from transformer_lab.choices import check_number
+from transformer_lab.choices import check_flag, check_number
 from transformer_lab.errors import ConfigError, UserError, require
 
 
@@ -33,7 +33,7 @@ def check_option(key: str, value, default, minimum: float | None, nullable: bool
     """One option's value: of its default's kind, at least `minimum`, a number finite and within 64 bits (Python's
     API takes what no command line gives: nan, 2**70); text given explicitly is not empty, nor None for text."""
     if isinstance(default, bool):
-        require(isinstance(value, bool), key, f"must be true or false, got {value!r}")
+        check_flag(key, value)
     elif isinstance(default, (int, float)) or (default is None and minimum is not None):
         integer = isinstance(default, int) and not isinstance(default, float)
         check_number(key, value, integer, None if minimum is None else f"[{minimum}, inf)", nullable or default is None)

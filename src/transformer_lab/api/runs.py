@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from transformer_lab.choices import check_flag
 from transformer_lab.config.schema import is_seed  # noqa: F401 (and the resolvers of .hydra/config.yaml: ${suggested:...})
 from transformer_lab.errors import UserError
 from transformer_lab.store.files import BadFile, read_json, read_jsonl, read_text
@@ -269,8 +270,7 @@ def runs(paths, group_by=None, metrics=None, sort: str | None = None, descending
         names = [given] if isinstance(given, str) else given
         if given is not None and not (isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names)):
             raise UserError(f"{key}: a key or a list of keys, got {given!r}")
-    if not isinstance(descending, bool):
-        raise UserError(f"descending: must be true or false, got {descending!r}")
+    check_flag("descending", descending)
     if sort is not None and not isinstance(sort, str):
         raise UserError(f"sort: a metric's name, got {sort!r}")
     all_runs = found(paths, lambda message: warnings.warn(message, stacklevel=3))

@@ -30,7 +30,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 
-from transformer_lab.choices import check_number
+from transformer_lab.choices import check_flag, check_number
 from transformer_lab.errors import require
 
 
@@ -130,7 +130,7 @@ class GrokkingProgress(L.Callback):
                 "frequencies",
                 f"must be a list of distinct integers in 1..{top} (p={p}), or null, got {frequencies!r}",
             )
-        require(isinstance(images, bool), "images", f"must be true or false, got {images!r}")
+        check_flag("images", images)
         self.p, self.key_share, self.images = p, key_share, images
         self.dirpath = Path(run_dir) / "progress"  # (the run's own folder)
         self.frequencies = sorted(frequencies) if frequencies is not None else None

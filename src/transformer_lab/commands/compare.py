@@ -41,6 +41,7 @@ from transformer_lab.api.runs import (
     label,
     label_keys,
 )
+from transformer_lab.choices import check_flag
 from transformer_lab.commands import cli
 from transformer_lab.commands.plots import check_logged, cut, is_number, mean_std, plot, plot_file
 from transformer_lab.config.schema import is_seed
@@ -149,8 +150,7 @@ def compared(args: dict):
     """The command: the table, and the plot where asked; every option checked before anything is printed."""
     options = {**OPTIONS, **args}
     for key in ("descending", "logx"):
-        if not isinstance(options[key], bool):
-            raise UserError(f"{key}: must be true or false, got {options[key]!r}")
+        check_flag(key, options[key])
     if options["band"] not in BANDS:
         raise UserError(f"band: must be one of {', '.join(BANDS)}, got {options['band']!r}")
     if options["out"] is not None and not options["plot"]:

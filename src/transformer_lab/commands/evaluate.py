@@ -27,6 +27,7 @@ import json
 import warnings
 from pathlib import Path
 
+from transformer_lab.choices import check_flag
 from transformer_lab.commands.cli import Command, run_command
 from transformer_lab.config.schema import CONF
 from transformer_lab.errors import UserError
@@ -53,8 +54,7 @@ def evaluate(
         raise UserError(f"weights must be trained (or left out: the checkpoint's own), got {weights!r}")
     if out is not None and (out == "" or Path(out).is_dir()):
         raise UserError(f"out={out}: give a file name (eval.json's contents go there)")
-    if not isinstance(overwrite, bool):
-        raise UserError(f"overwrite: must be true or false, got {overwrite!r}")
+    check_flag("overwrite", overwrite)
     if out is not None and Path(out).exists() and not overwrite:  # (a file of the user's: as predictions=)
         raise UserError(f"out={out}: the file exists; give another name, or overwrite=true to replace it")
     if predictions is not None:

@@ -22,8 +22,9 @@ import os
 import shutil
 from pathlib import Path
 
+from transformer_lab.choices import check_flag
 from transformer_lab.commands.cli import Command, run_command
-from transformer_lab.errors import ConfigError, UserError
+from transformer_lab.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -253,8 +254,7 @@ def exported(args: dict):
     if not args.get("ckpt") or not args.get("out"):
         raise UserError("usage: python -m transformer_lab export RUN_DIR_OR_CKPT OUT_DIR [overwrite=true]")
     overwrite = args.get("overwrite", False)
-    if not isinstance(overwrite, bool):
-        raise ConfigError("overwrite", f"must be true or false, got {overwrite!r}")
+    check_flag("overwrite", overwrite)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     out = export(args["ckpt"], args["out"], overwrite)
     yield f"wrote {out}: AutoModel*.from_pretrained({str(out)!r}), AutoTokenizer.from_pretrained({str(out)!r})"

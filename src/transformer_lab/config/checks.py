@@ -15,7 +15,7 @@ import typing
 
 from omegaconf import DictConfig, OmegaConf
 
-from transformer_lab.choices import Choice
+from transformer_lab.choices import Choice, check_flag
 from transformer_lab.config.schema import (
     CONF,
     SETTINGS,
@@ -171,7 +171,7 @@ def validate(cfg: DictConfig) -> None:
         f"must be a positive integer or null, got {data.val_batch_size!r}",
     )
 
-    _require(cfg.overwrite in (True, False), "overwrite", f"must be true or false, got {cfg.overwrite!r}")
+    check_flag("overwrite", cfg.overwrite)
     _require(
         not (cfg.get("overwrite") and cfg.ckpt_path is not None),
         "overwrite",
