@@ -323,22 +323,28 @@ def test_a_pair_that_cannot_work_lists_those_that_can(user_files, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "override, message",
+    "overrides, message",
     [
-        ("model.cell=rnn", "error: model.cell: must be one of gru, lstm, got 'rnn'"),
-        ("model.n_embd=33", "error: model.n_embd: must be even, got 33"),
         (
-            "model.depth=3",
+            ["model=mine", "data=shakespeare", "model.cell=rnn"],
+            "error: model.cell: must be one of gru, lstm, got 'rnn'",
+        ),
+        (["model=mine", "data=shakespeare", "model.n_embd=33"], "error: model.n_embd: must be even, got 33"),
+        (
+            ["model=mine", "data=shakespeare", "model.depth=3"],
             "error: model.depth: no such key; model has: _target_, name, n_embd, cell, block_size (a setting of "
             "mine.TinyGRU that its YAML leaves out is given with +model.depth=VALUE, or listed in the YAML)",
         ),
+        (
+            ["model=gpt", "data=textfile", "+data.foo=1", "logger=none"],
+            "error: data.foo: no such key; data has: path, block_size, batch_size, val_batch_size, seed",
+        ),
     ],
+    ids=["model-choice", "model-check", "model-key", "data-key"],
 )
-def test_own_model_checks_its_settings_before_anything_runs(user_files, tmp_path, override, message):
+def test_own_classes_check_their_settings_before_anything_runs(user_files, tmp_path, overrides, message):
     user, searchpath, env = user_files
-    result = run_train(
-        "model=mine", "data=shakespeare", override, *searchpath, f"hydra.run.dir={tmp_path / 'run'}", env=env
-    )
+    result = run_train(*overrides, *searchpath, f"hydra.run.dir={tmp_path / 'run'}", env=env)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == message
     assert not (tmp_path / "run").exists()  # refused before its directory was made
@@ -619,24 +625,6 @@ def test_own_model_declares_its_output_layers_for_muon(user_files, tmp_path, out
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert result.stderr.strip().splitlines()[-1].startswith(message)
     assert not run.exists()
-
-
-def test_own_datasets_unknown_key_is_one_line_before_anything_runs(user_files, tmp_path):
-    user, searchpath, env = user_files
-    result = run_train(
-        "model=gpt",
-        "data=textfile",
-        "+data.foo=1",
-        *searchpath,
-        "logger=none",
-        f"hydra.run.dir={tmp_path / 'run'}",
-        env=env,
-    )
-    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
-    assert result.stderr.strip().splitlines()[-1] == (
-        "error: data.foo: no such key; data has: path, block_size, batch_size, val_batch_size, seed"
-    )
-    assert not (tmp_path / "run").exists()
 
 
 def test_own_yaml_edited_after_training_does_not_change_or_break_a_resume(user_files, tmp_path):

@@ -276,8 +276,6 @@ def test_nonfinite_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(t
     failed = summary(run)
     assert failed["status"] == "failed" and failed["global_step"] == step
     # last.ckpt is from the last good step and loads as a finite model
-    import torch
-
     checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
     assert checkpoint["global_step"] == step
     assert all(torch.isfinite(v).all() for v in checkpoint["state_dict"].values())
@@ -315,8 +313,6 @@ def test_checkpoints_load_with_weights_only_and_carry_the_config(tmp_path):
     assert (
         run_train(*DATA["modular"], *TINY, "trainer.max_steps=5", "logger=none", f"hydra.run.dir={run}").returncode == 0
     )
-    import torch
-
     checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
     config = checkpoint["transformer_lab"]["config"]
     assert config["model"]["n_embd"] == 32 and config["data"]["name"] == "modular"
@@ -352,8 +348,6 @@ def test_checkpoints_load_with_weights_only_and_carry_the_config(tmp_path):
 
 
 def test_a_checkpoint_with_arbitrary_objects_is_refused(tmp_path):
-    import torch
-
     evil = tmp_path / "evil.ckpt"
     torch.save({"transformer_lab": {}, "state_dict": {}, "payload": subprocess.Popen}, evil)
     result = run_train(*DATA["modular"], "logger=none", f"ckpt_path={evil}", f"hydra.run.dir={tmp_path / 'run'}")
@@ -530,8 +524,6 @@ def test_a_resume_stopped_before_its_first_step_leaves_the_run_as_it_was(tmp_pat
 
 def test_a_run_directory_moved_or_copied_resumes_as_it_would_in_place(tmp_path):
     import shutil
-
-    import torch
 
     short = [*DATA["modular"], *TINY, "logger=none", "callbacks.last_checkpoint.every_n_train_steps=5"]
     first = run_train(*short, "trainer.max_steps=10", f"hydra.run.dir={tmp_path / 'a'}")
@@ -781,8 +773,6 @@ def test_a_second_ctrl_c_after_steps_ends_an_interrupted_run_not_a_failed_one(tm
     """The first Ctrl-C stops the run after the step and saves it; a second one stops it at once: exit code 130
     (transformer_lab.train's KeyboardInterrupt), the run's status `interrupted` at its step, resumable, and never
     "before training started: nothing was trained". (A process of its own: its signals are the point.)"""
-    from helpers.runs import TINY, train_in_a_process
-
     pressed = f"+callbacks.twice.pressed={tmp_path.parent / 'pressed'}"
     twice = ["+callbacks.twice._target_=helpers.callbacks.CtrlCTwiceAt", "+callbacks.twice.step=3", pressed]
     every_2 = "callbacks.last_checkpoint.every_n_train_steps=2"  # (the second Ctrl-C saves nothing: step 2's)

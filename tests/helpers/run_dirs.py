@@ -1,4 +1,5 @@
-"""Run directories as train.py leaves them, written without training (compare's and runs()'s tests)."""
+"""Run directories as train.py leaves them, written without training (compare's and runs()'s tests), and a run's
+dataset evaluated on another file as evaluate builds it."""
 
 import functools
 import json
@@ -38,3 +39,15 @@ def seeded_runs(tmp_path):
         fake_run(tmp_path / f"lr{lr}_s{seed}", ["data=modular", f"optim.lr={lr}", f"seed={seed}"], loss)
         for (lr, seed), loss in losses.items()
     ]
+
+
+def evaluated_on(cls, trained, other, **settings):
+    """A run's dataset set up on `trained`, then one evaluating its checkpoint on `other` (what evaluate
+    builds: take_checkpoint with the run's record, then setup())."""
+    run = cls(path=str(trained), **settings)
+    run.setup()
+    meta = {"config": {"data": {"path": str(trained)}}, **run.checkpoint_meta(), "data_files": run.data_files()}
+    data = cls(path=str(other), **settings)
+    data.take_checkpoint(meta, str(other))
+    data.setup()
+    return run, data, meta

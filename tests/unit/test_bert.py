@@ -1,6 +1,6 @@
 """BERT: the encoder is nn.TransformerEncoder's computation, padding changes nothing, and it learns equations.
 
-Here: the encoder and padding; tests/e2e/test_bert.py has the rest."""
+Here: the encoder and padding; tests/e2e/test_train.py has its learning equations."""
 
 import pytest
 import torch

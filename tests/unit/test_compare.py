@@ -10,7 +10,6 @@ import matplotlib.image
 import pytest
 
 from helpers.run_dirs import composed_yaml, fake_run
-from helpers.runs import compose_cfg
 
 
 def test_table_shows_resolved_settings_that_differ_in_100_columns(tmp_path, capsys, monkeypatch):
@@ -146,22 +145,6 @@ def test_compares_mistakes_are_one_line(seeded, capsys, arguments, message):
     out, err = capsys.readouterr()
     assert exit_.value.code == 2 and err.startswith(message) and err.count("\n") == 1
     assert out == ""  # every option checked before the table is printed
-
-
-def test_a_resumed_runs_settings_are_its_newest_records(tmp_path):
-    import time
-
-    from omegaconf import OmegaConf
-
-    from transformer_lab.api.runs import resolved_settings
-
-    run = fake_run(tmp_path / "run", ["data=modular", "trainer.max_steps=400"], 1.0)
-    assert resolved_settings(run)["trainer.max_steps"] == "400"
-    time.sleep(0.01)
-    later = run / ".hydra" / "2026-11-25_12-00-00"  # a resume's record (rundir.record)
-    later.mkdir()
-    OmegaConf.save(compose_cfg(["data=modular", "trainer.max_steps=150"], output_dir=str(run)), later / "config.yaml")
-    assert resolved_settings(run)["trainer.max_steps"] == "150"
 
 
 def test_paths_a_run_twice_and_where_the_plot_goes(seeded, tmp_path, capsys, monkeypatch):

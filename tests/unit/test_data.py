@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from helpers.modular import solve
+from helpers.run_dirs import evaluated_on
 from helpers.runs import SHAKESPEARE, needs_shakespeare
 from transformer_lab.batching.equations import AnswerClass, AnswerSequence, AnswerToken
 from transformer_lab.batching.windows import TextWindows
@@ -256,22 +257,6 @@ def test_a_dataset_without_encode_is_named_when_text_must_be_read():
         encoder(TextWindows(NoEncode(), batch_size=2))("ROMEO:")
 
 
-def _trained_then_evaluated_on(cls, trained_file, other_file, **settings):
-    """The data module of a run trained on `trained_file`, then one for evaluating its checkpoint on
-    `other_file` (what evaluate builds): set up, with the checkpoint's vocabulary."""
-    run = cls(path=str(trained_file), **settings)
-    run.setup()
-    meta = {
-        "config": {"data": {"path": str(trained_file)}},
-        **run.checkpoint_meta(),
-        "data_files": run.data_files(),
-    }
-    evaluated = cls(path=str(other_file), **settings)
-    evaluated.take_checkpoint(meta, str(other_file))
-    evaluated.setup()
-    return run, evaluated, meta
-
-
 def test_every_dataset_evaluates_all_of_a_file_it_did_not_train_on(tmp_path):
     """data/base.py's rule: `evaluate RUN data.path=FILE` scores every row, document or character of FILE
     (not the share a run would hold out), for each kind of dataset; the run's own file keeps its split."""
@@ -288,7 +273,7 @@ def test_every_dataset_evaluates_all_of_a_file_it_did_not_train_on(tmp_path):
 
     (tmp_path / "train.tsv").write_text(labelled(300))
     (tmp_path / "eval.tsv").write_text(labelled(200))
-    run, evaluated, meta = _trained_then_evaluated_on(
+    run, evaluated, meta = evaluated_on(
         LabelledText, tmp_path / "train.tsv", tmp_path / "eval.tsv", data_dir=str(tmp_path), vocab_size=100
     )
     assert len(evaluated.labelled("val")[1]) == 200 and len(run.labelled("val")[1]) == 30
@@ -309,7 +294,7 @@ def test_every_dataset_evaluates_all_of_a_file_it_did_not_train_on(tmp_path):
 
     (tmp_path / "train_pairs.tsv").write_text(pairs(200))
     (tmp_path / "eval_pairs.tsv").write_text(pairs(37))
-    _, evaluated, _ = _trained_then_evaluated_on(
+    _, evaluated, _ = evaluated_on(
         TranslationData, tmp_path / "train_pairs.tsv", tmp_path / "eval_pairs.tsv", data_dir=str(tmp_path),
         vocab_size=100,
     )  # fmt: skip
@@ -320,7 +305,7 @@ def test_every_dataset_evaluates_all_of_a_file_it_did_not_train_on(tmp_path):
     (tmp_path / "train.txt").write_text(docs)
     (tmp_path / "eval.txt").write_text("\n\n".join(f"Document {i}: the mat sat on the cat" for i in range(5)))
     settings = dict(cache_dir=str(tmp_path / "cache"), tokenizer="char", block_size=8)
-    _, evaluated, _ = _trained_then_evaluated_on(TextCorpus, tmp_path / "train.txt", tmp_path / "eval.txt",
+    _, evaluated, _ = evaluated_on(TextCorpus, tmp_path / "train.txt", tmp_path / "eval.txt",
                                                  **settings)  # fmt: skip
     file_tokens = len(evaluated.encode((tmp_path / "eval.txt").read_text().replace("\n\n", ""))) + 5  # + end-of-texts
     assert len(evaluated.val) == file_tokens and len(evaluated.train) == 0  # 5 documents: too few to split at 1%
@@ -330,7 +315,7 @@ def test_every_dataset_evaluates_all_of_a_file_it_did_not_train_on(tmp_path):
 def test_shakespeare_evaluates_all_of_another_text(tmp_path):
     other = tmp_path / "sonnet.txt"
     other.write_text("Shall I compare thee to a summer's day?\n" * 3)
-    run, evaluated, _ = _trained_then_evaluated_on(ShakespeareData, SHAKESPEARE, other, block_size=16)
+    run, evaluated, _ = evaluated_on(ShakespeareData, SHAKESPEARE, other, block_size=16)
     assert len(evaluated.val_tokens) == len(other.read_text()) and len(evaluated.train_tokens) == 0
 
 
@@ -342,7 +327,7 @@ def test_the_runs_own_data_is_its_files_contents_however_the_path_is_spelled(tmp
     for name in ("a", "b"):
         (folder / f"{name}.txt").write_text("\n\n".join(f"{name} document {i}: the cat sat" for i in range(40)))
     settings = dict(cache_dir=str(tmp_path / "cache"), tokenizer="char", block_size=8, val_fraction=0.2)
-    run, _, meta = _trained_then_evaluated_on(TextCorpus, f"{folder}/*.txt", folder / "a.txt", **settings)
+    run, _, meta = evaluated_on(TextCorpus, f"{folder}/*.txt", folder / "a.txt", **settings)
     for spelled in (f"{folder}/*.txt", str(folder), [str(folder / "b.txt"), str(folder / "a.txt")],
                     f"{tmp_path}/./g/../g/*.txt"):  # fmt: skip
         again = TextCorpus(path=spelled, **settings)

@@ -11,6 +11,7 @@ import textwrap
 import pytest
 from omegaconf import open_dict
 
+from helpers.run_dirs import evaluated_on
 from helpers.runs import TINY, compose_cfg, train_in_process
 from transformer_lab.batching.equations import AnswerToken
 from transformer_lab.batching.labelled import LabelledBatches
@@ -253,22 +254,6 @@ def labelled_lines(n, start=0):
     )
 
 
-def evaluated_on(cls, trained, other, **settings):
-    """A run's dataset set up on `trained`, then one evaluating its checkpoint on `other` (what evaluate
-    builds: take_checkpoint with the run's record, then setup())."""
-    run = cls(path=str(trained), **settings)
-    run.setup()
-    meta = {
-        "config": {"data": {"path": str(trained)}},
-        **run.checkpoint_meta(),
-        "data_files": run.data_files(),
-    }
-    data = cls(path=str(other), **settings)
-    data.take_checkpoint(meta, str(other))
-    data.setup()
-    return run, data, meta
-
-
 def scored_rows(batches_cls, data, split="val", **kwargs):
     batches = batches_cls(data, batch_size=4, seed=0, **kwargs)
     batches.setup()
@@ -379,11 +364,6 @@ def test_what_cannot_hold_is_refused_in_one_line_naming_the_hook(users, tmp_path
     )
     assert refusal(module.ListedFiles) == (
         "ListedFiles.data_files() returned a list, not {file: SHA-256} (the files its splits are read from)"
-    )
-    (tmp_path / "folder").mkdir()
-    assert refusal(module.TsvLabels, path=tmp_path / "folder") == (
-        f"TsvLabels has no data_files(), and data.path={tmp_path / 'folder'} is not a file: give TsvLabels a "
-        "data_files() naming the files its splits are read from, each with its SHA-256"
     )
     (tmp_path / "train.txt").write_text("abc def ghij " * 40)
     (tmp_path / "other.txt").write_text("jih gfe dcba! " * 3)

@@ -590,18 +590,6 @@ def test_a_checkpoint_directory_is_checked_whole_before_the_run(tmp_path):
             prepared(variant(name.replace(" ", "_"), change))
 
 
-def test_an_encdec_marian_cannot_express_names_every_setting_at_once(tmp_path):
-    from transformer_lab.commands.export import export
-    from transformer_lab.errors import UserError
-    from transformer_lab.models.encdec import EncDec, EncDecConfig
-
-    model = EncDec(EncDecConfig(vocab_size=V, block_size=16, n_layer=1, n_head=2, n_embd=16))  # (the defaults)
-    with pytest.raises(UserError) as info:
-        export(our_checkpoint(model, tmp_path, bpe_tokenizer()), tmp_path / "out")
-    assert "model.norm_first=false (this model: true)" in str(info.value)
-    assert "model.sinusoid_layout=halves (this model: interleaved)" in str(info.value)
-
-
 def test_an_exported_encoder_decoder_starts_its_decoder_where_the_run_does(trained, tmp_path):
     """Transformers' generate() starts the decoder at config.decoder_start_token_id: an export writes the run's own
     <bos> there (its data's; the pad id is T5's and Marian's convention, not what a run here trained from), so the
@@ -623,3 +611,34 @@ def test_an_exported_encoder_decoder_starts_its_decoder_where_the_run_does(train
         for _ in range(6):
             target = torch.cat([target, run.model(source, target)[:, -1:].argmax(-1)], 1)
     assert torch.equal(theirs, target)
+
+
+def test_export_on_a_full_disk_is_one_line_and_leaves_the_earlier_export_and_no_staging(tmp_path, monkeypatch):
+    """safetensors reports a full disk in its own exception type; export writes through the writer's staging
+    folder, so the message is one line and the export already there is untouched."""
+    import safetensors.torch
+
+    from transformer_lab.commands.export import export
+    from transformer_lab.errors import UserError
+
+    model, _, _ = ours(saved(randomised(EXPORTS["gpt2"][0]()), tmp_path / "in"))
+    checkpoint = our_checkpoint(model, tmp_path, bpe_tokenizer())
+    out = export(checkpoint, tmp_path / "out")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    class SafetensorError(Exception):  # (safetensors_rust's own, as it words a full disk)
+        pass
+
+    def disk_full(tensors, filename, metadata=None):
+        with open(filename, "wb") as f:
+            f.write(b"half a header")
+        raise SafetensorError(
+            'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'
+        )
+
+    monkeypatch.setattr(safetensors.torch, "save_file", disk_full)
+    with pytest.raises(UserError) as refused:
+        export(checkpoint, out, overwrite=True)
+    assert str(refused.value) == f"export: cannot write {out} (No space left on device); nothing there was changed"
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "ours.ckpt", "out"]
