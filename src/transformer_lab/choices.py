@@ -44,6 +44,11 @@ def check_ranges(settings) -> None:
             check_number(f.name, getattr(settings, f.name), "int" in kind, f.metadata["within"], nullable)
 
 
+def check_choice(key: str, value, choices) -> None:
+    """One of `choices`, or the one message for every choice, naming `key` and listing them."""
+    require(value in choices, key, f"must be one of {', '.join(map(str, choices))}, got {value!r}")
+
+
 def check_flag(key: str, value) -> None:
     """True or false (not 1, 2 or "yes"), or the one message for every flag, naming `key`."""
     require(isinstance(value, bool), key, f"must be true or false, got {value!r}")

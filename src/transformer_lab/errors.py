@@ -28,6 +28,24 @@ def require(ok: bool, key: str, message: str) -> None:
         raise ConfigError(key, message)
 
 
+@contextmanager
+def keyed(key: str, catch: type[Exception] | tuple[type[Exception], ...] = ValueError):
+    """What `catch` raises inside (a tokenizer refusing a text, a checkpoint refused) as one line naming `key`."""
+    try:
+        yield
+    except catch as e:
+        raise ConfigError(key, str(e)) from None
+
+
+@contextmanager
+def under(section: str):
+    """A section's dataclass refusing one of its fields, named as the config names it (`model.n_embd`)."""
+    try:
+        yield
+    except ConfigError as e:
+        raise ConfigError(e.key if e.key.startswith(f"{section}.") else f"{section}.{e.key}", e.message) from None
+
+
 class DataUnavailableError(UserError):
     pass
 

@@ -49,15 +49,6 @@ def test_beam_search_over_a_decoder_only_model_is_exact_search_when_the_beam_hol
 
 
 @needs_shakespeare
-def test_sample_takes_the_run_directory(trained, capsys):
-    from transformer_lab.commands.sample import main
-
-    main([str(trained("gpt_text")), "prompt=ROMEO:", "max_new_tokens=12", "num_samples=2", "seed=3"])
-    samples = capsys.readouterr().out.split("-" * 40 + "\n")
-    assert len(samples) == 2 and all(s.startswith("ROMEO:") and len(s.rstrip("\n")) == 18 for s in samples)
-
-
-@needs_shakespeare
 def test_fill_reads_gaps_as_the_training_examples_show_them(trained):
     from transformer_lab.tasks.decoding import fill_spans_greedy
 
@@ -280,6 +271,7 @@ def test_evaluate_gives_each_models_best_validation_again(trained, tmp_path, nam
         ("fill", "t5_pairs", ["text=ein <X0>", "max_len=0"], "max_len: must be an integer >= 1, got 0"),
         ("fill", "t5_pairs", ["text=ein <X0>", "spans=maybe"], "spans: must be true or false, got 'maybe'"),
         ("evaluate", "gpt_equations", ["out=."], "out=.: give a file name"),
+        ("evaluate", "gpt_equations", ["split=train"], "split: must be one of val, test, got 'train'"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )

@@ -302,38 +302,6 @@ def test_compares_figure_on_a_full_disk_leaves_the_earlier_one_whole(tmp_path, m
     assert out.read_bytes() == b"the earlier figure" and leftovers(tmp_path) == []
 
 
-def test_export_on_a_full_disk_is_one_line_and_leaves_the_earlier_export_and_no_staging(tmp_path, monkeypatch):
-    """safetensors reports a full disk in its own exception type; export writes through the writer's staging
-    folder, so the message is one line and the export already there is untouched."""
-    pytest.importorskip("transformers")
-    import safetensors.torch
-
-    from transformer_lab.commands.export import export
-    from unit.test_pretrained import EXPORTS, bpe_tokenizer, our_checkpoint, ours, randomised, saved
-
-    model, _, _ = ours(saved(randomised(EXPORTS["gpt2"][0]()), tmp_path / "in"))
-    checkpoint = our_checkpoint(model, tmp_path, bpe_tokenizer())
-    out = export(checkpoint, tmp_path / "out")
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
-
-    class SafetensorError(Exception):  # (safetensors_rust's own, as it words a full disk)
-        pass
-
-    def disk_full(tensors, filename, metadata=None):
-        with open(filename, "wb") as f:
-            f.write(b"half a header")
-        raise SafetensorError(
-            'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'
-        )
-
-    monkeypatch.setattr(safetensors.torch, "save_file", disk_full)
-    with pytest.raises(UserError) as refused:
-        export(checkpoint, out, overwrite=True)
-    assert str(refused.value) == f"export: cannot write {out} (No space left on device); nothing there was changed"
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "ours.ckpt", "out"]
-
-
 def test_an_existing_run_directory_is_not_written_to_find_out_whether_it_can_be(tmp_path, monkeypatch):
     """A resume with nothing to do on a completed run in a read-only place must not fail for want of a trial
     folder: an existing run directory is the claim's to judge (command_line.output_dir_problem)."""
@@ -370,3 +338,21 @@ def test_attentions_out_that_refuses_while_empty_is_named_with_the_disks_reason(
     with pytest.raises(UserError) as refused:
         put_in_place(staged, out, given=True)
     assert str(refused.value) == f"out={out}: cannot write it (Device or resource busy); nothing is overwritten"
+
+
+def test_any_oserror_writing_a_file_an_option_names_is_one_line_naming_it(tmp_path):
+    """out=, predictions=, a plot: what the writer cannot write there (a path under a file, a failure mid-write) is
+    one line naming the option; the same on a run's own file is a bug's traceback."""
+    (tmp_path / "a-file").write_text("")
+    under_a_file = tmp_path / "a-file" / "eval.json"
+    with pytest.raises(UserError) as error, atomic_write(under_a_file, "w", key="out"):
+        pass
+    assert str(error.value) == f"out={under_a_file}: cannot write it (File exists)"  # (mkdir: a-file is there)
+    with pytest.raises(UserError) as error, atomic_write(tmp_path / "p.jsonl", "w", key="predictions"):
+        raise IsADirectoryError(errno.EISDIR, "Is a directory")
+    assert (
+        str(error.value) == f"predictions={tmp_path / 'p.jsonl'}: cannot write it (Is a directory); nothing was changed"
+    )
+    assert leftovers(tmp_path) == [] and not (tmp_path / "p.jsonl").exists()
+    with pytest.raises(FileExistsError), atomic_write(under_a_file):
+        pass

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import torch
 
 from transformer_lab.batching.base import encoder
-from transformer_lab.errors import UserError
+from transformer_lab.errors import UserError, keyed
 
 MOST_TOKENS = 512  # a side of the maps drawn
 
@@ -38,10 +38,8 @@ def token_names(datamodule, ids: list[int]) -> list[str]:
 
 def source_ids(model, datamodule, text: str) -> list[int]:
     """The text as the model's input ids, refused in one line where the model could not read it whole."""
-    try:
+    with keyed("text"):
         ids = encoder(datamodule)(text)
-    except ValueError as e:
-        raise UserError(f"text: {e}") from None
     limit = getattr(model.config, "block_size", None)
     if limit is not None and len(ids) > limit:
         raise UserError(f"text: {len(ids)} tokens, more than the model reads ({limit}, model.block_size): shorten it")
@@ -68,10 +66,8 @@ def inputs(model, datamodule, args: dict) -> tuple[tuple[torch.Tensor, ...], dic
         return (src,), {"source": ids}
     specials = datamodule.data.specials
     if args["target"] is not None:
-        try:
+        with keyed("target"):
             target = encoder(datamodule.data)(args["target"])
-        except ValueError as e:
-            raise UserError(f"target: {e}") from None
         if len(target) + 1 > min(limit or MOST_TOKENS, MOST_TOKENS):
             most = min(limit or MOST_TOKENS, MOST_TOKENS) - 1
             raise UserError(f"target: {len(target)} tokens, more than the {most} drawn after <bos>: shorten it")

@@ -14,7 +14,7 @@ import torch
 from transformer_lab.api.options import CLASSIFY, FILL, GENERATE, TRANSLATE
 from transformer_lab.batching.base import encoder
 from transformer_lab.batching.span_corruption import fill_spans
-from transformer_lab.errors import ConfigError, UserError
+from transformer_lab.errors import ConfigError, UserError, keyed
 from transformer_lab.tasks.decoding import Decoded, continue_prompts, decode, fill_spans_greedy
 
 Warn = Callable[[str], None]
@@ -42,10 +42,8 @@ def generate(model, datamodule, options: dict) -> list[str]:
     if not callable(getattr(model, "generate", None)):
         raise UserError(f"{type(model).__qualname__} has no generate(): `sample` continues a prompt with it")
     prompt_ids = datamodule.sample_prompt_ids() if options["prompt"] is None else None
-    try:  # (a dataset without a sample prompt of its own: a new line)
+    with keyed("prompt"):  # (a dataset without a sample prompt of its own: a new line)
         prompt_ids = prompt_ids or encoder(datamodule)(str(options["prompt"] or "\n"))
-    except ValueError as e:
-        raise UserError(f"prompt: {e}") from None
     device = device_of(model)
     idx = torch.tensor([prompt_ids] * options["num_samples"], device=device)
     generator = torch.Generator(device=device).manual_seed(options["seed"])

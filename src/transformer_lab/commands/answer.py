@@ -17,7 +17,7 @@ from transformer_lab.api.options import ANSWER as OPTIONS
 from transformer_lab.api.options import with_defaults
 from transformer_lab.commands.cli import Command, run_command
 from transformer_lab.commands.inference import input_lines, warn
-from transformer_lab.errors import UserError, require
+from transformer_lab.errors import keyed, require
 
 DEFAULTS = {"ckpt": None, "text": None, **OPTIONS, "device": "cpu"}
 
@@ -33,10 +33,8 @@ def answered(args: dict):
     trained = load(args.pop("ckpt"), args.pop("device"), "answer")
     if text is not None:  # (one equation: one that cannot be read is the command's mistake)
         require(text.strip() != "", "text", "is empty")
-        try:
+        with keyed("text"):
             encoder(trained.datamodule)(text)
-        except ValueError as e:
-            raise UserError(f"text: {e}") from None
     yield from answers(trained.model, trained.datamodule, input_lines(text), warn=warn, **options)
 
 

@@ -41,7 +41,7 @@ from transformer_lab.api.runs import (
     label,
     label_keys,
 )
-from transformer_lab.choices import check_flag
+from transformer_lab.choices import check_choice, check_flag
 from transformer_lab.commands import cli
 from transformer_lab.commands.plots import check_logged, cut, is_number, mean_std, plot, plot_file
 from transformer_lab.config.schema import is_seed
@@ -151,8 +151,7 @@ def compared(args: dict):
     options = {**OPTIONS, **args}
     for key in ("descending", "logx"):
         check_flag(key, options[key])
-    if options["band"] not in BANDS:
-        raise UserError(f"band: must be one of {', '.join(BANDS)}, got {options['band']!r}")
+    check_choice("band", options["band"], BANDS)
     if options["out"] is not None and not options["plot"]:
         raise UserError("out: is where the plot goes: give plot=METRIC,... with it")
     runs = found(options["paths"], warn)

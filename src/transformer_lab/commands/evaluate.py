@@ -27,7 +27,7 @@ import json
 import warnings
 from pathlib import Path
 
-from transformer_lab.choices import check_flag
+from transformer_lab.choices import check_choice, check_flag
 from transformer_lab.commands.cli import Command, run_command
 from transformer_lab.config.schema import CONF
 from transformer_lab.errors import UserError
@@ -48,17 +48,12 @@ def evaluate(
     of the trained weights an EMA checkpoint keeps beside the average (its `current_model_state`).
     `predictions`: a file for each example's record (metrics.py `predicts`), one JSON line each; one that exists
     is refused unless `overwrite`."""
-    if split not in ("val", "test"):
-        raise UserError(f"split must be val or test, got {split!r}")
+    check_choice("split", split, ("val", "test"))
     if weights not in ("saved", "trained"):
         raise UserError(f"weights must be trained (or left out: the checkpoint's own), got {weights!r}")
-    if out is not None and (out == "" or Path(out).is_dir()):
-        raise UserError(f"out={out}: give a file name (eval.json's contents go there)")
     check_flag("overwrite", overwrite)
-    if out is not None and Path(out).exists() and not overwrite:  # (a file of the user's: as predictions=)
-        raise UserError(f"out={out}: the file exists; give another name, or overwrite=true to replace it")
-    if predictions is not None:
-        check_predictions_file(predictions, overwrite)
+    check_output_file("out", out, "eval.json's contents go there", overwrite)
+    check_output_file("predictions", predictions, "a JSON line an example goes there", overwrite)
     import lightning as L
     from hydra import compose, initialize_config_dir
 
@@ -166,31 +161,24 @@ def evaluate(
     from transformer_lab.store.atomic import atomic_write
 
     if predictions is not None:
-        try:
-            with atomic_write(predictions, "w", key="predictions") as f:
-                f.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in task.predictions)
-        except OSError as e:
-            raise UserError(f"predictions={predictions}: cannot write it ({e.strerror})") from None
+        with atomic_write(predictions, "w", key="predictions") as f:
+            f.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in task.predictions)
         result["predictions"] = {"file": str(predictions), "examples": len(task.predictions)}
-    try:
-        if out:
-            with atomic_write(out, "w", key="out") as f:
-                f.write(json.dumps(result, indent=2) + "\n")
-    except OSError as e:
-        raise UserError(f"out={out}: cannot write it ({e.strerror})") from None
+    if out:
+        with atomic_write(out, "w", key="out") as f:
+            f.write(json.dumps(result, indent=2) + "\n")
     return result
 
 
-def check_predictions_file(predictions: str, overwrite: bool) -> None:
-    """predictions=FILE names a file that may be written: not a folder, and not one that exists unless
-    overwrite=true (checked before anything is evaluated)."""
-    file = Path(predictions)
-    if predictions == "" or file.is_dir():
-        raise UserError(f"predictions={predictions}: give a file name (a JSON line an example goes there)")
-    if file.exists() and not overwrite:
-        raise UserError(
-            f"predictions={predictions}: the file exists; give another name, or overwrite=true to replace it"
-        )
+def check_output_file(key: str, value: str | None, what: str, overwrite: bool) -> None:
+    """KEY=FILE (out=, predictions=) names a file that may be written: not a folder, and not one that exists (a
+    user's) unless overwrite=true; checked before anything is evaluated."""
+    if value is None:
+        return
+    if value == "" or Path(value).is_dir():
+        raise UserError(f"{key}={value}: give a file name ({what})")
+    if Path(value).exists() and not overwrite:
+        raise UserError(f"{key}={value}: the file exists; give another name, or overwrite=true to replace it")
 
 
 def evaluated(args: dict):

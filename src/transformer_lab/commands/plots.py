@@ -86,8 +86,6 @@ def plot(
     try:  # (the one writer: a full disk leaves the earlier figure whole, and one line)
         with atomic_path(out, "out") as tmp:
             fig.savefig(tmp, dpi=110, bbox_inches="tight", format=out.suffix.lstrip(".") or "png")  # (legend whole)
-    except OSError as e:
-        raise UserError(f"out={out}: cannot write it ({e.strerror or e})") from None
     finally:
         plt.close(fig)
     return out

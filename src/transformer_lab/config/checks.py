@@ -15,7 +15,7 @@ import typing
 
 from omegaconf import DictConfig, OmegaConf
 
-from transformer_lab.choices import Choice, check_flag
+from transformer_lab.choices import Choice, check_choice, check_flag
 from transformer_lab.config.schema import (
     CONF,
     SETTINGS,
@@ -56,8 +56,8 @@ def check_settings(cfg: DictConfig, section: str, config_class: type, strict: bo
     }
     for key, value in settings.items():  # (this repository's options check their choices while composing)
         kind = types[key]
-        if isinstance(kind, type) and issubclass(kind, Choice) and value not in kind.__members__:
-            raise ConfigError(f"{section}.{key}", f"must be one of {', '.join(kind.__members__)}, got {value!r}")
+        if isinstance(kind, type) and issubclass(kind, Choice):
+            check_choice(f"{section}.{key}", value, list(kind.__members__))
     try:
         config_class(**settings)
     except ConfigError as e:

@@ -33,7 +33,7 @@ import torch
 
 from transformer_lab.data.configs import DATA_DECIDED  # noqa: F401 (the build's contract, re-exported)
 from transformer_lab.data.tokens import Specials
-from transformer_lab.errors import ConfigError, UserError, first_line
+from transformer_lab.errors import UserError, first_line, under
 from transformer_lab.store.files import sha256_file
 
 log = logging.getLogger(__name__)
@@ -80,10 +80,8 @@ class DataSource:
 
     def __init__(self, **settings):
         if self.config_class is not None:
-            try:
+            with under("data"):  # (its settings are the data.* keys)
                 self.config = self.config_class(**settings)
-            except ConfigError as e:  # (its settings are the data.* keys)
-                raise ConfigError(e.key if e.key.startswith("data.") else f"data.{e.key}", e.message) from None
 
     def prepare_data(self) -> None:
         """Download what is missing (once, before setup())."""

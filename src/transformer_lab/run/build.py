@@ -22,7 +22,7 @@ from transformer_lab.config.classes import (
 )
 from transformer_lab.config.compatibility import misfits, shapes_of
 from transformer_lab.data.base import DATA_DECIDED
-from transformer_lab.errors import ConfigError, UserError, first_line
+from transformer_lab.errors import ConfigError, UserError, first_line, keyed, under
 from transformer_lab.store.checkpoint import FORMAT, checkpoint_of, model_state, read_checkpoint
 from transformer_lab.store.origins import code_roots, restore_code
 
@@ -176,10 +176,8 @@ def model_from_checkpoint(meta: dict, path: str = "the checkpoint") -> torch.nn.
             f"({cls.config_class.__qualname__} has: {', '.join(fields)}); restore the code it was written with, or "
             f"start a new run from its weights with init_from={path}"
         )
-    try:
+    with under("model"):  # (its __post_init__ refusing a value it took then: named as the config names it)
         return instantiate(cls, model_cfg, meta["model_args"])
-    except ConfigError as e:  # (its __post_init__ refusing a value it took then: named as the config names it)
-        raise ConfigError(e.key if e.key.startswith("model.") else f"model.{e.key}", e.message) from None
 
 
 def init_weights(
@@ -195,11 +193,9 @@ def init_weights(
         from transformer_lab.pretrained.load import load_state
 
         return load_state(model, source)
-    try:
+    with keyed("init_from", UserError):
         path = checkpoint_of(source)
         checkpoint = read_checkpoint(path)
-    except UserError as e:
-        raise ConfigError("init_from", str(e)) from None
     state = model_state(checkpoint)
     meta = checkpoint.get("transformer_lab") or {}
     same_vocabulary = bool(vocabulary) and all(meta.get(key) == value for key, value in vocabulary.items())

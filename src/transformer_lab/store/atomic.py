@@ -147,6 +147,12 @@ def disk_refusal(error: BaseException | None) -> str | None:
     return why or disk_refusal(error.__cause__ or error.__context__)
 
 
+def _refusal(error: BaseException, key: str | None) -> str | None:
+    """Why a write failed, in one line: a disk's refusal, or any OSError where a command's option named the file."""
+    why = disk_refusal(error) if isinstance(error, Exception) else None
+    return why or (error.strerror or str(error) if key and isinstance(error, OSError) else None)
+
+
 def _temporary_name(path: Path) -> str:
     return f".{path.name}.{os.getpid()}@{_HOST}.{os.urandom(4).hex()}.tmp"
 
@@ -155,13 +161,14 @@ def _temporary_name(path: Path) -> str:
 def atomic_path(path: str | os.PathLike, key: str | None = None) -> Iterator[Path]:
     """`with atomic_path(path) as tmp: library.save(tmp)` — for a library that writes a file by its name (an
     image, a safetensors file): what it wrote appears at `path` only if the block completes. `key`: the option
-    that named the path, for the message of a disk that refuses it."""
+    that named the path (out=, predictions=): then any OSError is one line naming it, where otherwise only a
+    disk's refusal is."""
     path = Path(path)
     not_into_a_run(path, f"{key}={path}" if key else str(path))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:  # (a disk's refusal is one line; a path under a file is the caller's to word)
-        if (why := disk_refusal(e)) is None:
+    except OSError as e:  # (a path under a file: a command's option's to word, a run's own a bug)
+        if (why := _refusal(e, key)) is None:
             raise
         raise DiskRefused(f"{f'{key}=' if key else ''}{path}: cannot write it ({why})", why) from None
     remove_stale_temporaries(path.parent)
@@ -176,7 +183,7 @@ def atomic_path(path: str | os.PathLike, key: str | None = None) -> Iterator[Pat
     except BaseException as e:
         with suppress(FileNotFoundError, NotADirectoryError):
             shutil.rmtree(tmp) if tmp.is_dir() and not tmp.is_symlink() else tmp.unlink()
-        why = disk_refusal(e) if isinstance(e, Exception) else None
+        why = _refusal(e, key)
         if why is not None and not isinstance(e, UserError):
             where = f"{key}={path}" if key else str(path)
             raise DiskRefused(f"{where}: cannot write it ({why}); nothing was changed", why) from None
@@ -211,7 +218,7 @@ def staging_folder(path: str | os.PathLike, key: str | None = None) -> Iterator[
         yield staging
     except BaseException as e:
         shutil.rmtree(staging, ignore_errors=True)
-        why = disk_refusal(e) if isinstance(e, Exception) else None
+        why = _refusal(e, key)
         if why is not None and not isinstance(e, UserError):
             raise DiskRefused(f"{where}: cannot write it ({why}); nothing was written", why) from None
         raise

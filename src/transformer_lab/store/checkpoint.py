@@ -10,7 +10,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from transformer_lab.errors import ConfigError, UserError, first_line
+from transformer_lab.errors import ConfigError, UserError, first_line, keyed
 from transformer_lab.store.files import existing_file, read_json
 from transformer_lab.store.origins import recorded_searchpath, restore_code, root_dir, run_overrides, with_searchpath
 from transformer_lab.store.rundir import OVERWRITTEN, readable, recover
@@ -121,7 +121,7 @@ def open_resumed(path: Path, given: list[str] | None, root: str) -> Resumed:
     again (`given`: this command's; a search path it gives replaces the run's, each folder checked; `root`: this
     command's paths.root_dir, where the run's own is added when it ran elsewhere). A problem is one line naming
     ckpt_path."""
-    try:
+    with keyed("ckpt_path", UserError):
         checkpoint = read_checkpoint(path, mmap=True)  # its settings and shapes; Lightning reads the tensors
         meta = checkpoint["transformer_lab"]
         restore_code(meta, str(path))  # the run's own code and config groups, wherever this command runs
@@ -132,8 +132,6 @@ def open_resumed(path: Path, given: list[str] | None, root: str) -> Resumed:
             recorded_searchpath(given, None)
             if Path(root).absolute() != Path(meta["config"]["paths"]["root_dir"]):
                 stored += root_dir(meta, given or [])  # (resumed from elsewhere: its data where it was)
-    except UserError as e:
-        raise ConfigError("ckpt_path", str(e)) from None
     shapes = {k: tuple(v.shape) for k, v in checkpoint["state_dict"].items()}
     step, loggers = int(checkpoint.get("global_step") or 0), dict(checkpoint.get("loggers") or {})
     return Resumed(str(path), meta["config"], shapes, step, meta, loggers, stored)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from transformer_lab.batching.span_lengths import num_noise_spans, raw_and_target_length
 from transformer_lab.choices import check_ranges, within
-from transformer_lab.errors import ConfigError, require
+from transformer_lab.errors import require, under
 
 
 @dataclass
@@ -41,10 +41,8 @@ def _section(value, cls: type, key: str):
     """A nested section as its dataclass (Hydra hands it over as a dict); its errors named under `key`."""
     if isinstance(value, cls):
         return value
-    try:
+    with under(key):
         return cls(**value)
-    except ConfigError as e:
-        raise ConfigError(e.key if e.key.startswith(f"{key}.") else f"{key}.{e.key}", e.message) from None
 
 
 @dataclass

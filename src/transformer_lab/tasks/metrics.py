@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torchmetrics import MeanMetric, SumMetric
 from torchmetrics.classification import MulticlassExactMatch
 
-from transformer_lab.errors import ConfigError
+from transformer_lab.errors import keyed
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +104,8 @@ class TextSamples(Metric):
     def __init__(self, settings: dict, datamodule, model: torch.nn.Module):
         super().__init__(settings, datamodule, model)
         self.sample = dict(settings["sample"])
-        try:
+        with keyed("data.sample_prompt"):
             self.prompt_ids = datamodule.sample_prompt_ids() or [0]
-        except ValueError as e:
-            raise ConfigError("data.sample_prompt", str(e)) from None
         self.decode = datamodule.decode
 
     @classmethod
