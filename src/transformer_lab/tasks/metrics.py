@@ -87,10 +87,12 @@ class BitsPerByte(Metric):
 
     def step(self, task, batch, logits) -> None:
         targets = batch[1].flatten()
-        kept = targets != -100
-        kept[kept.clone()] = self.token_bytes[targets[kept]] > 0  # nor a token of no text (end-of-text), as nanochat
+        # each target's bytes: none where there is no target (-100) or a token of no text (end-of-text), as nanochat
+        # (arithmetic: assigning through a boolean mask took a third of a validation step on 64 x 256 characters)
+        nbytes = self.token_bytes[targets.clamp(min=0)] * (targets != -100)
+        kept = nbytes > 0
         self.nats.update(F.cross_entropy(logits.flatten(0, 1)[kept].float(), targets[kept], reduction="sum"))
-        self.bytes.update(self.token_bytes[targets[kept]].sum())
+        self.bytes.update(nbytes.sum())
 
     def end(self, task, split: str) -> None:
         task.log(f"{split}/bpb", self.nats.compute() / math.log(2) / self.bytes.compute())
