@@ -82,6 +82,21 @@ def test_what_python_gives_and_no_command_line_does_is_one_line_too(trained):
         assert str(raised.value) == message
 
 
+def test_a_list_item_or_an_input_that_is_not_text_is_one_line(trained):
+    """A list's None or number reaches no tokenizer (it was an AttributeError, or the default prompt sampled)."""
+    run = transformer_lab.load(trained("bert_equations"))
+    with pytest.raises(UserError, match=r"^texts: each one a text, got 3 \(line 2\)$"):
+        run.classify(["3 + 5 =", 3])
+    with pytest.raises(UserError, match=r"^texts: each one a text, got None \(line 1\)$"):
+        list(run.classify(iter([None])))
+    for inputs in [(None,), (5,), ()]:
+        with pytest.raises(UserError, match=r"^activations: a text or the model's input tensors, got "):
+            run.activations(*inputs)
+    gpt = transformer_lab.load(trained("gpt_text"))
+    with pytest.raises(UserError, match=r"^prompt: each one a text, got None$"):
+        gpt.generate(["RO", None], max_new_tokens=2)
+
+
 def test_a_sample_without_a_prompt_starts_where_the_run_sampled_from(trained):
     """prompt=None (the default): the run's own data.sample_prompt, which its data can encode (the command's "\n"
     was not in data=repeats' letters)."""

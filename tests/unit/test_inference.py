@@ -400,3 +400,33 @@ def test_a_file_that_is_no_checkpoint_is_named_so(tmp_path):
     (tmp_path / "summary.json").write_text("{}")
     with pytest.raises(UserError, match=r"summary.json is not a checkpoint \(a .ckpt that train.py wrote\)"):
         read_checkpoint(tmp_path / "summary.json")
+
+
+def test_where_evaluate_and_compare_write_and_what_they_read_are_checked_before_they_work(trained, tmp_path, capsys):
+    """A destination inside a run, under a file, or taken twice, and a path holding no run beside one that does: one
+    line before the model loads or the table prints (a stranger's finds: refused only after validation, the
+    predictions written first; a plot written into the working folder on out=; a path dropped without a word)."""
+    from transformer_lab.commands import compare, evaluate
+
+    run_dir, a_file, other = trained("gpt_equations"), tmp_path / "a-file", tmp_path / "other-run"
+    a_file.write_text("")
+    other.mkdir()
+    (other / ".manifest").write_text("summary.json\n")  # (a run's directory: what its runs wrote)
+    inside = f"inside the run directory {other.resolve()}, which a read never writes into: write it elsewhere"
+    for main, args, message in [
+        (evaluate.main, [f"out={other}/m.json"], f"out={other}/m.json: {inside}"),
+        (evaluate.main, [f"predictions={a_file}/p.jsonl"], f"predictions={a_file}/p.jsonl: cannot write it, {a_file} is a file"),
+        (evaluate.main, [f"out={tmp_path}/e.json", f"predictions={tmp_path}/e.json"],
+         f"predictions={tmp_path}/e.json: the same file as out=; give each its own"),
+        (compare.main, ["plot=val/loss", f"out={other}/c.png"], f"out={other}/c.png: {inside}"),
+        (compare.main, ["plot=val/loss", "out="], "out=: give a file name or a folder (the plot goes there)"),
+        (compare.main, [str(a_file)], f"{a_file}: a file, not a run directory or sweep (give the folder of its run)"),
+        (compare.main, [str(a_file.parent / "none")], f"{a_file.parent / 'none'}: no such file or directory"),
+        (compare.main, [str(other)], f"no run directories (with a summary.json) under {other}"),
+    ]:  # fmt: skip
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exit_:
+            main([str(run_dir), *args])
+        assert (exit_.value.code, *capsys.readouterr()) == (2, "", f"error: {message}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "other-run"]
+    assert [p.name for p in other.iterdir()] == [".manifest"]

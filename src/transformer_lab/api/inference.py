@@ -25,9 +25,12 @@ def device_of(model: torch.nn.Module) -> torch.device:
 
 
 def batched(lines: Iterable[str], size: int) -> Iterator[list[tuple[int, str]]]:
-    """(line number, line) in batches of `size`."""
+    """(line number, line) in batches of `size`; a line that is not text (a list's None or number, from Python) is
+    refused naming it."""
     batch = []
     for number, line in enumerate(lines, start=1):
+        if not isinstance(line, str):
+            raise UserError(f"texts: each one a text, got {line!r} (line {number})")
         batch.append((number, line))
         if len(batch) == size:
             yield batch

@@ -147,7 +147,9 @@ class Run:
         from transformer_lab.api.inference import generate
 
         self.serves("sample")
-        if isinstance(prompt, (list, tuple)):  # (a list of prompts: a list of their continuations)
+        if isinstance(prompt, (list, tuple)):  # (a list of prompts, each a text: a list of their continuations)
+            if bad := [p for p in prompt if not isinstance(p, str)]:
+                raise UserError(f"prompt: each one a text, got {bad[0]!r}")
             return [generate(self.model, self.datamodule, {"prompt": p, **options}) for p in prompt]
         return generate(self.model, self.datamodule, {"prompt": prompt, **options})
 
@@ -198,9 +200,14 @@ class Run:
     def activations(self, *inputs, modules: list[str] | None = None) -> dict[str, torch.Tensor]:
         """Every named module's output (or those of `modules`) for one forward pass: a text (encoded as the run
         reads it) or the model's own input tensors. Any model, a user's own included (forward hooks)."""
+        import torch
+
         from transformer_lab.api.lens import activations
 
-        if len(inputs) == 1 and isinstance(inputs[0], str):  # (an encoder-decoder's target: its greedy output)
+        text = len(inputs) == 1 and isinstance(inputs[0], str)
+        if not text and not (inputs and all(isinstance(x, torch.Tensor) for x in inputs)):
+            raise UserError(f"activations: a text or the model's input tensors, got {inputs!r:.60}")
+        if text:  # (an encoder-decoder's target: its greedy output)
             from transformer_lab.analysis.attention import inputs as forward_inputs
 
             options = {"text": inputs[0], "target": None, "max_extra_len": 50, "device": str(self.device)}

@@ -31,6 +31,7 @@ from pathlib import Path
 from transformer_lab.api.options import with_defaults
 from transformer_lab.commands.cli import Command, run_command
 from transformer_lab.errors import UserError
+from transformer_lab.store.atomic import check_destination
 
 DEFAULTS = {"ckpt": None, "text": None, "target": None, "out": None, "max_extra_len": 50, "device": "cpu"}
 MINIMUMS = {"max_extra_len": 1}
@@ -42,6 +43,7 @@ def out_folder(args: dict) -> tuple[Path, bool]:
         out = Path(args["out"])
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise UserError(f"out={out}: exists and is not an empty folder; give a new one (nothing is overwritten)")
+        check_destination(out, f"out={out}")
         return out, True
     n = 1
     while Path("attention", str(n)).exists():

@@ -31,6 +31,7 @@ from transformer_lab.choices import check_choice, check_flag
 from transformer_lab.commands.cli import Command, run_command
 from transformer_lab.config.schema import CONF
 from transformer_lab.errors import UserError
+from transformer_lab.store.atomic import check_destination
 
 USAGE = __doc__.split("\n\n")[1]
 
@@ -54,6 +55,8 @@ def evaluate(
     check_flag("overwrite", overwrite)
     check_output_file("out", out, "eval.json's contents go there", overwrite)
     check_output_file("predictions", predictions, "a JSON line an example goes there", overwrite)
+    if out and predictions and Path(out).absolute() == Path(predictions).absolute():
+        raise UserError(f"predictions={predictions}: the same file as out=; give each its own")
     import lightning as L
     from hydra import compose, initialize_config_dir
 
@@ -177,6 +180,7 @@ def check_output_file(key: str, value: str | None, what: str, overwrite: bool) -
         return
     if value == "" or Path(value).is_dir():
         raise UserError(f"{key}={value}: give a file name ({what})")
+    check_destination(value, f"{key}={value}")
     if Path(value).exists() and not overwrite:
         raise UserError(f"{key}={value}: the file exists; give another name, or overwrite=true to replace it")
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from transformer_lab.choices import check_flag
 from transformer_lab.commands.cli import Command, run_command
 from transformer_lab.errors import UserError
+from transformer_lab.store.atomic import unmakeable
 
 log = logging.getLogger(__name__)
 
@@ -157,13 +158,11 @@ def check_out_dir(out: Path, overwrite: bool, checkpoint: Path) -> None:
                 f"export: {out} {what}: not a model directory overwrite=true replaces (it deletes the directory "
                 "whole); choose a new directory"
             )
-    parent = out.resolve().parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
+    parent, why = unmakeable(out.resolve().parent)  # (replacing a directory, or making one: its parent's to allow)
+    if why == "is a file":
         raise UserError(f"export: cannot create {out}: {parent} is a file")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"export: cannot write into {parent} (permission denied)")
+    if why is not None:
+        raise UserError(f"export: cannot write into {parent} ({why})")
 
 
 def export(target: str | Path, out_dir: str | Path, overwrite: bool = False) -> Path:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from transformer_lab.api.runs import RunDir
 from transformer_lab.errors import UserError
-from transformer_lab.store.atomic import atomic_path
+from transformer_lab.store.atomic import atomic_path, check_destination
 
 
 def cut(cell: str, limit: int = 24) -> str:
@@ -100,16 +100,17 @@ def plot_file(out: str | None, runs: list[RunDir]) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    if out is None:
-        return Path("compare.png")
-    path = Path(out)
+    if out == "":
+        raise UserError("out=: give a file name or a folder (the plot goes there)")
+    path = Path("compare.png" if out is None else out)
     if path.is_dir():
-        return path / "compare.png"
-    if not path.suffix:
-        return path.with_name(path.name + ".png")
+        path = path / "compare.png"
+    elif not path.suffix:
+        path = path.with_name(path.name + ".png")
     kinds = FigureCanvasAgg(Figure()).get_supported_filetypes()
     if path.suffix[1:].lower() not in kinds:
         raise UserError(
             f"out={out}: matplotlib cannot write .{path.suffix[1:]} files; give one of: .{', .'.join(kinds)}"
         )
+    check_destination(path, f"out={out}" if out is not None else str(path))
     return path

@@ -6,14 +6,13 @@ that is not YAML), each as one line. Light enough to run before torch is importe
 from __future__ import annotations
 
 import dataclasses
-import os
-import tempfile
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.config.schema import CONF, RunConfig
 from transformer_lab.errors import UserError, first_line
+from transformer_lab.store.atomic import unmakeable
 from transformer_lab.store.origins import override_key
 
 # Hydra's flags that take a value (`--cfg job`): the value is no override
@@ -56,17 +55,14 @@ def output_dir_problem(argv: list[str]) -> str | None:
     for key, value in dirs or [("hydra.run.dir", "outputs")]:
         if value.strip().strip("'\"") == "":  # (Hydra would take the working folder, and the run would write there)
             return f"{key} is empty: name the folder the run writes in, e.g. {key}=outputs/NAME"
-        existing = Path(value.split("${")[0] or ".").absolute()
-        if "${" not in value and existing.is_dir():
+        folder = Path(value.split("${")[0] or ".")
+        if "${" not in value and folder.is_dir():
             continue  # (there already: whether this run may write in it is its claim's to say, store/rundir.py)
-        while not existing.exists():
-            existing = existing.parent
-        if not existing.is_dir():
+        existing, why = unmakeable(folder)
+        if why == "is a file":
             return f"{key}={value}: cannot create the run directory, {existing} is a file"
-        try:  # a trial folder, removed at once: os.access cannot tell for root or for /proc
-            os.rmdir(tempfile.mkdtemp(dir=existing))
-        except OSError as e:
-            return f"{key}={value}: cannot create the run directory in {existing} ({e.strerror})"
+        if why is not None:
+            return f"{key}={value}: cannot create the run directory in {existing} ({why})"
     return None
 
 

@@ -15,6 +15,7 @@ import errno
 import os
 import shutil
 import socket
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -95,6 +96,32 @@ def not_into_a_run(path: Path, where: str) -> None:
             raise UserError(
                 f"{where}: inside the run directory {folder}, which a read never writes into: write it elsewhere"
             )
+
+
+def unmakeable(path: str | os.PathLike) -> tuple[Path, str | None]:
+    """The nearest folder that exists at or above `path`, and why nothing can be made in it: a file there ("is a
+    file"), or the system's word for a trial folder it refuses (os.access cannot tell for root or /proc); None: it can."""
+    existing = Path(os.path.abspath(path))
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        return existing, "is a file"
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=existing))
+    except OSError as e:
+        return existing, e.strerror or str(e)
+    return existing, None
+
+
+def check_destination(path: str | os.PathLike, where: str) -> None:
+    """What a command will write (`where`: the option naming it, out=PATH), checked before it works: nowhere
+    inside a run directory, and in a folder where it can be made."""
+    not_into_a_run(Path(path), where)
+    existing, why = unmakeable(Path(os.path.abspath(path)).parent)
+    if why == "is a file":
+        raise UserError(f"{where}: cannot write it, {existing} is a file")
+    if why is not None:
+        raise UserError(f"{where}: cannot write it in {existing} ({why})")
 
 
 def note_written(path: str | os.PathLike) -> None:
