@@ -413,20 +413,25 @@ def test_where_evaluate_and_compare_write_and_what_they_read_are_checked_before_
     other.mkdir()
     (other / ".manifest").write_text("summary.json\n")  # (a run's directory: what its runs wrote)
     inside = f"inside the run directory {other.resolve()}, which a read never writes into: write it elsewhere"
+    run = str(run_dir)
     for main, args, message in [
-        (evaluate.main, [f"out={other}/m.json"], f"out={other}/m.json: {inside}"),
-        (evaluate.main, [f"predictions={a_file}/p.jsonl"], f"predictions={a_file}/p.jsonl: cannot write it, {a_file} is a file"),
-        (evaluate.main, [f"out={tmp_path}/e.json", f"predictions={tmp_path}/e.json"],
+        (evaluate.main, [run, f"out={other}/m.json"], f"out={other}/m.json: {inside}"),
+        (evaluate.main, [run, f"predictions={a_file}/p.jsonl"], f"predictions={a_file}/p.jsonl: cannot write it, {a_file} is a file"),
+        (evaluate.main, [run, f"out={tmp_path}/e.json", f"predictions={tmp_path}/e.json"],
          f"predictions={tmp_path}/e.json: the same file as out=; give each its own"),
-        (compare.main, ["plot=val/loss", f"out={other}/c.png"], f"out={other}/c.png: {inside}"),
-        (compare.main, ["plot=val/loss", "out="], "out=: give a file name or a folder (the plot goes there)"),
+        (compare.main, [run, "plot=val/loss", f"out={other}/c.png"], f"out={other}/c.png: {inside}"),
+        (compare.main, [run, "plot=val/loss", "out="], "out=: give a file name or a folder (the plot goes there)"),
+        (compare.main, [run, str(tmp_path / "none")], f"{tmp_path / 'none'}: no such file or directory"),
         (compare.main, [str(a_file)], f"{a_file}: a file, not a run directory or sweep (give the folder of its run)"),
-        (compare.main, [str(a_file.parent / "none")], f"{a_file.parent / 'none'}: no such file or directory"),
         (compare.main, [str(other)], f"no run directories (with a summary.json) under {other}"),
     ]:  # fmt: skip
         capsys.readouterr()
         with pytest.raises(SystemExit) as exit_:
-            main([str(run_dir), *args])
+            main(args)
         assert (exit_.value.code, *capsys.readouterr()) == (2, "", f"error: {message}\n")
+    assert compare.main([run, str(a_file), str(other)]) == 0  # (beside a run: each said, none dropped unsaid)
+    assert (
+        capsys.readouterr().err == f"warning: left out {a_file} {other}: no run directory (with a summary.json) there\n"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "other-run"]
     assert [p.name for p in other.iterdir()] == [".manifest"]

@@ -150,21 +150,22 @@ def found(paths, warn: Callable[[str], None]) -> list[RunDir]:
         raise UserError("which runs? python -m transformer_lab compare RUN_DIR_OR_SWEEP ... (--help)")
     if missing := [p for p in paths if not Path(p).exists()]:
         raise UserError(f"{' '.join(missing)}: no such file or directory")
-    if files := [p for p in paths if Path(p).is_file()]:
-        raise UserError(f"{' '.join(files)}: a file, not a run directory or sweep (give the folder of its run)")
     runs, unfinished = find_runs(paths), unsummarised(paths)
     left_out = unfinished and (
         f"{len(unfinished)} run director{'y' if len(unfinished) == 1 else 'ies'} without a summary.json (still "
         f"training, or killed before writing one): {', '.join(map(str, unfinished[:4]))}"
         f"{f' and {len(unfinished) - 4} more' if len(unfinished) > 4 else ''}"
     )
-    held = [Path(r.path).resolve() for r in runs] + [Path(u).resolve() for u in unfinished]
-    empty = [p for p in paths if not any(h == Path(p).resolve() or Path(p).resolve() in h.parents for h in held)]
-    if not runs or empty:  # (each path given holds a run: none is dropped without a word)
-        none = f"no run directories (with a summary.json) under {' '.join(empty or paths)}"
-        raise UserError(f"{none}; {left_out}" if left_out and not runs else none)
+    if not runs:
+        if files := [p for p in paths if Path(p).is_file()]:
+            raise UserError(f"{' '.join(files)}: a file, not a run directory or sweep (give the folder of its run)")
+        none = f"no run directories (with a summary.json) under {' '.join(paths)}"
+        raise UserError(f"{none}; {left_out}" if left_out else none)
     if left_out:
         warn(f"left out {left_out}")
+    held = [Path(r.path).resolve() for r in runs] + [Path(u).resolve() for u in unfinished]
+    if empty := [p for p in paths if not any(h == Path(p).resolve() or Path(p).resolve() in h.parents for h in held)]:
+        warn(f"left out {' '.join(empty)}: no run directory (with a summary.json) there")  # (none dropped unsaid)
     return runs
 
 
