@@ -150,6 +150,7 @@ CASES = [
         "error: callbacks.grokfast.alpha: must be a number in [0, 1), got 1",
     ),
     ("ckpt-missing", [*MODULAR, "ckpt_path={ws}/nowhere.ckpt"], "ckpt_path: no checkpoint file at"),
+    ("ckpt-empty-path", [*MODULAR, "ckpt_path="], "ckpt_path: is empty: give last (this run directory's last.ckpt) or"),
     (
         "init-and-resume",
         [*MODULAR, "init_from={ws}/prior", "ckpt_path={ws}/prior/checkpoints/last.ckpt"],

@@ -77,6 +77,8 @@ def checkpoint_path(cfg: DictConfig) -> Path | None:
     """The checkpoint `ckpt_path` names (`last`: the run directory's last.ckpt), which must exist."""
     if cfg.ckpt_path is None:
         return None
+    if not str(cfg.ckpt_path).strip():  # (not the working folder's: nothing to read, said as such)
+        raise ConfigError("ckpt_path", "is empty: give last (this run directory's last.ckpt) or a checkpoint file")
     run_dir = Path(cfg.paths.output_dir).absolute()
     recover(run_dir)  # (this run starts there: what an overwrite=true killed set aside goes back)
     if cfg.ckpt_path == "last":
