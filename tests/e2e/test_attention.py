@@ -33,6 +33,8 @@ def train(run, *overrides):
 def drawn(run, **options):
     lines = list(attention({"ckpt": str(run), **{k: str(v) if k == "out" else v for k, v in options.items()}}))
     folder = Path(lines[-1]).parent  # (out=, or attention/N in the current folder)
+    assert lines[-2:] == [str(folder / "attention.safetensors"), str(folder / "tokens.json")]  # (each file it wrote)
+    lines = lines[:-1]
     assert folder == Path(options.get("out", folder)) and not (run / "attention").exists()  # (never into the run)
     maps = load_file(folder / "attention.safetensors")
     tokens = json.loads((folder / "tokens.json").read_text())

@@ -85,7 +85,7 @@ def test_the_command_draws_the_linear_attentions_own_weights(run, tmp_path, monk
     monkeypatch.chdir(tmp_path)  # (its default folder, attention/N, is the current folder's: never the run's)
     lines = list(attention({"ckpt": str(run), "text": TEXT}))
     folder = Path("attention", "1")
-    assert lines == [str(folder / "blocks.attn.png"), str(folder / "attention.safetensors")]
+    assert lines == [str(folder / name) for name in ("blocks.attn.png", "attention.safetensors", "tokens.json")]
     assert (folder / "blocks.attn.png").stat().st_size > 1000
     assert json.loads((folder / "tokens.json").read_text()) == {"text": TEXT, "source": ["3", "+", "5", "="]}
     maps = load_file(folder / "attention.safetensors")

@@ -107,7 +107,7 @@ def attention(args: dict) -> Iterator[str]:
         tokens = json.dumps({"text": args["text"], **sides}, ensure_ascii=False, indent=1)
         (folder / "tokens.json").write_text(tokens + "\n", encoding="utf-8")
         out = put_in_place(folder, out, given)
-    yield from (str(out / name) for name in [*names, "attention.safetensors"])
+    yield from (str(out / name) for name in [*names, "attention.safetensors", "tokens.json"])
 
 
 def current_umask() -> int:
