@@ -142,7 +142,7 @@ def test_weights_of_another_shape_are_refused_naming_the_layer(run, monkeypatch)
     )
 
 
-def test_a_model_implementing_no_attention_layer_is_refused_naming_the_protocol(run, monkeypatch):
+def test_a_model_implementing_no_attention_layer_is_refused_naming_the_protocol(run, monkeypatch, tmp_path):
     from types import SimpleNamespace
 
     import transformer_lab.api.run as api_run
@@ -154,8 +154,8 @@ def test_a_model_implementing_no_attention_layer_is_refused_naming_the_protocol(
     assert str(refused.value) == f"GRU {REFUSED}"
     monkeypatch.setattr(api_run, "load", lambda *args: SimpleNamespace(model=gru, datamodule=datamodule))
     with pytest.raises(UserError) as refused:
-        list(attention({"ckpt": str(run), "text": TEXT, "out": str(run / "never")}))
-    assert str(refused.value) == f"GRU {REFUSED}" and not (run / "never").exists()
+        list(attention({"ckpt": str(run), "text": TEXT, "out": str(tmp_path / "never")}))
+    assert str(refused.value) == f"GRU {REFUSED}" and not (tmp_path / "never").exists()
     with pytest.raises(ConfigError) as refused:
         checked_callback("attention", AttentionImages(TEXT, str(run)), gru, datamodule)
     assert str(refused.value) == f"callbacks.attention: GRU {REFUSED}"

@@ -402,11 +402,13 @@ def test_a_file_that_is_no_checkpoint_is_named_so(tmp_path):
         read_checkpoint(tmp_path / "summary.json")
 
 
-def test_where_evaluate_and_compare_write_and_what_they_read_are_checked_before_they_work(trained, tmp_path, capsys):
+def test_where_evaluate_and_compare_write_and_what_they_read_are_checked_before_they_work(
+    trained, tmp_path, capsys, monkeypatch
+):
     """A destination inside a run, under a file, or taken twice, and a path holding no run beside one that does: one
     line before the model loads or the table prints (a stranger's finds: refused only after validation, the
     predictions written first; a plot written into the working folder on out=; a path dropped without a word)."""
-    from transformer_lab.commands import compare, evaluate
+    from transformer_lab.commands import attention, compare, evaluate
 
     run_dir, a_file, other = trained("gpt_equations"), tmp_path / "a-file", tmp_path / "other-run"
     a_file.write_text("")
@@ -429,6 +431,11 @@ def test_where_evaluate_and_compare_write_and_what_they_read_are_checked_before_
         with pytest.raises(SystemExit) as exit_:
             main(args)
         assert (exit_.value.code, *capsys.readouterr()) == (2, "", f"error: {message}\n")
+    monkeypatch.chdir(other)  # (attention's default folder, attention/N, is the current folder's: here a run's)
+    monkeypatch.setattr("transformer_lab.api.run.load", lambda *a: pytest.fail("the model loaded before the check"))
+    with pytest.raises(SystemExit) as exit_:
+        attention.main([run, "text=3 + 5 ="])
+    assert (exit_.value.code, *capsys.readouterr()) == (2, "", f"error: attention/1: {inside}\n")
     assert compare.main([run, str(a_file), str(other)]) == 0  # (beside a run: each said, none dropped unsaid)
     assert (
         capsys.readouterr().err == f"warning: left out {a_file} {other}: no run directory (with a summary.json) there\n"

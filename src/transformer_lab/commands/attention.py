@@ -48,6 +48,7 @@ def out_folder(args: dict) -> tuple[Path, bool]:
     n = 1
     while Path("attention", str(n)).exists():
         n += 1
+    check_destination(Path("attention", str(n)), str(Path("attention", str(n))))  # (the current folder: not a run's)
     return Path("attention", str(n)), False
 
 
@@ -88,10 +89,10 @@ def attention(args: dict) -> Iterator[str]:
         checkpoint_of(args["ckpt"])  # (a path that holds no run is told before a missing text)
     if args["text"] is None:
         raise UserError('text: which input? give text="..."')
+    out, given = out_folder(args)  # (where it writes: checked before the model loads)
     trained = load(args["ckpt"], args["device"])
     model, datamodule = trained.model, trained.datamodule
     check_model(model)
-    out, given = out_folder(args)
     weights, sides, kinds = captured(model, datamodule, args)
     # Written aside (the one writer's staging folder: gone on any error, Ctrl-C or SIGTERM) and renamed into place.
     with staging_folder(out, "out" if given else None) as folder:
